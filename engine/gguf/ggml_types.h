@@ -1,0 +1,73 @@
+#ifndef STRATA_ENGINE_GGUF_GGML_TYPES_H_
+#define STRATA_ENGINE_GGUF_GGML_TYPES_H_
+
+// ggml tensor element types as GGUF stores them: ids, block geometry and dequantization to f32.
+// Thread-safe: everything here is a pure function.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace strata::gguf {
+
+// The numeric ids are ggml's (ggml.h, enum ggml_type) and are what a GGUF file stores.
+enum class GgmlType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kQ8_K = 15,
+  kBF16 = 30,
+};
+
+struct GgmlTypeInfo {
+  std::string_view name;  // ggml's name: "f32", "q4_K", ...
+  int64_t block_size;     // elements per block
+  int64_t type_size;      // bytes per block
+  bool can_dequantize;    // Strata can decode it to f32
+};
+
+// Information on any type id a GGUF may hold. Ids ggml knows but Strata cannot decode (IQ*, MXFP4, ...)
+// yield an UNIMPLEMENTED status naming the type; unknown ids yield INVALID_ARGUMENT naming the id.
+absl::StatusOr<GgmlTypeInfo> GetTypeInfo(uint32_t type_id);
+
+// "f32", "q4_K", ... or "type<N>" for an id ggml does not know.
+std::string TypeName(uint32_t type_id);
+
+// Bytes of a tensor of `n_elements` elements per row and `n_rows` rows; fails when a row is not a
+// whole number of blocks or the size overflows 64 bits.
+absl::StatusOr<uint64_t> TensorBytes(GgmlType type, std::span<const int64_t> ne);
+
+// Bytes of one row of `n` elements (n a multiple of the block size).
+absl::StatusOr<uint64_t> RowBytes(GgmlType type, int64_t n);
+
+// Decodes `n` consecutive elements (a multiple of the block size) starting at `src` into `dst`.
+// `src` must hold RowBytes(type, n) bytes.
+absl::Status Dequantize(GgmlType type, const void* src, float* dst, int64_t n);
+
+// Encodes `n` floats (a multiple of the block size) into `dst` (RowBytes(type, n) bytes).
+// Supported for F32, F16, BF16, Q8_0, Q4_0 and Q4_1 (enough to write test models); others UNIMPLEMENTED.
+absl::Status Quantize(GgmlType type, const float* src, void* dst, int64_t n);
+
+// IEEE half and bfloat16 conversions (round to nearest even).
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+float Bf16ToFloat(uint16_t h);
+uint16_t FloatToBf16(float f);
+
+}  // namespace strata::gguf
+
+#endif  // STRATA_ENGINE_GGUF_GGML_TYPES_H_

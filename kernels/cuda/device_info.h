@@ -1,0 +1,29 @@
+#ifndef STRATA_KERNELS_CUDA_DEVICE_INFO_H_
+#define STRATA_KERNELS_CUDA_DEVICE_INFO_H_
+
+// Only compiled and included when STRATA_HAVE_CUDA is defined; the header itself includes no CUDA header.
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace strata::kernels::cuda {
+
+struct DeviceInfo {
+  int device_count = 0;
+  std::string name;            // of device 0
+  int sm_major = 0;
+  int sm_minor = 0;
+  size_t total_memory = 0;     // bytes, device 0
+};
+
+// Describes the visible CUDA devices; UNAVAILABLE when the driver or a device is missing.
+absl::StatusOr<DeviceInfo> QueryDevices();
+
+// Runs a one-block kernel that adds two small vectors and checks the result; proves the toolchain, the
+// driver and the device agree. UNAVAILABLE without a device, INTERNAL on a wrong answer.
+absl::Status SmokeTest();
+
+}  // namespace strata::kernels::cuda
+
+#endif  // STRATA_KERNELS_CUDA_DEVICE_INFO_H_
