@@ -44,6 +44,10 @@ struct GgmlTypeInfo {
 // yield an UNIMPLEMENTED status naming the type; unknown ids yield INVALID_ARGUMENT naming the id.
 absl::StatusOr<GgmlTypeInfo> GetTypeInfo(uint32_t type_id);
 
+// Like GetTypeInfo, but succeeds for every id ggml knows whether or not Strata decodes it
+// (`can_dequantize` says which): what a reader needs to size tensors it will never decode.
+absl::StatusOr<GgmlTypeInfo> LookupType(uint32_t type_id);
+
 // "f32", "q4_K", ... or "type<N>" for an id ggml does not know.
 std::string TypeName(uint32_t type_id);
 

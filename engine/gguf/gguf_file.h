@@ -175,6 +175,13 @@ class GgufModel {
   absl::flat_hash_map<std::string, size_t> tensor_index_;
 };
 
+// OK when Strata can decode `tensor`'s type; otherwise UNIMPLEMENTED naming the tensor and the type
+// ("tensor 'x' has type iq2_xxs, which Strata cannot decode").
+absl::Status CheckDecodable(const TensorInfo& tensor);
+
+// The whole tensor decoded to f32 (n_elements() values, ggml order). Errors as CheckDecodable.
+absl::StatusOr<std::vector<float>> DequantizeTensor(const TensorInfo& tensor);
+
 // Shard file names for a split model: "<prefix>-00001-of-00003.gguf". Returns an empty vector when `path`
 // does not follow that pattern.
 std::vector<std::string> SplitShardPaths(const std::string& path);

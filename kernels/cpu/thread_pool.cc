@@ -1,0 +1,108 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::kernels {
+namespace {
+
+inline int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+inline void CpuRelax() { __builtin_ia32_pause(); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::Create(int num_threads, int spin_us) {
+  if (num_threads < 1 || num_threads > kMaxThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("thread pool size ", num_threads, ": expected 1 to ", kMaxThreads));
+  }
+  if (spin_us < 0) return absl::InvalidArgumentError(absl::StrCat("spin_us is ", spin_us, ": expected >= 0"));
+  return std::unique_ptr<ThreadPool>(new ThreadPool(num_threads, spin_us));
+}
+
+ThreadPool::ThreadPool(int num_threads, int spin_us) : spin_ns_(int64_t{spin_us} * 1000) {
+  workers_.reserve(num_threads - 1);
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(2, std::memory_order_seq_cst);
+  generation_.notify_all();
+  for (std::thread& w : workers_) w.join();
+}
+
+void ThreadPool::RunTasks() {
+  const int64_t n = n_tasks_;
+  for (;;) {
+    const int64_t i = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (i >= n) return;
+    (*fn_)(i);
+    done_tasks_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void ThreadPool::WorkerLoop() {
+  uint32_t seen = 0;
+  for (;;) {
+    // Wait for a published job newer than the last one seen: spin, then sleep.
+    uint32_t g = generation_.load(std::memory_order_acquire);
+    const int64_t spin_until = NowNs() + spin_ns_;
+    for (int i = 1; g == seen || (g & 1) != 0; ++i) {
+      if ((i & 63) == 0 && NowNs() > spin_until) break;
+      CpuRelax();
+      g = generation_.load(std::memory_order_acquire);
+    }
+    if (g == seen || (g & 1) != 0) {
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      while ((g = generation_.load(std::memory_order_seq_cst)) == seen || (g & 1) != 0) {
+        generation_.wait(g, std::memory_order_seq_cst);
+      }
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_acquire)) return;
+    // Join the job, unless ParallelFor has started writing the next one meanwhile (it waits for every
+    // worker that joined before it turned the generation odd).
+    active_.fetch_add(1, std::memory_order_seq_cst);
+    if (generation_.load(std::memory_order_seq_cst) == g) RunTasks();
+    active_.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t n_tasks, absl::FunctionRef<void(int64_t)> fn) {
+  if (n_tasks <= 0) return;
+  if (workers_.empty() || n_tasks == 1) {
+    for (int64_t i = 0; i < n_tasks; ++i) fn(i);
+    return;
+  }
+  const uint32_t g = generation_.load(std::memory_order_relaxed);
+  generation_.store(g + 1, std::memory_order_seq_cst);
+  // Workers still inside the previous job only find its counter exhausted; wait until they leave.
+  while (active_.load(std::memory_order_seq_cst) != 0) CpuRelax();
+  fn_ = &fn;
+  n_tasks_ = n_tasks;
+  next_task_.store(0, std::memory_order_relaxed);
+  done_tasks_.store(0, std::memory_order_relaxed);
+  generation_.store(g + 2, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+
+  RunTasks();
+  const int64_t spin_until = NowNs() + spin_ns_;
+  for (int i = 1; done_tasks_.load(std::memory_order_acquire) != n_tasks; ++i) {
+    // Past the spin budget a worker is probably descheduled: give it the core.
+    if ((i & 63) == 0 && NowNs() > spin_until) {
+      std::this_thread::yield();
+    } else {
+      CpuRelax();
+    }
+  }
+}
+
+}  // namespace strata::kernels

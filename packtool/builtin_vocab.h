@@ -1,0 +1,30 @@
+#ifndef STRATA_PACKTOOL_BUILTIN_VOCAB_H_
+#define STRATA_PACKTOOL_BUILTIN_VOCAB_H_
+
+// A small byte-level BPE vocabulary (GPT-2 style, qwen2 pre-tokenizer) so synth needs no other file:
+// 256 byte tokens, a few hundred merges of common English pairs, and three control tokens.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
+
+namespace strata::packtool {
+
+struct VocabMetadata {
+  std::vector<std::pair<std::string, gguf::Value>> entries;  // tokenizer.* keys, in order
+  int64_t n_tokens = 0;
+};
+
+// The built-in vocabulary, padded with unused "[PAD<i>]" tokens up to `n_vocab` when that is larger.
+absl::StatusOr<VocabMetadata> BuiltinVocab(int64_t n_vocab);
+
+// The tokenizer.* keys of a GGUF file (e.g. ../shared/testdata/vocab/ggml-vocab-qwen2.gguf).
+absl::StatusOr<VocabMetadata> VocabFromGguf(const std::string& path);
+
+}  // namespace strata::packtool
+
+#endif  // STRATA_PACKTOOL_BUILTIN_VOCAB_H_

@@ -1,0 +1,222 @@
+#include "packtool/convert.h"
+
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
+#include "engine/pack/pack_format.h"
+#include "engine/status_macros.h"
+#include "packtool/pack_writer.h"
+
+namespace strata::packtool {
+namespace {
+
+// The three expert tensors of one MoE block.
+struct MoeBlock {
+  uint32_t block = 0;
+  const gguf::TensorInfo* role[3] = {nullptr, nullptr, nullptr};  // gate, up, down
+};
+
+constexpr const char* kExpertTensorSuffix[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                                     "ffn_down_exps.weight"};
+
+// "blk.12.ffn_up_exps.weight" -> (12, 1); other names -> nullopt.
+std::optional<std::pair<uint32_t, int>> ParseExpertTensorName(std::string_view name) {
+  std::vector<std::string> parts = absl::StrSplit(std::string(name), absl::MaxSplits('.', 2));
+  if (parts.size() != 3 || parts[0] != "blk") return std::nullopt;
+  uint32_t block = 0;
+  if (!absl::SimpleAtoi(parts[1], &block)) return std::nullopt;
+  for (int r = 0; r < 3; ++r) {
+    if (parts[2] == kExpertTensorSuffix[r]) return std::make_pair(block, r);
+  }
+  return std::nullopt;
+}
+
+bool IsExpertTensor(std::string_view name) { return ParseExpertTensorName(name).has_value(); }
+
+struct SourceModel {
+  std::string arch;
+  pack::v1::Geometry geometry;
+  std::vector<MoeBlock> blocks;  // in block order
+  uint64_t expert_bytes = 0;     // bytes of all expert tensors in the source
+};
+
+absl::StatusOr<SourceModel> Describe(const gguf::GgufModel& model, const std::string& input) {
+  SourceModel src;
+  auto arch = model.metadata().GetString("general.architecture");
+  if (!arch.ok()) return absl::InvalidArgumentError(absl::StrCat(input, ": ", arch.status().message()));
+  src.arch = *arch;
+  const std::string a = src.arch;
+  auto meta_uint = [&](const std::string& key) -> absl::StatusOr<uint64_t> {
+    auto v = model.metadata().GetUint(key);
+    if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(input, ": ", v.status().message()));
+    return *v;
+  };
+  ASSIGN_OR_RETURN(const uint64_t n_layer, meta_uint(a + ".block_count"));
+  ASSIGN_OR_RETURN(const uint64_t n_used, meta_uint(a + ".expert_used_count"));
+  ASSIGN_OR_RETURN(const uint64_t n_embd_meta, meta_uint(a + ".embedding_length"));
+
+  std::map<uint32_t, MoeBlock> by_block;
+  for (const gguf::TensorInfo& t : model.tensors()) {
+    if (absl::StrContains(t.name, "ffn_gate_up_exps")) {
+      return absl::UnimplementedError(absl::StrCat(input, ": tensor '", t.name,
+                                                   "' holds fused gate+up experts, which Strata does not convert"));
+    }
+    auto parsed = ParseExpertTensorName(t.name);
+    if (!parsed) continue;
+    if (parsed->first >= n_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(input, ": tensor '", t.name, "' is in block ", parsed->first,
+                                                     " but ", a, ".block_count is ", n_layer));
+    }
+    auto info = gguf::GetTypeInfo(static_cast<uint32_t>(t.type));
+    if (!info.ok() || !info->can_dequantize) {
+      return absl::UnimplementedError(absl::StrCat(input, ": tensor '", t.name, "' has type ",
+                                                   gguf::TypeName(static_cast<uint32_t>(t.type)),
+                                                   ", which Strata cannot decode"));
+    }
+    MoeBlock& b = by_block[parsed->first];
+    b.block = parsed->first;
+    b.role[parsed->second] = &t;
+    src.expert_bytes += t.bytes;
+  }
+  if (by_block.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(input, ": no expert tensors (blk.N.ffn_gate_exps.weight ...): not a MoE model"));
+  }
+  int64_t n_embd = -1, ff = -1, n_expert = -1;
+  for (auto& [block, b] : by_block) {
+    for (int r = 0; r < 3; ++r) {
+      if (b.role[r] == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(input, ": block ", block, " lacks tensor 'blk.", block, ".", kExpertTensorSuffix[r], "'"));
+      }
+      const gguf::TensorInfo& t = *b.role[r];
+      if (t.ne.size() != 3) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(input, ": tensor '", t.name, "' has ", t.ne.size(), " dimensions, expected 3"));
+      }
+      // gate/up: [n_embd, ff, n_expert]; down: [ff, n_embd, n_expert].
+      const int64_t e = t.ne[0 + (r == 2 ? 1 : 0)], f = t.ne[r == 2 ? 0 : 1];
+      if (n_embd < 0) n_embd = e, ff = f, n_expert = t.ne[2];
+      if (e != n_embd || f != ff || t.ne[2] != n_expert) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            input, ": tensor '", t.name, "' has shape [", t.ne[0], ", ", t.ne[1], ", ", t.ne[2], "], expected ",
+            r == 2 ? absl::StrCat("[", ff, ", ", n_embd, ", ", n_expert, "]")
+                   : absl::StrCat("[", n_embd, ", ", ff, ", ", n_expert, "]")));
+      }
+    }
+    src.blocks.push_back(b);
+  }
+  if (static_cast<uint64_t>(n_embd) != n_embd_meta) {
+    return absl::InvalidArgumentError(absl::StrCat(input, ": expert tensors have n_embd ", n_embd, " but ", a,
+                                                   ".embedding_length is ", n_embd_meta));
+  }
+  ASSIGN_OR_RETURN(const uint64_t n_expert_meta,
+                   model.metadata().GetUintOr(a + ".expert_count", static_cast<uint64_t>(n_expert)));
+  if (n_expert_meta != static_cast<uint64_t>(n_expert)) {
+    return absl::InvalidArgumentError(absl::StrCat(input, ": expert tensors hold ", n_expert, " experts but ", a,
+                                                   ".expert_count is ", n_expert_meta));
+  }
+  if (n_used == 0 || n_used > static_cast<uint64_t>(n_expert)) {
+    return absl::InvalidArgumentError(absl::StrCat(input, ": ", a, ".expert_used_count is ", n_used,
+                                                   ", expected 1 .. ", n_expert));
+  }
+  ASSIGN_OR_RETURN(const uint64_t n_shared, model.metadata().GetUintOr(a + ".expert_shared_count", 0));
+  pack::v1::Geometry& g = src.geometry;
+  g.set_n_layer(static_cast<uint32_t>(n_layer));
+  g.set_n_moe_layers(static_cast<uint32_t>(src.blocks.size()));
+  for (const MoeBlock& b : src.blocks) g.add_moe_layers(b.block);
+  g.set_n_expert(static_cast<uint32_t>(n_expert));
+  g.set_n_expert_used(static_cast<uint32_t>(n_used));
+  g.set_n_embd(static_cast<uint32_t>(n_embd));
+  g.set_expert_ff(static_cast<uint32_t>(ff));
+  g.set_n_shared_experts(static_cast<uint32_t>(n_shared));
+  return src;
+}
+
+// The bytes of expert `e` inside an expert tensor: its rows are contiguous.
+std::span<const uint8_t> ExpertSlice(const gguf::TensorInfo& t, int64_t expert) {
+  const uint64_t per_expert = t.bytes / static_cast<uint64_t>(t.ne[2]);
+  return {t.data + per_expert * static_cast<uint64_t>(expert), per_expert};
+}
+
+absl::Status WriteDense(const gguf::GgufModel& model, const std::string& path) {
+  gguf::GgufWriter writer(model.shards().front()->alignment());
+  for (const auto& [key, value] : model.metadata().entries()) {
+    if (absl::StartsWith(key, "split.") || key == "general.alignment") continue;
+    writer.Set(key, value);
+  }
+  for (const gguf::TensorInfo& t : model.tensors()) {
+    if (IsExpertTensor(t.name)) continue;
+    const gguf::TensorInfo* info = &t;
+    RETURN_IF_ERROR(writer.AddTensor(t.name, t.type, t.ne, [info](std::span<uint8_t> dst) {
+      std::memcpy(dst.data(), info->data, info->bytes);
+      ReleaseMappedRange(info->data, info->bytes);
+      return absl::OkStatus();
+    }));
+  }
+  return writer.WriteFile(path);
+}
+
+}  // namespace
+
+absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, const ConvertProgressFn& progress,
+                                               const std::atomic<bool>* cancel) {
+  if (options.input.empty()) return absl::InvalidArgumentError("input: no GGUF file given");
+  if (options.output_dir.empty()) return absl::InvalidArgumentError("output: no pack directory given");
+  RETURN_IF_ERROR(CheckOutputFree(options.output_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufModel> model, gguf::GgufModel::Open(options.input));
+  ASSIGN_OR_RETURN(SourceModel src, Describe(*model, options.input));
+  ASSIGN_OR_RETURN(pack::BlobLayout layout,
+                   pack::ComputeBlobLayout(options.scheme, src.geometry.n_embd(), src.geometry.expert_ff()));
+
+  PackWriteJob job;
+  job.output_dir = options.output_dir;
+  job.layout = layout;
+  job.threads = options.threads;
+  job.source_expert_bytes = src.expert_bytes;
+  job.manifest.set_architecture(src.arch);
+  job.manifest.set_created_by("convert");
+  *job.manifest.mutable_geometry() = src.geometry;
+  for (const auto& shard : model->shards()) {
+    ASSIGN_OR_RETURN(auto hash, HashFile(shard->path()));
+    pack::v1::SourceShard* s = job.manifest.add_sources();
+    s->set_name(std::filesystem::path(shard->path()).filename().string());
+    s->set_size(hash.first);
+    s->set_xxh3(pack::HashHex(hash.second));
+  }
+  const gguf::GgufModel* m = model.get();
+  job.write_dense = [m](const std::string& path) { return WriteDense(*m, path); };
+  const std::vector<MoeBlock>& blocks = src.blocks;
+  const int64_t n_embd = src.geometry.n_embd(), ff = src.geometry.expert_ff();
+  job.fill_expert = [&blocks, n_embd, ff](int64_t moe_layer, int64_t expert, float* gate, float* up,
+                                          float* down) -> absl::Status {
+    float* out[3] = {gate, up, down};
+    for (int r = 0; r < 3; ++r) {
+      const gguf::TensorInfo& t = *blocks[moe_layer].role[r];
+      const std::span<const uint8_t> slice = ExpertSlice(t, expert);
+      absl::Status s = gguf::Dequantize(t.type, slice.data(), out[r], n_embd * ff);
+      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' expert ", expert, ": ", s.message()));
+    }
+    return absl::OkStatus();
+  };
+  job.release_expert = [&blocks](int64_t moe_layer, int64_t expert) {
+    for (int r = 0; r < 3; ++r) {
+      const std::span<const uint8_t> slice = ExpertSlice(*blocks[moe_layer].role[r], expert);
+      ReleaseMappedRange(slice.data(), slice.size());
+    }
+  };
+  return WritePack(job, progress, cancel);
+}
+
+}  // namespace strata::packtool

@@ -1,0 +1,48 @@
+#ifndef STRATA_PACKTOOL_CONVERT_H_
+#define STRATA_PACKTOOL_CONVERT_H_
+
+// Converts a GGUF model (one file or split shards) into a pack.
+//
+// Streams expert by expert: each worker thread holds one expert's f32 roles at a time, so peak memory is
+// bounded by threads x one expert, whatever the model size. Writes `<out>.partial/` and renames it to `<out>`
+// only when everything is written and synced; on failure or cancellation the partial directory is removed.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/scheme.h"
+#include "strata/pack/v1/manifest.pb.h"
+
+namespace strata::packtool {
+
+struct ConvertOptions {
+  std::string input;       // .gguf, or any shard of a split model
+  std::string output_dir;  // must not exist; neither may output_dir + ".partial"
+  kernels::Scheme scheme = kernels::Scheme::kS4;
+  int threads = 0;         // 0 = hardware concurrency
+};
+
+struct ConvertProgress {
+  std::string phase;       // "dense", "experts", "finish", "done"
+  uint64_t bytes_done = 0;   // pack expert bytes written
+  uint64_t bytes_total = 0;
+  uint64_t experts_done = 0;
+  uint64_t experts_total = 0;
+  double bytes_per_second = 0;  // source expert bytes read per second
+  double rel_rms_error = 0;     // over all roles so far
+};
+
+// Called from the converting thread, at most every ~100 ms and once per phase change.
+using ConvertProgressFn = std::function<void(const ConvertProgress&)>;
+
+// Converts; returns the manifest written. Fails with CANCELLED (and leaves nothing behind) when `cancel`
+// becomes true; checks it at least once per expert. `cancel` and `progress` may be null.
+absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, const ConvertProgressFn& progress,
+                                               const std::atomic<bool>* cancel);
+
+}  // namespace strata::packtool
+
+#endif  // STRATA_PACKTOOL_CONVERT_H_

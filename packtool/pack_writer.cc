@@ -1,0 +1,318 @@
+#include "packtool/pack_writer.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/status_macros.h"
+#include "packtool/version.h"
+
+namespace strata::packtool {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+absl::Status ErrnoError(const std::string& what) {
+  return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+absl::Status WriteAll(int fd, const uint8_t* data, uint64_t size, uint64_t offset, const std::string& path) {
+  while (size > 0) {
+    const ssize_t n = pwrite(fd, data, size, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError(absl::StrCat(path, ": write at offset ", offset));
+    }
+    data += n;
+    size -= static_cast<uint64_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<uint64_t, uint64_t>> HashFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(absl::StrCat(path, ": open"));
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  std::vector<uint8_t> buf(1 << 20);
+  uint64_t total = 0;
+  absl::Status status;
+  for (;;) {
+    const ssize_t n = read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      status = ErrnoError(absl::StrCat(path, ": read"));
+      break;
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(state, buf.data(), static_cast<size_t>(n));
+    total += static_cast<uint64_t>(n);
+  }
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  close(fd);
+  RETURN_IF_ERROR(status);
+  return std::make_pair(total, hash);
+}
+
+void ReleaseMappedRange(const uint8_t* data, uint64_t size) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t begin = (reinterpret_cast<uint64_t>(data) + page - 1) / page * page;
+  const uint64_t end = (reinterpret_cast<uint64_t>(data) + size) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+namespace {
+
+absl::Status SyncPath(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(absl::StrCat(path, ": open for sync"));
+  const int rc = fsync(fd);
+  close(fd);
+  if (rc != 0) return ErrnoError(absl::StrCat(path, ": fsync"));
+  return absl::OkStatus();
+}
+
+// Removes the partial directory unless Commit() was called.
+class PartialDirGuard {
+ public:
+  explicit PartialDirGuard(std::string path) : path_(std::move(path)) {}
+  ~PartialDirGuard() {
+    if (!committed_) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  void Commit() { committed_ = true; }
+
+ private:
+  std::string path_;
+  bool committed_ = false;
+};
+
+struct RoleStats {
+  double err2 = 0, ref2 = 0, max_abs = 0;
+  void Merge(const RoleStats& o) {
+    err2 += o.err2;
+    ref2 += o.ref2;
+    max_abs = std::max(max_abs, o.max_abs);
+  }
+};
+
+}  // namespace
+
+int ResolveThreads(int threads) {
+  if (threads > 0) return threads;
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+absl::Status CheckOutputFree(const std::string& output_dir) {
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(output_dir, ec))) {
+    return absl::AlreadyExistsError(absl::StrCat(output_dir, ": already exists; choose another output directory"));
+  }
+  const std::string partial = output_dir + ".partial";
+  if (fs::exists(fs::symlink_status(partial, ec))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        partial, ": exists: another conversion is writing it, or one was interrupted (remove it by hand)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const ConvertProgressFn& progress,
+                                             const std::atomic<bool>* cancel) {
+  auto cancelled = [cancel] { return cancel != nullptr && cancel->load(std::memory_order_relaxed); };
+  RETURN_IF_ERROR(CheckOutputFree(job.output_dir));
+  const std::string partial = job.output_dir + ".partial";
+  if (mkdir(partial.c_str(), 0755) != 0) {
+    if (errno == EEXIST) {
+      return absl::FailedPreconditionError(absl::StrCat(partial, ": exists: another conversion is writing it"));
+    }
+    return ErrnoError(absl::StrCat(partial, ": mkdir"));
+  }
+  PartialDirGuard guard(partial);
+  const auto start = Clock::now();
+
+  const pack::v1::Geometry& g = job.manifest.geometry();
+  const pack::BlobLayout& layout = job.layout;
+  const uint64_t n_blobs = static_cast<uint64_t>(g.n_moe_layers()) * g.n_expert();
+  const uint64_t total_bytes = n_blobs * layout.blob_bytes;
+
+  ConvertProgress report;
+  report.bytes_total = total_bytes;
+  report.experts_total = n_blobs;
+  auto emit = [&](const std::string& phase) {
+    report.phase = phase;
+    if (progress) progress(report);
+  };
+
+  emit("dense");
+  const std::string dense_path = absl::StrCat(partial, "/", pack::kDenseFile);
+  RETURN_IF_ERROR(job.write_dense(dense_path));
+  if (cancelled()) return absl::CancelledError("conversion cancelled");
+  ASSIGN_OR_RETURN(auto dense_hash, HashFile(dense_path));
+
+  emit("experts");
+  const std::string experts_path = absl::StrCat(partial, "/", pack::kExpertsFile);
+  const int fd = open(experts_path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError(absl::StrCat(experts_path, ": create"));
+  if (ftruncate(fd, static_cast<off_t>(total_bytes)) != 0) {
+    const absl::Status s = ErrnoError(absl::StrCat(experts_path, ": size to ", total_bytes, " bytes"));
+    close(fd);
+    return s;
+  }
+
+  std::vector<uint64_t> checksums(n_blobs, 0);
+  std::atomic<uint64_t> next{0}, done{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  absl::Status first_error;
+  RoleStats totals[3];
+  const int64_t rows[3] = {layout.expert_ff, layout.expert_ff, layout.n_embd};
+  const int64_t cols[3] = {layout.n_embd, layout.n_embd, layout.expert_ff};
+  const uint64_t role_elems = static_cast<uint64_t>(layout.n_embd) * layout.expert_ff;
+
+  auto worker = [&] {
+    std::vector<float> f32[3], back(role_elems);
+    for (auto& v : f32) v.resize(role_elems);
+    std::vector<uint8_t> blob(layout.blob_bytes);
+    RoleStats local[3];
+    for (;;) {
+      if (failed.load(std::memory_order_relaxed) || cancelled()) break;
+      const uint64_t index = next.fetch_add(1);
+      if (index >= n_blobs) break;
+      const int64_t moe_layer = static_cast<int64_t>(index / g.n_expert());
+      const int64_t expert = static_cast<int64_t>(index % g.n_expert());
+      absl::Status s = job.fill_expert(moe_layer, expert, f32[0].data(), f32[1].data(), f32[2].data());
+      if (job.release_expert) job.release_expert(moe_layer, expert);
+      if (s.ok()) {
+        std::memset(blob.data(), 0, blob.size());
+        for (int r = 0; r < 3; ++r) {
+          kernels::QuantizeRole(layout.scheme, f32[r].data(), rows[r], cols[r], blob.data() + layout.role_offset[r]);
+          kernels::DequantizeRole(layout.scheme, blob.data() + layout.role_offset[r], rows[r], cols[r], back.data());
+          for (uint64_t i = 0; i < role_elems; ++i) {
+            const double ref = f32[r][i], err = ref - back[i];
+            local[r].err2 += err * err;
+            local[r].ref2 += ref * ref;
+            local[r].max_abs = std::max(local[r].max_abs, std::fabs(err));
+          }
+        }
+        checksums[index] = XXH3_64bits(blob.data(), blob.size());
+        s = WriteAll(fd, blob.data(), blob.size(), index * layout.blob_bytes, experts_path);
+      }
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.ok()) first_error = s;
+        failed = true;
+        break;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (int r = 0; r < 3; ++r) totals[r].Merge(local[r]);
+        local[0] = local[1] = local[2] = RoleStats{};
+      }
+      done.fetch_add(1);
+    }
+  };
+
+  const int n_threads = static_cast<int>(std::min<uint64_t>(ResolveThreads(job.threads), std::max<uint64_t>(n_blobs, 1)));
+  std::vector<std::thread> threads;
+  threads.reserve(n_threads);
+  for (int t = 0; t < n_threads; ++t) threads.emplace_back(worker);
+  const auto experts_start = Clock::now();
+  while (done.load() < n_blobs && !failed.load() && !cancelled()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const uint64_t d = done.load();
+    report.experts_done = d;
+    report.bytes_done = d * layout.blob_bytes;
+    const double secs = std::chrono::duration<double>(Clock::now() - experts_start).count();
+    if (secs > 0 && n_blobs > 0) {
+      report.bytes_per_second = static_cast<double>(job.source_expert_bytes) * (static_cast<double>(d) / n_blobs) / secs;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      double e = 0, r = 0;
+      for (const RoleStats& t : totals) {
+        e += t.err2;
+        r += t.ref2;
+      }
+      report.rel_rms_error = r > 0 ? std::sqrt(e / r) : 0.0;
+    }
+    if (progress) progress(report);
+  }
+  for (std::thread& t : threads) t.join();
+  if (!first_error.ok()) {
+    close(fd);
+    return first_error;
+  }
+  if (cancelled()) {
+    close(fd);
+    return absl::CancelledError("conversion cancelled");
+  }
+
+  report.experts_done = n_blobs;
+  report.bytes_done = total_bytes;
+  emit("finish");
+  const int sync_rc = fdatasync(fd);
+  const int close_rc = close(fd);
+  if (sync_rc != 0 || close_rc != 0) return ErrnoError(absl::StrCat(experts_path, ": sync"));
+
+  pack::v1::Manifest manifest = job.manifest;
+  manifest.set_format_version(pack::kFormatVersion);
+  pack::SetManifestLayout(layout, &manifest);
+  manifest.set_experts_bytes(total_bytes);
+  manifest.clear_blob_xxh3();
+  for (uint64_t c : checksums) manifest.add_blob_xxh3(pack::HashHex(c));
+  manifest.set_dense_file(std::string(pack::kDenseFile));
+  manifest.set_dense_bytes(dense_hash.first);
+  manifest.set_dense_xxh3(pack::HashHex(dense_hash.second));
+  manifest.clear_quant_error();
+  double e_all = 0, r_all = 0;
+  for (int r = 0; r < 3; ++r) {
+    pack::v1::RoleError* err = manifest.add_quant_error();
+    err->set_role(std::string(pack::kRoleNames[r]));
+    err->set_rel_rms(totals[r].ref2 > 0 ? std::sqrt(totals[r].err2 / totals[r].ref2) : 0.0);
+    err->set_max_abs(totals[r].max_abs);
+    e_all += totals[r].err2;
+    r_all += totals[r].ref2;
+  }
+  manifest.set_tool_version(ToolVersion());
+  RETURN_IF_ERROR(pack::CheckManifest(manifest));
+  RETURN_IF_ERROR(pack::WriteManifest(manifest, partial));
+  RETURN_IF_ERROR(SyncPath(absl::StrCat(partial, "/", pack::kManifestFile)));
+  RETURN_IF_ERROR(SyncPath(dense_path));
+  RETURN_IF_ERROR(SyncPath(partial));
+  if (cancelled()) return absl::CancelledError("conversion cancelled");
+  if (rename(partial.c_str(), job.output_dir.c_str()) != 0) {
+    return ErrnoError(absl::StrCat("rename ", partial, " to ", job.output_dir));
+  }
+  guard.Commit();
+  const std::string parent = fs::path(job.output_dir).parent_path().string();
+  (void)SyncPath(parent.empty() ? "." : parent);
+
+  report.rel_rms_error = r_all > 0 ? std::sqrt(e_all / r_all) : 0.0;
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  if (secs > 0) report.bytes_per_second = static_cast<double>(job.source_expert_bytes) / secs;
+  emit("done");
+  return manifest;
+}
+
+}  // namespace strata::packtool

@@ -1,0 +1,221 @@
+#include "packtool/synth.h"
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/pack/pack_format.h"
+#include "engine/status_macros.h"
+#include "packtool/builtin_vocab.h"
+#include "packtool/pack_writer.h"
+#include "packtool/synth_arch.h"
+#include "packtool/synth_values.h"
+
+namespace strata::packtool {
+namespace {
+
+// Splits [0, n) into `threads` contiguous ranges and runs fn(begin, end) on each, in parallel.
+void ParallelRanges(int64_t n, int threads, const std::function<void(int64_t, int64_t)>& fn) {
+  threads = static_cast<int>(std::clamp<int64_t>(n / 4096, 1, threads));
+  if (threads <= 1) {
+    fn(0, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    const int64_t b = n * t / threads, e = n * (t + 1) / threads;
+    pool.emplace_back(fn, b, e);
+  }
+  for (std::thread& th : pool) th.join();
+}
+
+absl::StatusOr<VocabMetadata> LoadVocab(const SynthOptions& options) {
+  if (options.vocab_path.empty()) return BuiltinVocab(options.geometry.n_vocab);
+  ASSIGN_OR_RETURN(VocabMetadata v, VocabFromGguf(options.vocab_path));
+  if (options.geometry.n_vocab != 0 && options.geometry.n_vocab != v.n_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("--vocab-size ", options.geometry.n_vocab, " differs from the ",
+                                                   v.n_tokens, " tokens of --vocab ", options.vocab_path));
+  }
+  return v;
+}
+
+gguf::GgmlType TensorType(const SynthTensor& t, const SynthOptions& options) {
+  switch (t.kind) {
+    case SynthTensorKind::kNorm:
+    case SynthTensorKind::kRouter:
+      return gguf::GgmlType::kF32;  // llama.cpp keeps norms and the router in f32
+    case SynthTensorKind::kExpert:
+      return options.expert_type;
+    default:
+      return options.dense_type;
+  }
+}
+
+// Declares every tensor (optionally without the experts) and the metadata in `writer`.
+absl::Status BuildModel(const SynthOptions& options, const SynthGeometry& g, const VocabMetadata& vocab,
+                        bool include_experts, gguf::GgufWriter* writer) {
+  ASSIGN_OR_RETURN(const SynthArch* arch, FindSynthArch(g.arch));
+  SetSynthMetadata(*arch, g, writer);
+  writer->SetUint32("general.quantization_version", 2);
+  for (const auto& [key, value] : vocab.entries) writer->Set(key, value);
+  const int threads = ResolveThreads(options.threads);
+  for (const SynthTensor& t : SynthTensors(*arch, g)) {
+    if (t.kind == SynthTensorKind::kExpert && !include_experts) continue;
+    const gguf::GgmlType type = TensorType(t, options);
+    const uint64_t stream = SynthStream(options.seed, t.name);
+    const int64_t row = t.ne[0];
+    int64_t n_rows = 1;
+    for (size_t i = 1; i < t.ne.size(); ++i) n_rows *= t.ne[i];
+    ASSIGN_OR_RETURN(const uint64_t row_bytes, gguf::RowBytes(type, row));
+    const float scale = t.scale, offset = t.offset;
+    const std::string name = t.name;
+    RETURN_IF_ERROR(writer->AddTensor(
+        t.name, type, t.ne, [=](std::span<uint8_t> dst) -> absl::Status {
+          std::atomic<bool> bad{false};
+          ParallelRanges(n_rows, threads, [&](int64_t r0, int64_t r1) {
+            std::vector<float> values(row);
+            for (int64_t r = r0; r < r1; ++r) {
+              FillSynthValues(stream, static_cast<uint64_t>(r * row), row, scale, offset, values.data());
+              if (!gguf::Quantize(type, values.data(), dst.data() + r * row_bytes, row).ok()) bad = true;
+            }
+          });
+          if (bad) return absl::InternalError(absl::StrCat("synth: cannot encode tensor ", name));
+          return absl::OkStatus();
+        }));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::string> SynthArchitectures() {
+  std::vector<std::string> names;
+  for (const SynthArch& a : SynthArchTable()) names.emplace_back(a.name);
+  return names;
+}
+
+std::vector<std::string> SynthPresets() { return {"tiny", "small", "seed"}; }
+
+absl::StatusOr<SynthGeometry> PresetGeometry(std::string_view arch, std::string_view preset) {
+  RETURN_IF_ERROR(FindSynthArch(arch).status());
+  SynthGeometry g;
+  g.arch = std::string(arch);
+  if (preset == "tiny") {
+    g.n_layer = 2, g.n_expert = 8, g.n_expert_used = 2, g.n_embd = 128, g.expert_ff = 128;
+    g.n_head = 4, g.n_head_kv = 2, g.head_dim = 32, g.n_ctx = 2048;
+  } else if (preset == "small") {
+    g.n_layer = 8, g.n_expert = 32, g.n_expert_used = 4, g.n_embd = 1024, g.expert_ff = 512;
+    g.n_head = 16, g.n_head_kv = 4, g.head_dim = 64, g.n_ctx = 4096;
+  } else if (preset == "seed") {
+    g.n_layer = 48, g.n_expert = 512, g.n_expert_used = 10, g.n_embd = 2560, g.expert_ff = 640;
+    g.n_head = 32, g.n_head_kv = 4, g.head_dim = 128, g.n_ctx = 32768;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--preset: unknown preset '", std::string(preset),
+                                                   "' (expected one of: ", absl::StrJoin(SynthPresets(), ", "), ")"));
+  }
+  if (arch == "mixtral") g.rope_freq_base = 1000000.0f, g.rms_norm_eps = 1e-5f;
+  return g;
+}
+
+absl::Status CheckSynthGeometry(const SynthGeometry& g) {
+  RETURN_IF_ERROR(FindSynthArch(g.arch).status());
+  const std::pair<const char*, int64_t> positive[] = {
+      {"--layers", g.n_layer}, {"--experts", g.n_expert}, {"--experts-used", g.n_expert_used},
+      {"--embd", g.n_embd},    {"--expert-ff", g.expert_ff}, {"--heads", g.n_head},
+      {"--kv-heads", g.n_head_kv}, {"--head-dim", g.head_dim}, {"--ctx", g.n_ctx}};
+  for (const auto& [flag, v] : positive) {
+    if (v <= 0 || v > (int64_t{1} << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": ", v, " is out of range (expected 1 .. 2^30)"));
+    }
+  }
+  if (g.n_expert_used > g.n_expert) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--experts-used: ", g.n_expert_used, " exceeds --experts ", g.n_expert));
+  }
+  if (g.n_head % g.n_head_kv != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--heads: ", g.n_head, " is not a multiple of --kv-heads ", g.n_head_kv));
+  }
+  if (g.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--head-dim: ", g.head_dim, " must be even for RoPE"));
+  }
+  // Every scheme and every synth tensor type must be able to hold the experts: multiples of 64 (s2's group).
+  if (g.n_embd % 64 != 0 || g.expert_ff % 64 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--embd (", g.n_embd, ") and --expert-ff (", g.expert_ff,
+                                                   ") must be multiples of 64"));
+  }
+  if (g.n_vocab < 0) return absl::InvalidArgumentError(absl::StrCat("--vocab-size: ", g.n_vocab, " is negative"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<gguf::GgmlType> ParseSynthType(std::string_view name) {
+  const std::pair<std::string_view, gguf::GgmlType> types[] = {
+      {"f32", gguf::GgmlType::kF32},   {"f16", gguf::GgmlType::kF16},   {"bf16", gguf::GgmlType::kBF16},
+      {"q8_0", gguf::GgmlType::kQ8_0}, {"q4_0", gguf::GgmlType::kQ4_0}, {"q4_1", gguf::GgmlType::kQ4_1}};
+  for (const auto& [n, t] : types) {
+    if (n == name) return t;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("tensor type '", std::string(name), "' is not one synth writes (expected f32, f16, bf16, q8_0, q4_0, q4_1)"));
+}
+
+absl::Status SynthesizeGguf(const SynthOptions& options) {
+  RETURN_IF_ERROR(CheckSynthGeometry(options.geometry));
+  ASSIGN_OR_RETURN(VocabMetadata vocab, LoadVocab(options));
+  SynthGeometry g = options.geometry;
+  g.n_vocab = vocab.n_tokens;
+  gguf::GgufWriter writer;
+  RETURN_IF_ERROR(BuildModel(options, g, vocab, /*include_experts=*/true, &writer));
+  return writer.WriteFile(options.output);
+}
+
+absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, const ConvertProgressFn& progress,
+                                                  const std::atomic<bool>* cancel) {
+  RETURN_IF_ERROR(CheckSynthGeometry(options.geometry));
+  ASSIGN_OR_RETURN(VocabMetadata vocab, LoadVocab(options));
+  ASSIGN_OR_RETURN(const SynthArch* arch, FindSynthArch(options.geometry.arch));
+  SynthGeometry g = options.geometry;
+  g.n_vocab = vocab.n_tokens;
+  ASSIGN_OR_RETURN(pack::BlobLayout layout, pack::ComputeBlobLayout(options.pack_scheme, g.n_embd, g.expert_ff));
+
+  PackWriteJob job;
+  job.output_dir = options.output;
+  job.layout = layout;
+  job.threads = options.threads;
+  job.manifest.set_architecture(std::string(arch->gguf_arch));
+  job.manifest.set_created_by("synth");
+  pack::v1::Geometry* geo = job.manifest.mutable_geometry();
+  geo->set_n_layer(static_cast<uint32_t>(g.n_layer));
+  geo->set_n_moe_layers(static_cast<uint32_t>(g.n_layer));
+  for (int64_t l = 0; l < g.n_layer; ++l) geo->add_moe_layers(static_cast<uint32_t>(l));
+  geo->set_n_expert(static_cast<uint32_t>(g.n_expert));
+  geo->set_n_expert_used(static_cast<uint32_t>(g.n_expert_used));
+  geo->set_n_embd(static_cast<uint32_t>(g.n_embd));
+  geo->set_expert_ff(static_cast<uint32_t>(g.expert_ff));
+  job.source_expert_bytes = static_cast<uint64_t>(g.n_layer) * g.n_expert * 3 * g.n_embd * g.expert_ff * sizeof(float);
+  job.write_dense = [&](const std::string& path) -> absl::Status {
+    gguf::GgufWriter writer;
+    RETURN_IF_ERROR(BuildModel(options, g, vocab, /*include_experts=*/false, &writer));
+    return writer.WriteFile(path);
+  };
+  const uint64_t seed = options.seed;
+  const uint64_t role_elems = static_cast<uint64_t>(g.n_embd) * g.expert_ff;
+  std::vector<SynthTensor> tensors = SynthTensors(*arch, g);
+  job.fill_expert = [&, seed, role_elems](int64_t layer, int64_t expert, float* gate, float* up,
+                                          float* down) -> absl::Status {
+    float* out[3] = {gate, up, down};
+    for (const SynthTensor& t : tensors) {
+      if (t.kind != SynthTensorKind::kExpert || t.layer != layer) continue;
+      // Element (expert, row, col) of a [cols, rows, n_expert] tensor is number expert*rows*cols + row*cols
+      // + col: the same stream index SynthesizeGguf uses.
+      FillSynthValues(SynthStream(seed, t.name), static_cast<uint64_t>(expert) * role_elems,
+                      static_cast<int64_t>(role_elems), t.scale, t.offset, out[t.role]);
+    }
+    return absl::OkStatus();
+  };
+  return WritePack(job, progress, cancel);
+}
+
+}  // namespace strata::packtool

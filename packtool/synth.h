@@ -1,0 +1,75 @@
+#ifndef STRATA_PACKTOOL_SYNTH_H_
+#define STRATA_PACKTOOL_SYNTH_H_
+
+// Synthetic MoE models with random weights, in the exact GGUF layout llama.cpp loads.
+//
+// Deterministic: every weight is a pure function of (seed, tensor name, element index), so the same options
+// give the same bytes, in any thread order, and SynthesizePack writes the same experts a GGUF written by
+// SynthesizeGguf (with F32 experts) converts to.
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/gguf/ggml_types.h"
+#include "kernels/cpu/scheme.h"
+#include "packtool/convert.h"
+#include "strata/pack/v1/manifest.pb.h"
+
+namespace strata::packtool {
+
+// Hyper-parameters of a synthetic model.
+struct SynthGeometry {
+  std::string arch = "qwen3moe";  // "qwen3moe" or "mixtral"
+  int64_t n_layer = 2;
+  int64_t n_expert = 8;
+  int64_t n_expert_used = 2;
+  int64_t n_embd = 128;
+  int64_t expert_ff = 128;
+  int64_t n_head = 4;
+  int64_t n_head_kv = 2;
+  int64_t head_dim = 32;
+  int64_t n_vocab = 0;  // 0: the vocabulary's own size
+  int64_t n_ctx = 4096;
+  float rope_freq_base = 1000000.0f;
+  float rms_norm_eps = 1e-6f;
+};
+
+// Architectures synth can write.
+std::vector<std::string> SynthArchitectures();
+// Presets: "tiny" (well under a second per token on one core), "small" (~1 GB of f16 GGUF) and "seed"
+// (48 layers, 512 experts, top-10, n_embd 2560, expert FF 640).
+std::vector<std::string> SynthPresets();
+absl::StatusOr<SynthGeometry> PresetGeometry(std::string_view arch, std::string_view preset);
+// Checks that the geometry is one the engine and every scheme can hold; errors name the field.
+absl::Status CheckSynthGeometry(const SynthGeometry& geometry);
+
+struct SynthOptions {
+  SynthGeometry geometry;
+  gguf::GgmlType dense_type = gguf::GgmlType::kF16;   // 2-D non-expert weights (norms are always F32)
+  gguf::GgmlType expert_type = gguf::GgmlType::kF16;  // expert tensors in the GGUF
+  uint64_t seed = 1;
+  std::string vocab_path;  // copy tokenizer metadata from this GGUF; empty: built-in byte-level vocabulary
+  std::string output;      // the .gguf file, or the pack directory for SynthesizePack
+  kernels::Scheme pack_scheme = kernels::Scheme::kS4;  // SynthesizePack only
+  int threads = 0;         // 0 = hardware concurrency
+};
+
+// Writes a GGUF model.
+absl::Status SynthesizeGguf(const SynthOptions& options);
+
+// Writes a pack directly (dense.gguf + experts.bin), streaming with bounded memory; for geometries whose
+// GGUF would be too large to write first. Same partial-directory and cancellation rules as ConvertGguf.
+absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, const ConvertProgressFn& progress,
+                                                  const std::atomic<bool>* cancel);
+
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1" (the types synth can write).
+absl::StatusOr<gguf::GgmlType> ParseSynthType(std::string_view name);
+
+}  // namespace strata::packtool
+
+#endif  // STRATA_PACKTOOL_SYNTH_H_

@@ -1,0 +1,89 @@
+#include "packtool/synth_arch.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace strata::packtool {
+
+const std::vector<SynthArch>& SynthArchTable() {
+  // Mixtral is llama.cpp's "llama" architecture with expert_count > 0 (NORM RoPE, no q/k norm).
+  static const std::vector<SynthArch> table = {
+      {"qwen3moe", "qwen3moe", /*qk_norm=*/true},
+      {"mixtral", "llama", /*qk_norm=*/false},
+  };
+  return table;
+}
+
+absl::StatusOr<const SynthArch*> FindSynthArch(std::string_view name) {
+  std::vector<std::string> names;
+  for (const SynthArch& arch : SynthArchTable()) {
+    if (arch.name == name) return &arch;
+    names.emplace_back(arch.name);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--arch: unknown architecture '", std::string(name), "' (expected one of: ", absl::StrJoin(names, ", "), ")"));
+}
+
+std::vector<SynthTensor> SynthTensors(const SynthArch& arch, const SynthGeometry& g) {
+  const float inv_sqrt_embd = 1.0f / std::sqrt(static_cast<float>(g.n_embd));
+  const float inv_sqrt_ff = 1.0f / std::sqrt(static_cast<float>(g.expert_ff));
+  const int64_t q_dim = g.n_head * g.head_dim;
+  const int64_t kv_dim = g.n_head_kv * g.head_dim;
+  std::vector<SynthTensor> t;
+  t.push_back({"token_embd.weight", {g.n_embd, g.n_vocab}, SynthTensorKind::kEmbedding, 1.0f, 0.0f});
+  for (int64_t l = 0; l < g.n_layer; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    t.push_back({p + "attn_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    t.push_back({p + "attn_q.weight", {g.n_embd, q_dim}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+    t.push_back({p + "attn_k.weight", {g.n_embd, kv_dim}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+    t.push_back({p + "attn_v.weight", {g.n_embd, kv_dim}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+    t.push_back({p + "attn_output.weight", {q_dim, g.n_embd}, SynthTensorKind::kWeight,
+                 1.0f / std::sqrt(static_cast<float>(q_dim)), 0.0f, l});
+    if (arch.qk_norm) {
+      t.push_back({p + "attn_q_norm.weight", {g.head_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+      t.push_back({p + "attn_k_norm.weight", {g.head_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    }
+    t.push_back({p + "ffn_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    // A router with a larger spread than the other weights so that routing differs between tokens.
+    t.push_back({p + "ffn_gate_inp.weight", {g.n_embd, g.n_expert}, SynthTensorKind::kRouter,
+                 2.0f * inv_sqrt_embd, 0.0f, l});
+    t.push_back({p + "ffn_gate_exps.weight", {g.n_embd, g.expert_ff, g.n_expert}, SynthTensorKind::kExpert,
+                 inv_sqrt_embd, 0.0f, l, 0});
+    t.push_back({p + "ffn_up_exps.weight", {g.n_embd, g.expert_ff, g.n_expert}, SynthTensorKind::kExpert,
+                 inv_sqrt_embd, 0.0f, l, 1});
+    t.push_back({p + "ffn_down_exps.weight", {g.expert_ff, g.n_embd, g.n_expert}, SynthTensorKind::kExpert,
+                 inv_sqrt_ff, 0.0f, l, 2});
+  }
+  t.push_back({"output_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f});
+  // Logits with a spread of about 2 give varied, not degenerate, sampling.
+  t.push_back({"output.weight", {g.n_embd, g.n_vocab}, SynthTensorKind::kWeight, 2.0f * inv_sqrt_embd, 0.0f});
+  return t;
+}
+
+void SetSynthMetadata(const SynthArch& arch, const SynthGeometry& g, gguf::GgufWriter* w) {
+  const std::string a(arch.gguf_arch);
+  w->SetString("general.architecture", a);
+  w->SetString("general.name", absl::StrCat("strata-synth-", std::string(arch.name)));
+  w->SetUint32(a + ".block_count", static_cast<uint32_t>(g.n_layer));
+  w->SetUint32(a + ".context_length", static_cast<uint32_t>(g.n_ctx));
+  w->SetUint32(a + ".embedding_length", static_cast<uint32_t>(g.n_embd));
+  // llama.cpp's Mixtral takes the expert width from feed_forward_length; qwen3moe has its own key.
+  w->SetUint32(a + ".feed_forward_length", static_cast<uint32_t>(g.expert_ff));
+  if (arch.name == "qwen3moe") {
+    w->SetUint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(g.expert_ff));
+  }
+  w->SetUint32(a + ".attention.head_count", static_cast<uint32_t>(g.n_head));
+  w->SetUint32(a + ".attention.head_count_kv", static_cast<uint32_t>(g.n_head_kv));
+  w->SetUint32(a + ".attention.key_length", static_cast<uint32_t>(g.head_dim));
+  w->SetUint32(a + ".attention.value_length", static_cast<uint32_t>(g.head_dim));
+  w->SetUint32(a + ".rope.dimension_count", static_cast<uint32_t>(g.head_dim));
+  w->SetFloat32(a + ".rope.freq_base", g.rope_freq_base);
+  w->SetFloat32(a + ".attention.layer_norm_rms_epsilon", g.rms_norm_eps);
+  w->SetUint32(a + ".expert_count", static_cast<uint32_t>(g.n_expert));
+  w->SetUint32(a + ".expert_used_count", static_cast<uint32_t>(g.n_expert_used));
+  w->SetUint32(a + ".vocab_size", static_cast<uint32_t>(g.n_vocab));
+}
+
+}  // namespace strata::packtool

@@ -1,0 +1,47 @@
+#ifndef STRATA_PACKTOOL_SYNTH_ARCH_H_
+#define STRATA_PACKTOOL_SYNTH_ARCH_H_
+
+// What a synthetic model of each architecture contains: its GGUF metadata and tensors, named and shaped
+// exactly as llama.cpp's loader expects. One table entry per architecture.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/gguf/gguf_writer.h"
+#include "packtool/synth.h"
+
+namespace strata::packtool {
+
+enum class SynthTensorKind { kNorm, kEmbedding, kWeight, kRouter, kExpert };
+
+struct SynthTensor {
+  std::string name;
+  std::vector<int64_t> ne;  // ggml order
+  SynthTensorKind kind;
+  float scale;              // standard deviation of the values
+  float offset;             // mean (1 for norm weights)
+  int64_t layer = -1;       // block index, -1 for global tensors
+  int role = -1;            // experts: 0 gate, 1 up, 2 down
+};
+
+struct SynthArch {
+  std::string_view name;       // what --arch takes
+  std::string_view gguf_arch;  // general.architecture written to the file
+  bool qk_norm;                // per-head q/k RMSNorm (qwen3moe)
+};
+
+absl::StatusOr<const SynthArch*> FindSynthArch(std::string_view name);
+const std::vector<SynthArch>& SynthArchTable();
+
+// Every tensor of the model, in file order.
+std::vector<SynthTensor> SynthTensors(const SynthArch& arch, const SynthGeometry& g);
+
+// Writes the architecture's hyper-parameter keys (general.*, <arch>.*) into `writer`.
+void SetSynthMetadata(const SynthArch& arch, const SynthGeometry& g, gguf::GgufWriter* writer);
+
+}  // namespace strata::packtool
+
+#endif  // STRATA_PACKTOOL_SYNTH_ARCH_H_

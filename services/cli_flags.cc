@@ -1,0 +1,65 @@
+#include "services/cli_flags.h"
+
+#include <string_view>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+
+namespace strata::services {
+namespace {
+
+bool IsFlag(std::string_view arg) { return arg.size() > 1 && arg[0] == '-'; }
+
+}  // namespace
+
+absl::Status PrepareFlagArgs(std::vector<std::string>* args) {
+  for (size_t i = 1; i < args->size(); ++i) {
+    std::string& arg = (*args)[i];
+    if (arg == "--") break;
+    if (!IsFlag(arg)) continue;
+    const size_t dashes = arg.compare(0, 2, "--") == 0 ? 2 : 1;
+    const size_t equals = arg.find('=');
+    const size_t name_end = equals == std::string::npos ? arg.size() : equals;
+    const std::string shown = arg.substr(0, name_end);  // as typed, for messages
+    for (size_t c = dashes; c < name_end; ++c) {
+      if (arg[c] == '-') arg[c] = '_';
+    }
+    const std::string name = arg.substr(dashes, name_end - dashes);
+
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && name.rfind("no", 0) == 0) {
+      // "--noquick" sets a bool flag to false; it takes no value.
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>() && equals == std::string::npos) continue;
+    }
+    if (flag == nullptr || flag->IsRetired()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", shown));
+    }
+    std::string value;
+    if (equals != std::string::npos) {
+      value = arg.substr(equals + 1);
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < args->size()) {
+      value = (*args)[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("flag ", shown, " needs a value"));
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad value '", value, "' for ", shown));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool WantsHelp(const std::vector<std::string>& args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--") return false;
+    if (args[i] == "--help" || args[i] == "-h" || args[i] == "-help") return true;
+  }
+  return false;
+}
+
+}  // namespace strata::services

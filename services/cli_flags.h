@@ -1,0 +1,26 @@
+#ifndef STRATA_SERVICES_CLI_FLAGS_H_
+#define STRATA_SERVICES_CLI_FLAGS_H_
+
+// Command-line preparation shared by the binaries' main(), ahead of absl::ParseCommandLine:
+// "--some-flag" is rewritten to "--some_flag" (absl flag names cannot hold '-'), and every flag is checked
+// against absl's registry, so an unknown flag or a bad value becomes a usage error the binary reports in
+// its own words (absl would print its message and exit(1)). Thread-compatible: call from main().
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace strata::services {
+
+// `args` is the whole command line, program first; arguments after "--" are left alone. On success the
+// values are already set and absl::ParseCommandLine over the rewritten arguments sets them again.
+// INVALID_ARGUMENT naming the flag otherwise.
+absl::Status PrepareFlagArgs(std::vector<std::string>* args);
+
+// True when the command line asks for help: "--help", "-h" or "-help" before any "--".
+bool WantsHelp(const std::vector<std::string>& args);
+
+}  // namespace strata::services
+
+#endif  // STRATA_SERVICES_CLI_FLAGS_H_

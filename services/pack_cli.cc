@@ -1,0 +1,248 @@
+#include "services/pack_cli.h"
+
+#include <memory>
+#include <string_view>
+#include <system_error>
+#include <filesystem>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "kernels/cpu/scheme.h"
+#include "packtool/synth.h"
+#include "services/packtool_backend.h"
+#include "services/packtool_protos.h"
+#include "services/progress_printer.h"
+#include "strata/v1/packtool.pb.h"
+
+namespace strata::services {
+namespace {
+
+constexpr char kUsage[] =
+    R"(usage: strata-pack <command> [arguments] [flags]
+
+commands:
+  synth --out FILE.gguf [--arch qwen3moe|mixtral] [--preset tiny|small|seed] [geometry flags]
+        [--type T] [--expert-type T] [--seed N] [--vocab FILE.gguf] [--pack-only --scheme S] [--threads N]
+      Writes a synthetic MoE model with random weights (a pack directory with --pack-only).
+      Geometry flags override the preset: --layers --experts --experts-used --embd --expert-ff --heads
+      --kv-heads --head-dim --vocab-size --ctx. Types: f32 f16 bf16 q8_0 q4_0 q4_1. Local only.
+  convert IN.gguf|FIRST-SHARD OUT_DIR [--scheme f16|s8|s4|s2] [--threads N]
+      Converts a GGUF model into a pack directory (default scheme s4).
+  validate DIR [--quick] [--threads N]
+      Checks a pack; --quick skips the per-expert checksums. Exit status 1 when it finds problems.
+  inspect DIR|FILE.gguf
+      Describes a pack or a GGUF file.
+
+flags for every command:
+  --server ADDR   run convert, validate and inspect on a strata-packd; paths are then relative to its
+                  data root
+  --log-level L   debug, info, warn (default), error or off
+
+exit status: 0 ok, 1 invalid input or failed job, 2 usage error.
+)";
+
+int Fail(const CliIo& io, int code, std::string_view message) {
+  *io.err << "strata-pack: error: " << message << '\n' << std::flush;
+  return code;
+}
+
+int UsageError(const CliIo& io, std::string_view message) {
+  return Fail(io, kExitUsage, absl::StrCat(message, " (see strata-pack --help)"));
+}
+
+// Checks the positional arguments of `command` (args[0]): exactly `expected` after it.
+bool CheckArity(const std::vector<std::string>& args, size_t expected, std::string_view what, const CliIo& io,
+                int* exit_code) {
+  if (args.size() - 1 == expected) return true;
+  if (args.size() - 1 < expected) {
+    *exit_code = UsageError(io, absl::StrCat(args[0], ": missing ", what));
+  } else {
+    *exit_code = UsageError(io, absl::StrCat(args[0], ": unexpected argument '", args[expected + 1], "'"));
+  }
+  return false;
+}
+
+std::unique_ptr<PackToolBackend> MakeBackend(const PackCliOptions& options) {
+  if (options.server.empty()) return NewLocalBackend();
+  return NewRemoteBackend(NewPackToolChannel(options.server), options.server);
+}
+
+// Summary of a finished pack and the per-role quantization error table.
+void PrintPackSummary(const pack::v1::Manifest& m, std::string_view dir, absl::Duration took, std::ostream& out) {
+  const pack::v1::Geometry& g = m.geometry();
+  out << absl::StrFormat("wrote %s in %.1f s: %s, %u MoE layers x %u experts (%u used), n_embd %u, expert ff %u\n",
+                         dir, absl::ToDoubleSeconds(took), m.architecture(), g.n_moe_layers(), g.n_expert(),
+                         g.n_expert_used(), g.n_embd(), g.expert_ff());
+  out << absl::StrFormat("  scheme %s: %s per expert, experts.bin %s, dense.gguf %s\n", m.scheme(),
+                         FormatBytes(static_cast<double>(m.blob_bytes())),
+                         FormatBytes(static_cast<double>(m.experts_bytes())),
+                         FormatBytes(static_cast<double>(m.dense_bytes())));
+  if (m.quant_error_size() == 0) return;
+  out << "quantization error by role:\n";
+  out << absl::StrFormat("  %-6s %12s %12s\n", "role", "rel_rms", "max_abs");
+  for (const pack::v1::RoleError& error : m.quant_error()) {
+    out << absl::StrFormat("  %-6s %12.4e %12.4e\n", error.role(), error.rel_rms(), error.max_abs());
+  }
+}
+
+int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
+  int exit_code = kExitOk;
+  if (!CheckArity(args, 0, "", io, &exit_code)) return exit_code;
+  if (!options.server.empty()) {
+    return UsageError(io, "synth runs in this process only; drop --server and copy the file to the server");
+  }
+  if (options.out.empty()) return UsageError(io, "synth: missing --out");
+  if (options.threads < 0) return UsageError(io, absl::StrCat("--threads: ", options.threads, " is negative"));
+
+  absl::StatusOr<packtool::SynthGeometry> preset = packtool::PresetGeometry(options.arch, options.preset);
+  if (!preset.ok()) return UsageError(io, absl::StrCat("--arch/--preset: ", preset.status().message()));
+  packtool::SynthOptions synth;
+  synth.geometry = *preset;
+  packtool::SynthGeometry& g = synth.geometry;
+  const std::pair<const std::optional<int64_t>*, int64_t*> overrides[] = {
+      {&options.layers, &g.n_layer},       {&options.experts, &g.n_expert},   {&options.experts_used, &g.n_expert_used},
+      {&options.embd, &g.n_embd},          {&options.expert_ff, &g.expert_ff}, {&options.heads, &g.n_head},
+      {&options.kv_heads, &g.n_head_kv},   {&options.head_dim, &g.head_dim},  {&options.vocab_size, &g.n_vocab},
+      {&options.ctx, &g.n_ctx}};
+  for (const auto& [value, field] : overrides) {
+    if (value->has_value()) *field = **value;
+  }
+  if (absl::Status status = packtool::CheckSynthGeometry(g); !status.ok()) {
+    return UsageError(io, absl::StrCat("synth geometry: ", status.message()));
+  }
+  absl::StatusOr<gguf::GgmlType> dense_type = packtool::ParseSynthType(options.type);
+  if (!dense_type.ok()) return UsageError(io, absl::StrCat("--type: ", dense_type.status().message()));
+  absl::StatusOr<gguf::GgmlType> expert_type = packtool::ParseSynthType(options.expert_type);
+  if (!expert_type.ok()) return UsageError(io, absl::StrCat("--expert-type: ", expert_type.status().message()));
+  absl::StatusOr<kernels::Scheme> scheme = kernels::ParseScheme(options.scheme);
+  if (!scheme.ok()) {
+    return UsageError(io, absl::StrCat("--scheme: unknown '", options.scheme, "'; expected f16, s8, s4 or s2"));
+  }
+  synth.dense_type = *dense_type;
+  synth.expert_type = *expert_type;
+  synth.seed = options.seed;
+  synth.vocab_path = options.vocab;
+  synth.output = options.out;
+  synth.pack_scheme = *scheme;
+  synth.threads = options.threads;
+
+  const absl::Time start = absl::Now();
+  if (options.pack_only) {
+    ProgressPrinter printer(io.err, io.err_is_terminal);
+    absl::StatusOr<pack::v1::Manifest> manifest = packtool::SynthesizePack(
+        synth, [&](const packtool::ConvertProgress& p) { printer.Update(p); }, io.cancel);
+    printer.Finish();
+    if (!manifest.ok()) return Fail(io, kExitFailure, manifest.status().message());
+    PrintPackSummary(*manifest, options.out, absl::Now() - start, *io.out);
+    return kExitOk;
+  }
+  if (absl::Status status = packtool::SynthesizeGguf(synth); !status.ok()) {
+    return Fail(io, kExitFailure, status.message());
+  }
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(options.out, ec);
+  *io.out << absl::StrFormat(
+      "wrote %s in %.1f s: %s, %d layers x %d experts (%d used), n_embd %d, expert ff %d, %s\n", options.out,
+      absl::ToDoubleSeconds(absl::Now() - start), g.arch, g.n_layer, g.n_expert, g.n_expert_used, g.n_embd,
+      g.expert_ff, ec ? std::string("size unknown") : FormatBytes(static_cast<double>(size)));
+  return kExitOk;
+}
+
+int RunConvert(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
+  int exit_code = kExitOk;
+  if (!CheckArity(args, 2, args.size() < 2 ? "the input GGUF and the output directory" : "the output directory",
+                  io, &exit_code)) {
+    return exit_code;
+  }
+  if (!kernels::ParseScheme(options.scheme).ok()) {
+    return UsageError(io, absl::StrCat("--scheme: unknown '", options.scheme, "'; expected f16, s8, s4 or s2"));
+  }
+  if (options.threads < 0) return UsageError(io, absl::StrCat("--threads: ", options.threads, " is negative"));
+  v1::ConvertRequest request;
+  request.set_input(args[1]);
+  request.set_output_dir(args[2]);
+  request.set_scheme(options.scheme);
+  request.set_threads(static_cast<uint32_t>(options.threads));
+
+  std::unique_ptr<PackToolBackend> backend = MakeBackend(options);
+  ProgressPrinter printer(io.err, io.err_is_terminal);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::ConvertProgress> result = backend->Convert(
+      request, [&](const v1::ConvertProgress& p) { printer.Update(ProgressFromProto(p)); }, io.cancel);
+  printer.Finish();
+  if (!result.ok()) return Fail(io, kExitFailure, result.status().message());
+  PrintPackSummary(result->manifest(), args[2], absl::Now() - start, *io.out);
+  return kExitOk;
+}
+
+int RunValidate(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
+  int exit_code = kExitOk;
+  if (!CheckArity(args, 1, "the pack directory", io, &exit_code)) return exit_code;
+  if (options.threads < 0) return UsageError(io, absl::StrCat("--threads: ", options.threads, " is negative"));
+  v1::ValidateRequest request;
+  request.set_pack_dir(args[1]);
+  request.set_quick(options.quick);
+  request.set_threads(static_cast<uint32_t>(options.threads));
+  absl::StatusOr<v1::ValidateReport> report = MakeBackend(options)->Validate(request);
+  if (!report.ok()) return Fail(io, kExitFailure, report.status().message());
+  for (const v1::Problem& problem : report->problems()) {
+    *io.out << problem.file() << ": " << problem.message() << '\n';
+  }
+  if (report->blobs_checked() > 0) {
+    *io.out << absl::StrFormat("checked %u expert checksums, %s in %.2f s (%.2f GB/s)\n", report->blobs_checked(),
+                               FormatBytes(static_cast<double>(report->bytes_checked())), report->seconds(),
+                               report->gb_per_second());
+  } else {
+    *io.out << absl::StrFormat("expert checksums skipped%s (%.2f s)\n", options.quick ? " (--quick)" : "",
+                               report->seconds());
+  }
+  if (report->problems_size() > 0 || !report->ok()) {
+    return Fail(io, kExitFailure,
+                absl::StrCat(args[1], ": invalid pack, ", report->problems_size(),
+                             report->problems_size() == 1 ? " problem" : " problems"));
+  }
+  *io.out << args[1] << ": valid pack\n";
+  return kExitOk;
+}
+
+int RunInspect(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
+  int exit_code = kExitOk;
+  if (!CheckArity(args, 1, "the pack directory or GGUF file", io, &exit_code)) return exit_code;
+  v1::InspectRequest request;
+  request.set_path(args[1]);
+  absl::StatusOr<v1::InspectReport> report = MakeBackend(options)->Inspect(request);
+  if (!report.ok()) return Fail(io, kExitFailure, report.status().message());
+  *io.out << report->text();
+  if (!report->text().empty() && report->text().back() != '\n') *io.out << '\n';
+  return kExitOk;
+}
+
+}  // namespace
+
+std::string PackCliUsage() { return kUsage; }
+
+int RunPackCli(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
+  if (args.empty()) return UsageError(io, "missing command: synth, convert, validate or inspect");
+  const std::string& command = args[0];
+  int code = kExitOk;
+  if (command == "synth") {
+    code = RunSynth(args, options, io);
+  } else if (command == "convert") {
+    code = RunConvert(args, options, io);
+  } else if (command == "validate") {
+    code = RunValidate(args, options, io);
+  } else if (command == "inspect") {
+    code = RunInspect(args, options, io);
+  } else if (command == "help") {
+    *io.out << kUsage;
+  } else {
+    code = UsageError(io, absl::StrCat("unknown command '", command, "'; expected synth, convert, validate or inspect"));
+  }
+  io.out->flush();
+  return code;
+}
+
+}  // namespace strata::services

@@ -1,0 +1,61 @@
+#ifndef STRATA_SERVICES_PACK_CLI_H_
+#define STRATA_SERVICES_PACK_CLI_H_
+
+// The strata-pack command line: synth, convert, validate and inspect, in-process or (except synth) as a
+// client of a strata-packd. main() parses the flags into PackCliOptions and calls RunPackCli, which prints
+// results on `out`, progress and errors on `err` (an error is one line, "strata-pack: error: ...") and
+// returns the exit code. One thread calls it.
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace strata::services {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // invalid input or pack, failed job
+inline constexpr int kExitUsage = 2;    // unknown subcommand, missing argument, bad flag value
+
+struct PackCliOptions {
+  std::string server;  // strata-packd address; empty: in-process
+
+  // synth
+  std::string arch = "qwen3moe";
+  std::string preset = "tiny";
+  std::string out;  // required
+  // Override the preset's geometry when set.
+  std::optional<int64_t> layers, experts, experts_used, embd, expert_ff, heads, kv_heads, head_dim, vocab_size,
+      ctx;
+  std::string type = "f16";         // dense weights
+  std::string expert_type = "f16";  // expert weights in the GGUF
+  uint64_t seed = 1;
+  std::string vocab;      // GGUF to copy the tokenizer from
+  bool pack_only = false;  // write a pack directly, no GGUF
+
+  // synth --pack-only and convert
+  std::string scheme = "s4";
+  int threads = 0;  // 0: all cores (or the server's default)
+
+  // validate
+  bool quick = false;
+};
+
+struct CliIo {
+  std::ostream* out = nullptr;
+  std::ostream* err = nullptr;
+  bool err_is_terminal = false;              // draw a progress bar rather than progress lines
+  const std::atomic<bool>* cancel = nullptr;  // set by a signal handler: stop converting, clean up
+};
+
+// `args` are the positional arguments, subcommand first (flags already removed).
+int RunPackCli(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io);
+
+// Usage text for --help.
+std::string PackCliUsage();
+
+}  // namespace strata::services
+
+#endif  // STRATA_SERVICES_PACK_CLI_H_

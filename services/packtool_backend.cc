@@ -1,0 +1,161 @@
+#include "services/packtool_backend.h"
+
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "kernels/cpu/scheme.h"
+#include "packtool/convert.h"
+#include "packtool/inspect.h"
+#include "packtool/validate.h"
+#include "services/grpc_status.h"
+#include "services/packtool_protos.h"
+#include "strata/v1/packtool.grpc.pb.h"
+
+namespace strata::services {
+namespace {
+
+constexpr int kMaxMessageBytes = 256 << 20;
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
+
+class LocalBackend final : public PackToolBackend {
+ public:
+  absl::StatusOr<v1::ConvertProgress> Convert(const v1::ConvertRequest& request, const ProgressFn& progress,
+                                              const std::atomic<bool>* cancel) override {
+    absl::StatusOr<kernels::Scheme> scheme = kernels::ParseScheme(request.scheme());
+    if (!scheme.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("scheme: unknown '", request.scheme(), "'; expected f16, s8, s4 or s2"));
+    }
+    packtool::ConvertOptions options;
+    options.input = request.input();
+    options.output_dir = request.output_dir();
+    options.scheme = *scheme;
+    options.threads = static_cast<int>(request.threads());
+    packtool::ConvertProgress last;
+    bool have_last = false;
+    absl::StatusOr<pack::v1::Manifest> manifest = packtool::ConvertGguf(
+        options,
+        [&](const packtool::ConvertProgress& p) {
+          last = p;
+          have_last = true;
+          if (p.phase != "done" && progress) progress(ProgressToProto(p));
+        },
+        cancel);
+    if (!manifest.ok()) return manifest.status();
+    return FinalProgress(have_last ? &last : nullptr, *manifest);
+  }
+
+  absl::StatusOr<v1::ValidateReport> Validate(const v1::ValidateRequest& request) override {
+    packtool::ValidateOptions options;
+    options.quick = request.quick();
+    options.threads = static_cast<int>(request.threads());
+    absl::StatusOr<packtool::ValidationReport> report = packtool::ValidatePack(request.pack_dir(), options);
+    if (!report.ok()) return report.status();
+    return ValidationReportToProto(*report);
+  }
+
+  absl::StatusOr<v1::InspectReport> Inspect(const v1::InspectRequest& request) override {
+    absl::StatusOr<packtool::Inspection> inspection = packtool::Inspect(request.path());
+    if (!inspection.ok()) return inspection.status();
+    return InspectionToProto(*inspection);
+  }
+};
+
+class RemoteBackend final : public PackToolBackend {
+ public:
+  RemoteBackend(std::shared_ptr<grpc::Channel> channel, std::string address)
+      : stub_(v1::PackTool::NewStub(std::move(channel))), address_(std::move(address)) {}
+
+  absl::StatusOr<v1::ConvertProgress> Convert(const v1::ConvertRequest& request, const ProgressFn& progress,
+                                              const std::atomic<bool>* cancel) override {
+    grpc::ClientContext context;
+    absl::Notification stream_ended;
+    // Read() blocks, so a watcher turns `cancel` into a cancelled call.
+    std::thread watcher;
+    if (cancel != nullptr) {
+      watcher = std::thread([&] {
+        while (!stream_ended.WaitForNotificationWithTimeout(kCancelPoll)) {
+          if (cancel->load()) {
+            context.TryCancel();
+            return;
+          }
+        }
+      });
+    }
+    std::unique_ptr<grpc::ClientReader<v1::ConvertProgress>> reader = stub_->Convert(&context, request);
+    v1::ConvertProgress message;
+    v1::ConvertProgress final_message;
+    bool have_final = false;
+    while (reader->Read(&message)) {
+      if (message.has_manifest()) {
+        final_message = std::move(message);
+        have_final = true;
+      } else if (progress) {
+        progress(message);
+      }
+    }
+    const grpc::Status status = reader->Finish();
+    stream_ended.Notify();
+    if (watcher.joinable()) watcher.join();
+    if (!status.ok()) return Annotate(status);
+    if (!have_final) {
+      return absl::InternalError(absl::StrCat("strata-packd at ", address_, " ended Convert without a manifest"));
+    }
+    return final_message;
+  }
+
+  absl::StatusOr<v1::ValidateReport> Validate(const v1::ValidateRequest& request) override {
+    grpc::ClientContext context;
+    v1::ValidateReport report;
+    const grpc::Status status = stub_->Validate(&context, request, &report);
+    if (!status.ok()) return Annotate(status);
+    return report;
+  }
+
+  absl::StatusOr<v1::InspectReport> Inspect(const v1::InspectRequest& request) override {
+    grpc::ClientContext context;
+    v1::InspectReport report;
+    const grpc::Status status = stub_->Inspect(&context, request, &report);
+    if (!status.ok()) return Annotate(status);
+    return report;
+  }
+
+ private:
+  // The server's messages name the field; an unreachable server is named here.
+  absl::Status Annotate(const grpc::Status& status) const {
+    absl::Status converted = FromGrpcStatus(status);
+    if (converted.code() == absl::StatusCode::kUnavailable || converted.code() == absl::StatusCode::kUnimplemented) {
+      return absl::Status(converted.code(),
+                          absl::StrCat("strata-packd at ", address_, ": ", converted.message()));
+    }
+    return converted;
+  }
+
+  std::unique_ptr<v1::PackTool::Stub> stub_;
+  const std::string address_;
+};
+
+}  // namespace
+
+std::unique_ptr<PackToolBackend> NewLocalBackend() { return std::make_unique<LocalBackend>(); }
+
+std::unique_ptr<PackToolBackend> NewRemoteBackend(std::shared_ptr<grpc::Channel> channel, std::string address) {
+  return std::make_unique<RemoteBackend>(std::move(channel), std::move(address));
+}
+
+std::shared_ptr<grpc::Channel> NewPackToolChannel(const std::string& address) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  arguments.SetMaxSendMessageSize(kMaxMessageBytes);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), arguments);
+}
+
+}  // namespace strata::services

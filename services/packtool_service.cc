@@ -1,0 +1,286 @@
+#include "services/packtool_service.h"
+
+#include <atomic>
+#include <filesystem>
+#include <optional>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/status_macros.h"
+#include "kernels/cpu/scheme.h"
+#include "packtool/convert.h"
+#include "packtool/inspect.h"
+#include "packtool/validate.h"
+#include "services/grpc_status.h"
+#include "services/packtool_protos.h"
+#include "spdlog/spdlog.h"
+
+namespace strata::services {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint32_t kMaxThreads = 1024;
+
+bool PathExists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(path, ec));
+}
+
+// Ends a Convert call that was refused before any work started.
+class RefusedConvert final : public grpc::ServerWriteReactor<v1::ConvertProgress> {
+ public:
+  explicit RefusedConvert(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+// One Convert call: the conversion runs on its own (detached) thread and hands progress to the stream.
+// While a write is in flight only the newest progress is kept; the manifest message is never dropped.
+// Finish is called exactly once, after the conversion has returned and no write is in flight, and is the
+// last thing any thread does with the reactor, which deletes itself in OnDone.
+class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress> {
+ public:
+  // `options.output_dir` has been claimed from `service`; the reactor releases it.
+  ConvertReactor(PackToolServiceImpl* service, packtool::ConvertOptions options)
+      : service_(service), options_(std::move(options)) {
+    service_->JobStarted();
+    std::thread([this] { Run(); }).detach();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      write_in_flight_ = false;
+      if (!ok) {
+        // The client is gone: stop converting and write nothing more.
+        stream_broken_ = true;
+        pending_.reset();
+        cancel_.store(true);
+      }
+    }
+    Pump();
+  }
+
+  void OnCancel() override { cancel_.store(true); }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Run() {
+    spdlog::info("convert {} -> {} ({}, {} threads)", options_.input, options_.output_dir,
+                 kernels::SchemeName(options_.scheme), options_.threads);
+    absl::StatusOr<pack::v1::Manifest> manifest = packtool::ConvertGguf(
+        options_, [this](const packtool::ConvertProgress& progress) { OnProgress(progress); }, &cancel_);
+    if (manifest.ok()) {
+      spdlog::info("convert {}: done", options_.output_dir);
+    } else {
+      spdlog::warn("convert {}: {}", options_.output_dir, manifest.status().ToString());
+    }
+    service_->ReleaseOutput(options_.output_dir);
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      pending_.reset();
+      if (manifest.ok()) {
+        if (!stream_broken_) pending_ = FinalProgress(last_ ? &*last_ : nullptr, *manifest);
+        final_status_ = grpc::Status::OK;
+      } else {
+        final_status_ = ToGrpcStatus(manifest.status());
+      }
+    }
+    service_->JobFinished();
+    Pump();
+  }
+
+  // Called on the converting thread.
+  void OnProgress(const packtool::ConvertProgress& progress) {
+    {
+      absl::MutexLock lock(&mu_);
+      last_ = progress;
+      // "done" goes out with the manifest.
+      if (stream_broken_ || progress.phase == "done") return;
+      pending_ = ProgressToProto(progress);
+    }
+    Pump();
+  }
+
+  // Starts the next write, or the finish, when one is due and nothing is in flight. Called without mu_ from
+  // either thread; the decision is made under mu_, so only one caller acts.
+  void Pump() {
+    enum class Action { kNone, kWrite, kFinish } action = Action::kNone;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (write_in_flight_ || finish_started_) return;
+      if (pending_.has_value()) {
+        writing_ = std::move(*pending_);
+        pending_.reset();
+        write_in_flight_ = true;
+        action = Action::kWrite;
+      } else if (done_) {
+        finish_started_ = true;
+        status = final_status_;
+        action = Action::kFinish;
+      }
+    }
+    // `writing_` is not touched again until OnWriteDone clears write_in_flight_.
+    if (action == Action::kWrite) StartWrite(&writing_);
+    if (action == Action::kFinish) Finish(status);
+  }
+
+  PackToolServiceImpl* const service_;
+  const packtool::ConvertOptions options_;
+  std::atomic<bool> cancel_{false};
+
+  absl::Mutex mu_;
+  std::optional<packtool::ConvertProgress> last_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::ConvertProgress> pending_ ABSL_GUARDED_BY(mu_);  // newest message not yet written
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool stream_broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;  // the conversion has returned
+  bool finish_started_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+  v1::ConvertProgress writing_;  // owned by the write in flight
+};
+
+absl::StatusOr<std::unique_ptr<PackToolServiceImpl>> PackToolServiceImpl::Create(
+    const PackToolServiceOptions& options) {
+  if (options.default_threads < 0 || options.default_threads > static_cast<int>(kMaxThreads)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads: ", options.default_threads, " is not in [0, ", kMaxThreads, "]"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<DataRoot> root, DataRoot::Create(options.data_root));
+  return std::unique_ptr<PackToolServiceImpl>(new PackToolServiceImpl(std::move(root), options.default_threads));
+}
+
+PackToolServiceImpl::~PackToolServiceImpl() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* running) { return *running == 0; }, &running_jobs_));
+}
+
+absl::StatusOr<int> PackToolServiceImpl::Threads(uint32_t requested) const {
+  if (requested > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("threads: ", requested, " is more than ", kMaxThreads));
+  }
+  return requested == 0 ? default_threads_ : static_cast<int>(requested);
+}
+
+bool PackToolServiceImpl::ClaimOutput(const std::string& output) {
+  absl::MutexLock lock(&mu_);
+  return outputs_in_flight_.insert(output).second;
+}
+
+void PackToolServiceImpl::ReleaseOutput(const std::string& output) {
+  absl::MutexLock lock(&mu_);
+  outputs_in_flight_.erase(output);
+}
+
+void PackToolServiceImpl::JobStarted() {
+  absl::MutexLock lock(&mu_);
+  ++running_jobs_;
+}
+
+void PackToolServiceImpl::JobFinished() {
+  absl::MutexLock lock(&mu_);
+  --running_jobs_;
+}
+
+grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc::CallbackServerContext* context,
+                                                                            const v1::ConvertRequest* request) {
+  // Everything that can be checked without touching the file system comes first.
+  absl::StatusOr<std::string> input = root_->Resolve(request->input(), "input");
+  if (!input.ok()) return new RefusedConvert(input.status());
+  absl::StatusOr<std::string> output = root_->Resolve(request->output_dir(), "output_dir");
+  if (!output.ok()) return new RefusedConvert(output.status());
+  absl::StatusOr<std::string> partial = root_->Resolve(request->output_dir() + ".partial", "output_dir");
+  if (!partial.ok()) return new RefusedConvert(partial.status());
+  if (request->scheme().empty()) {
+    return new RefusedConvert(absl::InvalidArgumentError("scheme: is empty; expected f16, s8, s4 or s2"));
+  }
+  absl::StatusOr<kernels::Scheme> scheme = kernels::ParseScheme(request->scheme());
+  if (!scheme.ok()) {
+    return new RefusedConvert(absl::InvalidArgumentError(
+        absl::StrCat("scheme: unknown '", request->scheme(), "'; expected f16, s8, s4 or s2")));
+  }
+  absl::StatusOr<int> threads = Threads(request->threads());
+  if (!threads.ok()) return new RefusedConvert(threads.status());
+
+  // While a conversion runs its .partial directory exists, so the claim is checked before existence.
+  if (!ClaimOutput(*output)) {
+    return new RefusedConvert(absl::AbortedError(
+        absl::StrCat("output_dir: '", request->output_dir(), "' is being converted to by another request")));
+  }
+  absl::Status refused;
+  if (!PathExists(*input)) {
+    refused = absl::NotFoundError(absl::StrCat("input: '", request->input(), "' does not exist"));
+  } else if (PathExists(*output)) {
+    refused = absl::AlreadyExistsError(absl::StrCat("output_dir: '", request->output_dir(), "' already exists"));
+  } else if (PathExists(*partial)) {
+    refused = absl::AlreadyExistsError(absl::StrCat("output_dir: '", request->output_dir(),
+                                                    ".partial' exists (an interrupted conversion?); remove it"));
+  }
+  if (!refused.ok()) {
+    ReleaseOutput(*output);
+    return new RefusedConvert(refused);
+  }
+
+  packtool::ConvertOptions options;
+  options.input = *std::move(input);
+  options.output_dir = *std::move(output);
+  options.scheme = *scheme;
+  options.threads = *threads;
+  return new ConvertReactor(this, std::move(options));
+}
+
+grpc::ServerUnaryReactor* PackToolServiceImpl::Validate(grpc::CallbackServerContext* context,
+                                                        const v1::ValidateRequest* request,
+                                                        v1::ValidateReport* report) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::string> dir = root_->Resolve(request->pack_dir(), "pack_dir");
+  absl::StatusOr<int> threads = Threads(request->threads());
+  absl::Status status = !dir.ok() ? dir.status() : threads.status();
+  if (!status.ok()) {
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  }
+  packtool::ValidateOptions options;
+  options.quick = request->quick();
+  options.threads = *threads;
+  JobStarted();
+  // Checksumming a large pack takes a while: not on a gRPC thread.
+  std::thread([this, reactor, report, dir = *std::move(dir), options] {
+    absl::StatusOr<packtool::ValidationReport> result = packtool::ValidatePack(dir, options);
+    if (result.ok()) *report = ValidationReportToProto(*result);
+    JobFinished();
+    reactor->Finish(ToGrpcStatus(result.status()));
+  }).detach();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PackToolServiceImpl::Inspect(grpc::CallbackServerContext* context,
+                                                       const v1::InspectRequest* request,
+                                                       v1::InspectReport* report) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::string> path = root_->Resolve(request->path(), "path");
+  if (!path.ok()) {
+    reactor->Finish(ToGrpcStatus(path.status()));
+    return reactor;
+  }
+  if (!PathExists(*path)) {
+    reactor->Finish(ToGrpcStatus(absl::NotFoundError(absl::StrCat("path: '", request->path(), "' does not exist"))));
+    return reactor;
+  }
+  // Reads headers only: quick enough to answer on this thread.
+  absl::StatusOr<packtool::Inspection> inspection = packtool::Inspect(*path);
+  if (inspection.ok()) *report = InspectionToProto(*inspection);
+  reactor->Finish(ToGrpcStatus(inspection.status()));
+  return reactor;
+}
+
+}  // namespace strata::services

@@ -1,0 +1,40 @@
+#include "services/server_runner.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace strata::services {
+
+absl::StatusOr<StartedServer> StartServer(const ServerConfig& config, const std::vector<ServedService>& services) {
+  // Both are process-wide switches that the builder reads when it is constructed.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  grpc::ServerBuilder builder;
+  StartedServer started;
+  if (!config.listen_address.empty()) {
+    builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(), &started.port);
+  }
+  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
+  builder.SetMaxSendMessageSize(config.max_message_bytes);
+  for (const ServedService& served : services) builder.RegisterService(served.service);
+
+  started.server = builder.BuildAndStart();
+  if (started.server == nullptr || (!config.listen_address.empty() && started.port == 0)) {
+    if (started.server != nullptr) started.server->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on '", config.listen_address, "' (address in use or malformed?)"));
+  }
+  grpc::HealthCheckServiceInterface* health = started.server->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus("", true);
+    for (const ServedService& served : services) health->SetServingStatus(served.name, true);
+  }
+  return started;
+}
+
+}  // namespace strata::services

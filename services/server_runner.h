@@ -1,0 +1,37 @@
+#ifndef STRATA_SERVICES_SERVER_RUNNER_H_
+#define STRATA_SERVICES_SERVER_RUNNER_H_
+
+// Builds and starts a grpc::Server with the services every Strata server has: grpc.health.v1 (each given
+// service and the whole server reported SERVING once started) and server reflection. The caller owns the
+// services, which must outlive the returned server; call Shutdown() and then destroy the server first.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server.h"
+
+namespace strata::services {
+
+struct ServedService {
+  grpc::Service* service = nullptr;
+  std::string name;  // full name for the health service, e.g. "strata.v1.PackTool"
+};
+
+struct ServerConfig {
+  std::string listen_address;  // "host:port" (port 0: any free port); empty: in-process channels only
+  int max_message_bytes = 256 << 20;  // both directions; a manifest has one checksum per expert
+};
+
+struct StartedServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;  // the bound port, 0 without a listening address
+};
+
+// UNAVAILABLE naming the address when it cannot be bound.
+absl::StatusOr<StartedServer> StartServer(const ServerConfig& config, const std::vector<ServedService>& services);
+
+}  // namespace strata::services
+
+#endif  // STRATA_SERVICES_SERVER_RUNNER_H_

@@ -1,0 +1,111 @@
+// strata-pack: synthesizes, converts, validates and inspects packs (see services/pack_cli.h).
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "engine/log.h"
+#include "services/cli_flags.h"
+#include "services/pack_cli.h"
+
+ABSL_FLAG(std::string, server, "", "address of a strata-packd to run convert/validate/inspect on");
+ABSL_FLAG(std::string, log_level, "warn", "debug, info, warn, error or off");
+ABSL_FLAG(std::string, arch, "qwen3moe", "synth: architecture (qwen3moe or mixtral)");
+ABSL_FLAG(std::string, preset, "tiny", "synth: geometry preset (tiny, small or seed)");
+ABSL_FLAG(std::string, out, "", "synth: the GGUF file (or pack directory with --pack-only) to write");
+ABSL_FLAG(std::optional<int64_t>, layers, std::nullopt, "synth: transformer blocks");
+ABSL_FLAG(std::optional<int64_t>, experts, std::nullopt, "synth: routed experts per layer");
+ABSL_FLAG(std::optional<int64_t>, experts_used, std::nullopt, "synth: experts used per token");
+ABSL_FLAG(std::optional<int64_t>, embd, std::nullopt, "synth: embedding width");
+ABSL_FLAG(std::optional<int64_t>, expert_ff, std::nullopt, "synth: hidden width of one expert");
+ABSL_FLAG(std::optional<int64_t>, heads, std::nullopt, "synth: attention heads");
+ABSL_FLAG(std::optional<int64_t>, kv_heads, std::nullopt, "synth: key/value heads");
+ABSL_FLAG(std::optional<int64_t>, head_dim, std::nullopt, "synth: width of one head");
+ABSL_FLAG(std::optional<int64_t>, vocab_size, std::nullopt, "synth: vocabulary size");
+ABSL_FLAG(std::optional<int64_t>, ctx, std::nullopt, "synth: context length");
+ABSL_FLAG(std::string, type, "f16", "synth: type of the dense weights");
+ABSL_FLAG(std::string, expert_type, "f16", "synth: type of the expert weights in the GGUF");
+ABSL_FLAG(uint64_t, seed, 1, "synth: random seed");
+ABSL_FLAG(std::string, vocab, "", "synth: GGUF file to copy the tokenizer from");
+ABSL_FLAG(bool, pack_only, false, "synth: write a pack directly instead of a GGUF");
+ABSL_FLAG(std::string, scheme, "s4", "convert, synth --pack-only: expert scheme (f16, s8, s4 or s2)");
+ABSL_FLAG(int, threads, 0, "worker threads; 0: all cores (or the server's default)");
+ABSL_FLAG(bool, quick, false, "validate: skip the per-expert checksums");
+
+namespace {
+
+std::atomic<bool> g_cancel{false};
+
+void OnSignal(int) { g_cancel.store(true); }
+
+// The first SIGINT/SIGTERM asks the job to stop and clean up; a second one ends the process at once.
+void InstallSignalHandlers() {
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  action.sa_flags = SA_RESETHAND;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("strata-pack <synth|convert|validate|inspect> [arguments] [flags]");
+  std::vector<std::string> args(argv, argv + argc);
+  if (strata::services::WantsHelp(args)) {
+    std::cout << strata::services::PackCliUsage();
+    return strata::services::kExitOk;
+  }
+  if (absl::Status status = strata::services::PrepareFlagArgs(&args); !status.ok()) {
+    std::cerr << "strata-pack: error: " << status.message() << " (see strata-pack --help)\n";
+    return strata::services::kExitUsage;
+  }
+  std::vector<char*> prepared;
+  for (std::string& arg : args) prepared.push_back(arg.data());
+  prepared.push_back(nullptr);
+  const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
+  strata::InitLogging(absl::GetFlag(FLAGS_log_level));
+
+  strata::services::PackCliOptions options;
+  options.server = absl::GetFlag(FLAGS_server);
+  options.arch = absl::GetFlag(FLAGS_arch);
+  options.preset = absl::GetFlag(FLAGS_preset);
+  options.out = absl::GetFlag(FLAGS_out);
+  options.layers = absl::GetFlag(FLAGS_layers);
+  options.experts = absl::GetFlag(FLAGS_experts);
+  options.experts_used = absl::GetFlag(FLAGS_experts_used);
+  options.embd = absl::GetFlag(FLAGS_embd);
+  options.expert_ff = absl::GetFlag(FLAGS_expert_ff);
+  options.heads = absl::GetFlag(FLAGS_heads);
+  options.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  options.head_dim = absl::GetFlag(FLAGS_head_dim);
+  options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  options.ctx = absl::GetFlag(FLAGS_ctx);
+  options.type = absl::GetFlag(FLAGS_type);
+  options.expert_type = absl::GetFlag(FLAGS_expert_type);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.vocab = absl::GetFlag(FLAGS_vocab);
+  options.pack_only = absl::GetFlag(FLAGS_pack_only);
+  options.scheme = absl::GetFlag(FLAGS_scheme);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.quick = absl::GetFlag(FLAGS_quick);
+
+  InstallSignalHandlers();
+  strata::services::CliIo io;
+  io.out = &std::cout;
+  io.err = &std::cerr;
+  io.err_is_terminal = isatty(STDERR_FILENO) == 1;
+  io.cancel = &g_cancel;
+  return strata::services::RunPackCli(std::vector<std::string>(positional.begin() + 1, positional.end()), options,
+                                      io);
+}

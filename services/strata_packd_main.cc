@@ -1,0 +1,90 @@
+// strata-packd: the packtool gRPC service (strata.v1.PackTool), with health checking and reflection.
+// Runs until SIGINT or SIGTERM, then stops taking calls, cancels running conversions (which remove their
+// partial output) and exits.
+
+#include <signal.h>
+
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "engine/log.h"
+#include "services/cli_flags.h"
+#include "services/packtool_service.h"
+#include "services/server_runner.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50052", "address to listen on, host:port");
+ABSL_FLAG(std::string, data_root, "", "required: the directory every request path must lie in");
+ABSL_FLAG(int, threads, 0, "default worker threads of a conversion or validation; 0: all cores");
+ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
+
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+// Time running calls get to end on their own after a stop signal before they are cancelled.
+constexpr auto kShutdownGrace = std::chrono::seconds(2);
+
+int UsageError(std::string_view message) {
+  std::cerr << "strata-packd: error: " << message << " (see strata-packd --help)\n";
+  return kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("strata-packd --data-root DIR [--listen HOST:PORT] [--threads N]");
+  std::vector<std::string> args(argv, argv + argc);
+  if (absl::Status status = strata::services::PrepareFlagArgs(&args); !status.ok()) {
+    return UsageError(status.message());
+  }
+  std::vector<char*> prepared;
+  for (std::string& arg : args) prepared.push_back(arg.data());
+  prepared.push_back(nullptr);
+  const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
+  if (positional.size() > 1) return UsageError(std::string("unexpected argument '") + positional[1] + "'");
+  if (absl::GetFlag(FLAGS_data_root).empty()) return UsageError("--data-root is required");
+  strata::InitLogging(absl::GetFlag(FLAGS_log_level));
+
+  // Signals are taken by sigwait below; block them before gRPC starts its threads, which inherit the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  strata::services::PackToolServiceOptions service_options;
+  service_options.data_root = absl::GetFlag(FLAGS_data_root);
+  service_options.default_threads = absl::GetFlag(FLAGS_threads);
+  absl::StatusOr<std::unique_ptr<strata::services::PackToolServiceImpl>> service =
+      strata::services::PackToolServiceImpl::Create(service_options);
+  if (!service.ok()) {
+    std::cerr << "strata-packd: error: " << service.status().message() << '\n';
+    return kExitFailure;
+  }
+  strata::services::ServerConfig config;
+  config.listen_address = absl::GetFlag(FLAGS_listen);
+  absl::StatusOr<strata::services::StartedServer> started = strata::services::StartServer(
+      config, {{service->get(), strata::v1::PackTool::service_full_name()}});
+  if (!started.ok()) {
+    std::cerr << "strata-packd: error: " << started.status().message() << '\n';
+    return kExitFailure;
+  }
+  spdlog::info("strata-packd listening on {} (port {}), data root {}", config.listen_address, started->port,
+               (*service)->data_root().path());
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("signal {}: shutting down", signal_number);
+  started->server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+  started->server->Wait();
+  started->server.reset();
+  service->reset();
+  spdlog::info("stopped");
+  return 0;
+}

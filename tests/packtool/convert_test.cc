@@ -1,0 +1,219 @@
+#include "packtool/convert.h"
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
+#include "engine/pack/pack_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/scheme.h"
+#include "tests/packtool/packtool_test_util.h"
+#include "tests/testing/test_util.h"
+
+namespace strata::packtool {
+namespace {
+
+namespace fs = std::filesystem;
+using kernels::Scheme;
+using ::strata::testing::ReadFileBytes;
+using ::strata::testing::ScratchDir;
+using testing::TinyOptions;
+
+ConvertOptions Options(const std::string& in, const std::string& out, Scheme scheme) {
+  ConvertOptions c;
+  c.input = in;
+  c.output_dir = out;
+  c.scheme = scheme;
+  c.threads = 2;
+  return c;
+}
+
+class ConvertSchemeTest : public ::testing::TestWithParam<Scheme> {};
+
+TEST_P(ConvertSchemeTest, WritesAConsistentPackWhoseBlobsAreTheQuantizedExperts) {
+  ScratchDir dir;
+  const std::string model = dir.Join("m.gguf"), out = dir.Join("pack");
+  ASSERT_THAT(SynthesizeGguf(TinyOptions(model)), IsOk());
+  std::vector<ConvertProgress> reports;
+  auto manifest = ConvertGguf(Options(model, out, GetParam()), [&](const ConvertProgress& p) { reports.push_back(p); },
+                              nullptr);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_THAT(pack::CheckManifest(*manifest), IsOk());
+  EXPECT_FALSE(fs::exists(out + ".partial"));
+  EXPECT_EQ(manifest->scheme(), kernels::SchemeName(GetParam()));
+  EXPECT_EQ(manifest->geometry().n_moe_layers(), 2u);
+  EXPECT_EQ(manifest->geometry().n_expert(), 8u);
+  EXPECT_EQ(manifest->sources_size(), 1);
+  EXPECT_EQ(manifest->sources(0).name(), "m.gguf");
+  EXPECT_EQ(fs::file_size(out + "/experts.bin"), manifest->experts_bytes());
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.front().phase, "dense");
+  EXPECT_EQ(reports.back().phase, "done");
+  EXPECT_EQ(reports.back().experts_done, 16u);
+
+  // Blob (layer 1, expert 5) is exactly QuantizeRole of the source expert.
+  auto src = gguf::GgufFile::Open(model);
+  ASSERT_TRUE(src.ok());
+  auto layout = pack::LayoutFromManifest(*manifest);
+  ASSERT_TRUE(layout.ok());
+  const std::vector<uint8_t> experts = ReadFileBytes(out + "/experts.bin");
+  const uint8_t* blob = experts.data() + pack::BlobIndex(*manifest, 1, 5) * manifest->blob_bytes();
+  const char* names[3] = {"blk.1.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight"};
+  for (int r = 0; r < 3; ++r) {
+    const gguf::TensorInfo* t = (*src)->FindTensor(names[r]);
+    ASSERT_NE(t, nullptr);
+    const float* f = reinterpret_cast<const float*>(t->data) + 5 * 128 * 128;
+    std::vector<uint8_t> expected(layout->role_bytes[r]);
+    kernels::QuantizeRole(GetParam(), f, 128, 128, expected.data());
+    EXPECT_EQ(0, std::memcmp(expected.data(), blob + layout->role_offset[r], expected.size())) << names[r];
+  }
+
+  // The reported error per role is within the scheme's bound, and is the real error.
+  ASSERT_EQ(manifest->quant_error_size(), 3);
+  const double bound = GetParam() == Scheme::kF16 ? 1e-3 : GetParam() == Scheme::kS8 ? 0.02
+                       : GetParam() == Scheme::kS4 ? 0.15 : 0.45;
+  for (const auto& e : manifest->quant_error()) {
+    EXPECT_LT(e.rel_rms(), bound) << e.role();
+    if (GetParam() != Scheme::kF16) EXPECT_GT(e.rel_rms(), 0.0) << e.role();
+  }
+
+  // dense.gguf holds every other tensor, byte for byte, and no expert tensor.
+  auto dense = gguf::GgufFile::Open(out + "/dense.gguf");
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_EQ((*dense)->tensors().size(), (*src)->tensors().size() - 6);
+  for (const gguf::TensorInfo& t : (*dense)->tensors()) {
+    EXPECT_EQ(t.name.find("_exps"), std::string::npos);
+    const gguf::TensorInfo* s = (*src)->FindTensor(t.name);
+    ASSERT_NE(s, nullptr);
+    ASSERT_EQ(s->bytes, t.bytes);
+    EXPECT_EQ(0, std::memcmp(s->data, t.data, t.bytes)) << t.name;
+  }
+  EXPECT_EQ(*(*dense)->metadata().GetString("tokenizer.ggml.model"), "gpt2");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSchemes, ConvertSchemeTest, ::testing::Values(Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2),
+                         [](const auto& info) { return std::string(kernels::SchemeName(info.param)); });
+
+TEST(ConvertTest, RefusesAnExistingOutputOrPartial) {
+  ScratchDir dir;
+  const std::string model = dir.Join("m.gguf");
+  ASSERT_THAT(SynthesizeGguf(TinyOptions(model)), IsOk());
+  fs::create_directory(dir.Join("taken"));
+  EXPECT_THAT(ConvertGguf(Options(model, dir.Join("taken"), Scheme::kS8), nullptr, nullptr).status(),
+              StatusIsWith(absl::StatusCode::kAlreadyExists, "taken"));
+  fs::create_directory(dir.Join("busy.partial"));
+  EXPECT_THAT(ConvertGguf(Options(model, dir.Join("busy"), Scheme::kS8), nullptr, nullptr).status(),
+              StatusIsWith(absl::StatusCode::kFailedPrecondition, "busy.partial"));
+  EXPECT_TRUE(fs::exists(dir.Join("busy.partial")));  // someone else's: left alone
+}
+
+TEST(ConvertTest, CancelLeavesNothingBehind) {
+  ScratchDir dir;
+  const std::string model = dir.Join("m.gguf"), out = dir.Join("pack");
+  ASSERT_THAT(SynthesizeGguf(TinyOptions(model)), IsOk());
+  std::atomic<bool> cancel{false};
+  auto result = ConvertGguf(Options(model, out, Scheme::kS8),
+                            [&](const ConvertProgress& p) { if (p.phase == "experts") cancel = true; }, &cancel);
+  EXPECT_THAT(result.status(), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".partial"));
+}
+
+TEST(ConvertTest, RejectsModelsWithoutExpertsAndMissingInputs) {
+  ScratchDir dir;
+  gguf::GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetUint32("llama.block_count", 1);
+  w.SetUint32("llama.expert_used_count", 2);
+  w.SetUint32("llama.embedding_length", 64);
+  std::vector<float> v(64, 1.0f);
+  ASSERT_THAT(w.AddTensorData("blk.0.attn_norm.weight", gguf::GgmlType::kF32, {64},
+                              {reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4}),
+              IsOk());
+  ASSERT_THAT(w.WriteFile(dir.Join("dense.gguf")), IsOk());
+  EXPECT_THAT(ConvertGguf(Options(dir.Join("dense.gguf"), dir.Join("p"), Scheme::kS8), nullptr, nullptr).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "not a MoE model"));
+  EXPECT_THAT(ConvertGguf(Options(dir.Join("absent.gguf"), dir.Join("p"), Scheme::kS8), nullptr, nullptr).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_FALSE(fs::exists(dir.Join("p")));
+  EXPECT_FALSE(fs::exists(dir.Join("p.partial")));
+}
+
+// Splits a model into two shards the way llama.cpp's gguf-split does: split.* keys in every shard, the
+// metadata in the first, tensors divided between them.
+void WriteSplit(const std::string& model, const std::string& prefix) {
+  auto src = gguf::GgufFile::Open(model);
+  ASSERT_TRUE(src.ok()) << src.status();
+  const auto& tensors = (*src)->tensors();
+  const size_t half = tensors.size() / 2;
+  for (int shard = 0; shard < 2; ++shard) {
+    gguf::GgufWriter w;
+    w.Set("split.no", gguf::Value::Uint16(static_cast<uint16_t>(shard)));
+    w.Set("split.count", gguf::Value::Uint16(2));
+    w.Set("split.tensors.count", gguf::Value::Int32(static_cast<int32_t>(tensors.size())));
+    if (shard == 0) {
+      for (const auto& [k, v] : (*src)->metadata().entries()) w.Set(k, v);
+    }
+    for (size_t i = shard == 0 ? 0 : half; i < (shard == 0 ? half : tensors.size()); ++i) {
+      ASSERT_THAT(w.AddTensorData(tensors[i].name, tensors[i].type, tensors[i].ne, {tensors[i].data, tensors[i].bytes}),
+                  IsOk());
+    }
+    ASSERT_THAT(w.WriteFile(prefix + (shard == 0 ? "-00001-of-00002.gguf" : "-00002-of-00002.gguf")), IsOk());
+  }
+}
+
+TEST(ConvertTest, SplitModelGivesTheSameExpertsAsOneFile) {
+  ScratchDir dir;
+  const pack::v1::Manifest whole = testing::MakeTinyPack(dir.Join("m.gguf"), dir.Join("whole"));
+  WriteSplit(dir.Join("m.gguf"), dir.Join("split"));
+  auto split = ConvertGguf(Options(dir.Join("split-00001-of-00002.gguf"), dir.Join("fromsplit"), Scheme::kS8), nullptr,
+                           nullptr);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->sources_size(), 2);
+  ASSERT_EQ(split->blob_xxh3_size(), whole.blob_xxh3_size());
+  for (int i = 0; i < whole.blob_xxh3_size(); ++i) EXPECT_EQ(split->blob_xxh3(i), whole.blob_xxh3(i));
+  // A missing shard is named.
+  fs::remove(dir.Join("split-00002-of-00002.gguf"));
+  EXPECT_THAT(ConvertGguf(Options(dir.Join("split-00001-of-00002.gguf"), dir.Join("x"), Scheme::kS8), nullptr, nullptr)
+                  .status(),
+              StatusIsWith(absl::StatusCode::kNotFound, "00002-of-00002"));
+}
+
+// Runs a conversion in a child process and returns its peak resident set in bytes.
+uint64_t PeakRssOfConversion(const ConvertOptions& options) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    auto m = ConvertGguf(options, nullptr, nullptr);
+    _exit(m.ok() ? 0 : 1);
+  }
+  int status = 0;
+  struct rusage usage {};
+  EXPECT_EQ(wait4(pid, &status, 0, &usage), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+}
+
+TEST(ConvertTest, PeakMemoryStaysFarBelowTheModelSize) {
+  ScratchDir dir;
+  SynthOptions o = TinyOptions(dir.Join("big.gguf"));
+  o.geometry.n_layer = 4;
+  o.geometry.n_expert = 32;
+  o.geometry.n_embd = 512;
+  o.geometry.expert_ff = 512;
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  const uint64_t model_bytes = fs::file_size(o.output);
+  ASSERT_GT(model_bytes, 380u << 20);
+  const uint64_t peak = PeakRssOfConversion(Options(o.output, dir.Join("pack"), Scheme::kS8));
+  // Streaming keeps one expert per thread (a few MB) plus the process itself; a converter that mapped and
+  // touched the whole model would sit above its size.
+  EXPECT_LT(peak, model_bytes / 4) << "peak RSS " << peak << " for a model of " << model_bytes << " bytes";
+}
+
+}  // namespace
+}  // namespace strata::packtool

@@ -1,0 +1,162 @@
+#include "packtool/validate.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/pack/pack_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/packtool/packtool_test_util.h"
+#include "tests/testing/test_util.h"
+
+namespace strata::packtool {
+namespace {
+
+namespace fs = std::filesystem;
+using ::strata::testing::ReadFileBytes;
+using ::strata::testing::ScratchDir;
+using ::strata::testing::WriteFileBytes;
+using ::testing::AllOf;
+using ::testing::Field;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+// One tiny pack shared by the tests of this file; each test corrupts its own copy.
+class ValidateTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new ScratchDir();
+    manifest_ = new pack::v1::Manifest(testing::MakeTinyPack(dir_->Join("m.gguf"), dir_->Join("pack")));
+  }
+  static void TearDownTestSuite() {
+    delete manifest_;
+    delete dir_;
+  }
+  // A fresh copy of the pack.
+  std::string CopyPack() {
+    const std::string copy = scratch_.Join("pack");
+    fs::copy(dir_->Join("pack"), copy, fs::copy_options::recursive);
+    return copy;
+  }
+  ValidationReport Validate(const std::string& dir, bool quick = false) {
+    auto report = ValidatePack(dir, {quick, 2});
+    EXPECT_TRUE(report.ok()) << report.status();
+    return report.ok() ? *report : ValidationReport{};
+  }
+
+  static ScratchDir* dir_;
+  static pack::v1::Manifest* manifest_;
+  ScratchDir scratch_;
+};
+ScratchDir* ValidateTest::dir_ = nullptr;
+pack::v1::Manifest* ValidateTest::manifest_ = nullptr;
+
+auto ProblemIn(const std::string& file, const std::string& text) {
+  return AllOf(Field(&ValidationProblem::file, file), Field(&ValidationProblem::message, HasSubstr(text)));
+}
+
+TEST_F(ValidateTest, AGoodPackHasNoProblemsAndEveryBlobIsChecked) {
+  const ValidationReport r = Validate(dir_->Join("pack"));
+  EXPECT_TRUE(r.ok());
+  EXPECT_THAT(r.problems, SizeIs(0));
+  EXPECT_EQ(r.blobs_checked, 16u);
+  EXPECT_EQ(r.bytes_checked, manifest_->experts_bytes());
+  EXPECT_GT(r.gb_per_second, 0.0);
+}
+
+TEST_F(ValidateTest, MissingDirectoryIsAnError) {
+  EXPECT_THAT(ValidatePack(scratch_.Join("nope"), {}).status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ValidateTest, CorruptionTruncatedExpertsNamesBothSizes) {
+  const std::string p = CopyPack();
+  fs::resize_file(p + "/experts.bin", manifest_->experts_bytes() - 4096);
+  const ValidationReport r = Validate(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.problems, ::testing::Contains(ProblemIn(
+                              "experts.bin", absl::StrCat("size ", manifest_->experts_bytes() - 4096, " bytes, expected"))));
+  EXPECT_THAT(r.problems[0].message, HasSubstr(absl::StrCat(manifest_->experts_bytes())));
+}
+
+TEST_F(ValidateTest, CorruptionOneFlippedByteNamesTheBlob) {
+  const std::string p = CopyPack();
+  std::vector<uint8_t> bytes = ReadFileBytes(p + "/experts.bin");
+  const uint64_t blob = 11;
+  bytes[blob * manifest_->blob_bytes() + 1234] ^= 0x01;
+  WriteFileBytes(p + "/experts.bin", bytes);
+  const ValidationReport r = Validate(p);
+  ASSERT_THAT(r.problems, SizeIs(1));
+  EXPECT_THAT(r.problems[0], ProblemIn("experts.bin", "blob 11 (moe layer 1, expert 3)"));
+  EXPECT_THAT(r.problems[0].message, HasSubstr("checksum"));
+  // --quick skips the checksums, so it cannot see this.
+  EXPECT_TRUE(Validate(p, /*quick=*/true).ok());
+}
+
+TEST_F(ValidateTest, CorruptionWrongGeometryInManifest) {
+  const std::string p = CopyPack();
+  pack::v1::Manifest m = *manifest_;
+  m.mutable_geometry()->set_n_expert(16);
+  ASSERT_THAT(pack::WriteManifest(m, p), IsOk());
+  const ValidationReport r = Validate(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.problems[0], ProblemIn("manifest.json", "experts_bytes"));
+}
+
+TEST_F(ValidateTest, CorruptionDenseDisagreesWithManifestGeometry) {
+  const std::string p = CopyPack();
+  pack::v1::Manifest m = *manifest_;
+  m.mutable_geometry()->set_n_expert_used(3);
+  ASSERT_THAT(pack::WriteManifest(m, p), IsOk());
+  const ValidationReport r = Validate(p, /*quick=*/true);
+  EXPECT_THAT(r.problems, ::testing::Contains(ProblemIn("dense.gguf", "qwen3moe.expert_used_count is 2, manifest geometry says 3")));
+}
+
+TEST_F(ValidateTest, CorruptionEachMissingFileIsNamed) {
+  for (const char* file : {"manifest.json", "experts.bin", "dense.gguf"}) {
+    ScratchDir scratch;
+    const std::string p = scratch.Join("pack");
+    fs::copy(dir_->Join("pack"), p, fs::copy_options::recursive);
+    fs::remove(p + "/" + file);
+    const ValidationReport r = Validate(p);
+    EXPECT_THAT(r.problems, ::testing::Contains(ProblemIn(file, "missing"))) << file;
+  }
+}
+
+TEST_F(ValidateTest, CorruptionDenseHeaderAndDataAreCaught) {
+  std::string p = CopyPack();
+  std::vector<uint8_t> dense = ReadFileBytes(p + "/dense.gguf");
+  std::vector<uint8_t> header = dense;
+  header[0] = 'X';  // bad magic
+  WriteFileBytes(p + "/dense.gguf", header);
+  ValidationReport r = Validate(p, /*quick=*/true);
+  EXPECT_THAT(r.problems, ::testing::Contains(Field(&ValidationProblem::file, "dense.gguf")));
+  std::vector<uint8_t> data = dense;
+  data[data.size() - 10] ^= 0x40;  // inside the last tensor
+  WriteFileBytes(p + "/dense.gguf", data);
+  r = Validate(p);
+  EXPECT_THAT(r.problems, ::testing::Contains(ProblemIn("dense.gguf", "checksum")));
+}
+
+TEST_F(ValidateTest, CorruptionGarbageManifestAndUnknownVersion) {
+  std::string p = CopyPack();
+  WriteFileBytes(p + "/manifest.json", {'n', 'o', 't', ' ', 'j', 's', 'o', 'n'});
+  ValidationReport r = Validate(p);
+  EXPECT_THAT(r.problems, ::testing::Contains(Field(&ValidationProblem::file, "manifest.json")));
+  pack::v1::Manifest m = *manifest_;
+  m.set_format_version(7);
+  ASSERT_THAT(pack::WriteManifest(m, p), IsOk());
+  r = Validate(p);
+  EXPECT_THAT(r.problems, ::testing::Contains(ProblemIn("manifest.json", "format_version")));
+}
+
+TEST_F(ValidateTest, ManyBadBlobsAreSummarised) {
+  const std::string p = CopyPack();
+  std::vector<uint8_t> bytes = ReadFileBytes(p + "/experts.bin");
+  for (uint64_t b = 0; b < 16; ++b) bytes[b * manifest_->blob_bytes()] ^= 0xFF;
+  WriteFileBytes(p + "/experts.bin", bytes);
+  const ValidationReport r = Validate(p);
+  EXPECT_THAT(r.problems, SizeIs(16));
+}
+
+}  // namespace
+}  // namespace strata::packtool
