@@ -74,9 +74,13 @@ bool DataRoot::Contains(const std::string& resolved) const {
   return resolved.size() == root_.size() || resolved[root_.size()] == '/';
 }
 
-absl::StatusOr<std::string> DataRoot::Resolve(std::string_view request_path, std::string_view field) const {
+absl::StatusOr<std::string> DataRoot::Resolve(std::string_view request_path_view,
+                                              std::string_view field_view) const {
+  // Abseil's string_view is not std::string_view in this build.
+  const std::string request_path(request_path_view);
+  const std::string field(field_view);
   if (request_path.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": is empty; expected a path"));
-  if (request_path.find('\0') != std::string_view::npos) {
+  if (request_path.find('\0') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": contains a NUL character"));
   }
   fs::path requested(request_path);

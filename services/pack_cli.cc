@@ -1,7 +1,7 @@
 #include "services/pack_cli.h"
 
 #include <memory>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <system_error>
 #include <filesystem>
 
@@ -44,17 +44,17 @@ flags for every command:
 exit status: 0 ok, 1 invalid input or failed job, 2 usage error.
 )";
 
-int Fail(const CliIo& io, int code, std::string_view message) {
+int Fail(const CliIo& io, int code, absl::string_view message) {
   *io.err << "strata-pack: error: " << message << '\n' << std::flush;
   return code;
 }
 
-int UsageError(const CliIo& io, std::string_view message) {
+int UsageError(const CliIo& io, absl::string_view message) {
   return Fail(io, kExitUsage, absl::StrCat(message, " (see strata-pack --help)"));
 }
 
 // Checks the positional arguments of `command` (args[0]): exactly `expected` after it.
-bool CheckArity(const std::vector<std::string>& args, size_t expected, std::string_view what, const CliIo& io,
+bool CheckArity(const std::vector<std::string>& args, size_t expected, absl::string_view what, const CliIo& io,
                 int* exit_code) {
   if (args.size() - 1 == expected) return true;
   if (args.size() - 1 < expected) {
@@ -71,7 +71,7 @@ std::unique_ptr<PackToolBackend> MakeBackend(const PackCliOptions& options) {
 }
 
 // Summary of a finished pack and the per-role quantization error table.
-void PrintPackSummary(const pack::v1::Manifest& m, std::string_view dir, absl::Duration took, std::ostream& out) {
+void PrintPackSummary(const pack::v1::Manifest& m, absl::string_view dir, absl::Duration took, std::ostream& out) {
   const pack::v1::Geometry& g = m.geometry();
   out << absl::StrFormat("wrote %s in %.1f s: %s, %u MoE layers x %u experts (%u used), n_embd %u, expert ff %u\n",
                          dir, absl::ToDoubleSeconds(took), m.architecture(), g.n_moe_layers(), g.n_expert(),

@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/string_view.h"
 #include "engine/log.h"
 #include "services/cli_flags.h"
 #include "services/packtool_service.h"
@@ -30,7 +31,7 @@ constexpr int kExitUsage = 2;
 // Time running calls get to end on their own after a stop signal before they are cancelled.
 constexpr auto kShutdownGrace = std::chrono::seconds(2);
 
-int UsageError(std::string_view message) {
+int UsageError(absl::string_view message) {
   std::cerr << "strata-packd: error: " << message << " (see strata-packd --help)\n";
   return kExitUsage;
 }

@@ -4,6 +4,12 @@
 #include "kernels/cpu/role_layout.h"
 
 namespace strata::kernels {
+namespace {
+
+// This Abseil's AlphaNum takes absl::string_view, which is not std::string_view here.
+absl::string_view Sv(std::string_view v) { return absl::string_view(v.data(), v.size()); }
+
+}  // namespace
 
 absl::StatusOr<Scheme> ParseScheme(std::string_view name) {
   if (name == "f16") return Scheme::kF16;
@@ -11,7 +17,7 @@ absl::StatusOr<Scheme> ParseScheme(std::string_view name) {
   if (name == "s4") return Scheme::kS4;
   if (name == "s2") return Scheme::kS2;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown expert scheme '", name, "': expected one of f16, s8, s4, s2"));
+      absl::StrCat("unknown expert scheme '", Sv(name), "': expected one of f16, s8, s4, s2"));
 }
 
 std::string_view SchemeName(Scheme scheme) {
@@ -63,12 +69,12 @@ double SchemeErrorBound(Scheme scheme) {
 absl::Status CheckRoleShape(Scheme scheme, int64_t rows, int64_t cols) {
   const int64_t col_multiple = scheme == Scheme::kS2 ? 64 : 32;
   if (rows <= 0 || rows % kRowTile != 0 || rows > kMaxRoleDim) {
-    return absl::InvalidArgumentError(absl::StrCat("role of scheme ", SchemeName(scheme), " has rows ", rows,
+    return absl::InvalidArgumentError(absl::StrCat("role of scheme ", Sv(SchemeName(scheme)), " has rows ", rows,
                                                    ": expected a positive multiple of ", kRowTile,
                                                    " at most ", kMaxRoleDim));
   }
   if (cols <= 0 || cols % col_multiple != 0 || cols > kMaxRoleDim) {
-    return absl::InvalidArgumentError(absl::StrCat("role of scheme ", SchemeName(scheme), " has cols ", cols,
+    return absl::InvalidArgumentError(absl::StrCat("role of scheme ", Sv(SchemeName(scheme)), " has cols ", cols,
                                                    ": expected a positive multiple of ", col_multiple,
                                                    " at most ", kMaxRoleDim));
   }

@@ -76,6 +76,19 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
+template <typename Pred>
+void ThreadPool::WaitUntil(Pred pred) const {
+  const int64_t spin_until = NowNs() + spin_ns_;
+  for (int i = 1; !pred(); ++i) {
+    // Past the spin budget the thread we wait for is probably descheduled: give it the core.
+    if ((i & 63) == 0 && NowNs() > spin_until) {
+      std::this_thread::yield();
+    } else {
+      CpuRelax();
+    }
+  }
+}
+
 void ThreadPool::ParallelFor(int64_t n_tasks, absl::FunctionRef<void(int64_t)> fn) {
   if (n_tasks <= 0) return;
   if (workers_.empty() || n_tasks == 1) {
@@ -85,7 +98,7 @@ void ThreadPool::ParallelFor(int64_t n_tasks, absl::FunctionRef<void(int64_t)> f
   const uint32_t g = generation_.load(std::memory_order_relaxed);
   generation_.store(g + 1, std::memory_order_seq_cst);
   // Workers still inside the previous job only find its counter exhausted; wait until they leave.
-  while (active_.load(std::memory_order_seq_cst) != 0) CpuRelax();
+  WaitUntil([this] { return active_.load(std::memory_order_seq_cst) == 0; });
   fn_ = &fn;
   n_tasks_ = n_tasks;
   next_task_.store(0, std::memory_order_relaxed);
@@ -94,15 +107,7 @@ void ThreadPool::ParallelFor(int64_t n_tasks, absl::FunctionRef<void(int64_t)> f
   if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
 
   RunTasks();
-  const int64_t spin_until = NowNs() + spin_ns_;
-  for (int i = 1; done_tasks_.load(std::memory_order_acquire) != n_tasks; ++i) {
-    // Past the spin budget a worker is probably descheduled: give it the core.
-    if ((i & 63) == 0 && NowNs() > spin_until) {
-      std::this_thread::yield();
-    } else {
-      CpuRelax();
-    }
-  }
+  WaitUntil([this, n_tasks] { return done_tasks_.load(std::memory_order_acquire) == n_tasks; });
 }
 
 }  // namespace strata::kernels

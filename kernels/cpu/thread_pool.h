@@ -42,6 +42,9 @@ class ThreadPool {
   void WorkerLoop();
   // Claims and runs tasks of the current job until none are left.
   void RunTasks();
+  // Spins until pred() holds, yielding the core once the spin budget is spent.
+  template <typename Pred>
+  void WaitUntil(Pred pred) const;
 
   const int64_t spin_ns_;
   std::vector<std::thread> workers_;

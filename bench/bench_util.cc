@@ -1,0 +1,247 @@
+#include "bench/bench_util.h"
+
+#include <emmintrin.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+namespace strata::bench {
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- Flags
+
+Flags::Flags(int argc, char** argv, std::string usage) : usage_(std::move(usage)) {
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0) command_line_ += ' ';
+    command_line_ += argv[i];
+  }
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg.substr(0, 2) != "--" || arg.size() == 2) Fail("unexpected argument '" + std::string(arg) + "'");
+    arg.remove_prefix(2);
+    const size_t eq = arg.find('=');
+    if (eq != std::string_view::npos) {
+      values_[std::string(arg.substr(0, eq))] = std::string(arg.substr(eq + 1));
+    } else if (i + 1 < argc && std::string_view(argv[i + 1]).substr(0, 2) != "--") {
+      values_[std::string(arg)] = argv[++i];
+    } else {
+      values_[std::string(arg)] = "true";
+    }
+  }
+}
+
+void Flags::Fail(const std::string& message) const {
+  std::fprintf(stderr, "error: %s\n%s\n", message.c_str(), usage_.c_str());
+  std::exit(2);
+}
+
+const std::string* Flags::Find(std::string_view name) {
+  known_[std::string(name)] = true;
+  const auto it = values_.find(name);
+  return it == values_.end() ? nullptr : &it->second;
+}
+
+std::string Flags::String(std::string_view name, std::string_view def) {
+  const std::string* v = Find(name);
+  return v == nullptr ? std::string(def) : *v;
+}
+
+int64_t Flags::Int(std::string_view name, int64_t def) {
+  const std::string* v = Find(name);
+  if (v == nullptr) return def;
+  char* end = nullptr;
+  const long long x = std::strtoll(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0') Fail("--" + std::string(name) + "=" + *v + " is not an integer");
+  return x;
+}
+
+double Flags::Double(std::string_view name, double def) {
+  const std::string* v = Find(name);
+  if (v == nullptr) return def;
+  char* end = nullptr;
+  const double x = std::strtod(v->c_str(), &end);
+  if (v->empty() || *end != '\0') Fail("--" + std::string(name) + "=" + *v + " is not a number");
+  return x;
+}
+
+bool Flags::Bool(std::string_view name, bool def) {
+  const std::string* v = Find(name);
+  if (v == nullptr) return def;
+  if (*v == "true" || *v == "1") return true;
+  if (*v == "false" || *v == "0") return false;
+  Fail("--" + std::string(name) + "=" + *v + " is not true or false");
+}
+
+std::vector<std::string> Flags::StringList(std::string_view name, const std::vector<std::string>& def) {
+  const std::string* v = Find(name);
+  if (v == nullptr) return def;
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= v->size()) {
+    const size_t comma = std::min(v->find(',', start), v->size());
+    if (comma == start) Fail("--" + std::string(name) + "=" + *v + " has an empty item");
+    out.push_back(v->substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<int64_t> Flags::IntList(std::string_view name, const std::vector<int64_t>& def) {
+  if (values_.find(name) == values_.end()) {
+    Find(name);
+    return def;
+  }
+  std::vector<int64_t> out;
+  for (const std::string& item : StringList(name, {})) {
+    char* end = nullptr;
+    const long long x = std::strtoll(item.c_str(), &end, 10);
+    if (*end != '\0') Fail("--" + std::string(name) + " item '" + item + "' is not an integer");
+    out.push_back(x);
+  }
+  return out;
+}
+
+void Flags::CheckNoUnknown() const {
+  if (values_.count("help") != 0) {
+    std::fprintf(stderr, "%s\n", usage_.c_str());
+    std::exit(2);
+  }
+  for (const auto& [name, value] : values_) {
+    if (known_.count(name) == 0) Fail("unknown flag --" + name);
+  }
+}
+
+// ---- Memory
+
+void MappedDeleter::operator()(uint8_t* p) const {
+  if (p != nullptr) munmap(p, bytes);
+}
+
+MappedBuffer AllocateTouched(size_t bytes, int threads) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    std::fprintf(stderr, "error: cannot map %zu bytes: %s\n", bytes, std::strerror(errno));
+    std::exit(1);
+  }
+  madvise(p, bytes, MADV_HUGEPAGE);
+  uint8_t* base = static_cast<uint8_t*>(p);
+  threads = std::max(1, threads);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([=] {
+      const size_t begin = bytes / threads * t, end = t + 1 == threads ? bytes : bytes / threads * (t + 1);
+      std::memset(base + begin, 0x5A, end - begin);
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  return MappedBuffer(base, MappedDeleter{bytes});
+}
+
+uint64_t LastLevelCacheBytes() {
+  const long sc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (sc > 0) return static_cast<uint64_t>(sc);
+  uint64_t best = 0;
+  for (int index = 0; index < 8; ++index) {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+    std::string text;
+    if (!(f >> text) || text.empty()) continue;
+    uint64_t v = std::strtoull(text.c_str(), nullptr, 10);
+    if (text.back() == 'K') v <<= 10;
+    if (text.back() == 'M') v <<= 20;
+    best = std::max(best, v);
+  }
+  return best > 0 ? best : uint64_t{32} << 20;
+}
+
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+// ---- DRAM probe
+
+namespace {
+
+// Reads [p, p + bytes) with 16-byte loads into four accumulators; returns a value that depends on all.
+uint64_t ReadAll(const uint8_t* p, size_t bytes) {
+  __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+  const __m128i* v = reinterpret_cast<const __m128i*>(p);
+  for (size_t i = 0; i + 4 <= bytes / 16; i += 4) {
+    a0 = _mm_add_epi64(a0, _mm_load_si128(v + i));
+    a1 = _mm_add_epi64(a1, _mm_load_si128(v + i + 1));
+    a2 = _mm_add_epi64(a2, _mm_load_si128(v + i + 2));
+    a3 = _mm_add_epi64(a3, _mm_load_si128(v + i + 3));
+  }
+  const __m128i s = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(s)) ^ static_cast<uint64_t>(_mm_extract_epi16(s, 7));
+}
+
+}  // namespace
+
+DramProbe::DramProbe(int64_t cap_mb, int threads) {
+  const uint64_t llc = LastLevelCacheBytes();
+  const uint64_t want = 64 * llc;
+  uint64_t cap = PhysicalMemoryBytes() / 4;
+  if (cap_mb > 0) cap = cap == 0 ? uint64_t(cap_mb) << 20 : std::min(cap, uint64_t(cap_mb) << 20);
+  if (cap == 0) cap = want;
+  bytes_ = std::min(want, cap) / 4096 * 4096;
+  if (bytes_ < want) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "probe buffer %.0f MiB is capped below 64 x LLC (%.0f MiB reported)",
+                  bytes_ / 1048576.0, llc / 1048576.0);
+    note_ = buf;
+  }
+  buffer_ = AllocateTouched(bytes_, threads);
+}
+
+double DramProbe::ReadGBps(int threads, double min_seconds) {
+  threads = std::max(1, threads);
+  std::atomic<uint64_t> sink{0};
+  double best = 0.0;
+  const Timer total;
+  int passes = 0;
+  while (passes < 2 || total.Seconds() < min_seconds) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        const size_t slice = bytes_ / threads / 64 * 64;
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) _mm_pause();
+        sink.fetch_xor(ReadAll(buffer_.get() + slice * t, slice), std::memory_order_relaxed);
+      });
+    }
+    while (ready.load() != threads) _mm_pause();
+    const Timer pass;
+    go.store(true, std::memory_order_release);
+    for (std::thread& w : workers) w.join();
+    const double s = pass.Seconds();
+    best = std::max(best, static_cast<double>(bytes_ / threads / 64 * 64 * threads) / s / 1e9);
+    ++passes;
+  }
+  if (sink.load() == 0x1234567) std::fputs("", stderr);  // keeps the reads observable
+  return best;
+}
+
+void PrintResult(std::string_view name, double value, std::string_view unit, double bound,
+                 std::string_view bound_name) {
+  std::printf("%-44.*s %9.2f %-5.*s | %.*s %8.2f %.*s | %.3f of bound\n", static_cast<int>(name.size()),
+              name.data(), value, static_cast<int>(unit.size()), unit.data(),
+              static_cast<int>(bound_name.size()), bound_name.data(), bound, static_cast<int>(unit.size()),
+              unit.data(), bound > 0 ? value / bound : 0.0);
+  std::fflush(stdout);
+}
+
+}  // namespace strata::bench

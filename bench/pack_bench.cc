@@ -1,0 +1,133 @@
+// strata-pack-bench: conversion and validation throughput on the `small` preset, beside the rate at which
+// this machine reads the same GGUF file (through the page cache and with O_DIRECT), measured in one run.
+//
+//   strata-pack-bench [--dir DIR] [--scheme s4] [--threads N] [--keep]
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "packtool/convert.h"
+#include "packtool/pack_writer.h"
+#include "packtool/synth.h"
+#include "packtool/validate.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using strata::packtool::ResolveThreads;
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Reads the whole file once and returns GB/s; with O_DIRECT the page cache is bypassed.
+double ReadRate(const std::string& path, bool direct) {
+  const int fd = open(path.c_str(), O_RDONLY | (direct ? O_DIRECT : 0));
+  if (fd < 0) return 0;
+  const size_t chunk = 8 << 20;
+  void* buf = nullptr;
+  if (posix_memalign(&buf, 4096, chunk) != 0) return 0;
+  uint64_t total = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const ssize_t n = read(fd, buf, chunk);
+    if (n <= 0) break;
+    total += static_cast<uint64_t>(n);
+  }
+  const double s = Seconds(t0);
+  close(fd);
+  free(buf);
+  return s > 0 ? static_cast<double>(total) / s / 1e9 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir = "/tmp/strata-pack-bench";
+  std::string scheme_name = "s4";
+  int threads = 0;
+  bool keep = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "strata-pack-bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--dir") dir = value();
+    else if (a == "--scheme") scheme_name = value();
+    else if (a == "--threads") threads = std::atoi(value().c_str());
+    else if (a == "--keep") keep = true;
+    else {
+      std::fprintf(stderr, "usage: strata-pack-bench [--dir DIR] [--scheme s4] [--threads N] [--keep]\n");
+      return 2;
+    }
+  }
+  auto scheme = strata::kernels::ParseScheme(scheme_name);
+  if (!scheme.ok()) {
+    std::fprintf(stderr, "strata-pack-bench: %s\n", std::string(scheme.status().message()).c_str());
+    return 2;
+  }
+  threads = ResolveThreads(threads);
+  fs::create_directories(dir);
+  const std::string model = dir + "/small.gguf", pack = dir + "/small-" + scheme_name;
+  fs::remove_all(pack);
+  if (!fs::exists(model)) {
+    strata::packtool::SynthOptions o;
+    o.geometry = *strata::packtool::PresetGeometry("qwen3moe", "small");
+    o.output = model;
+    o.threads = threads;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (absl::Status s = strata::packtool::SynthesizeGguf(o); !s.ok()) {
+      std::fprintf(stderr, "synth: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    std::printf("synthesized %s (%.2f GB) in %.1f s\n", model.c_str(), fs::file_size(model) / 1e9, Seconds(t0));
+  }
+  const double model_gb = static_cast<double>(fs::file_size(model)) / 1e9;
+  const double cached = ReadRate(model, false);
+  const double direct = ReadRate(model, true);
+  std::printf("model %.2f GB, %d threads, scheme %s\n", model_gb, threads, scheme_name.c_str());
+  std::printf("  read, page cache        %7.2f GB/s\n", cached);
+  std::printf("  read, O_DIRECT (disk)   %7.2f GB/s\n", direct);
+
+  strata::packtool::ConvertOptions c;
+  c.input = model;
+  c.output_dir = pack;
+  c.scheme = *scheme;
+  c.threads = threads;
+  auto t0 = std::chrono::steady_clock::now();
+  auto manifest = strata::packtool::ConvertGguf(c, nullptr, nullptr);
+  const double convert_s = Seconds(t0);
+  if (!manifest.ok()) {
+    std::fprintf(stderr, "convert: %s\n", std::string(manifest.status().message()).c_str());
+    return 1;
+  }
+  std::printf("  convert                 %7.2f GB/s of source (%.1f s)  = %.2fx the cached read rate\n",
+              model_gb / convert_s, convert_s, model_gb / convert_s / cached);
+
+  t0 = std::chrono::steady_clock::now();
+  auto report = strata::packtool::ValidatePack(pack, {false, threads});
+  const double validate_s = Seconds(t0);
+  if (!report.ok() || !report->ok()) {
+    std::fprintf(stderr, "validate failed\n");
+    return 1;
+  }
+  const double pack_gb = static_cast<double>(report->bytes_checked) / 1e9;
+  std::printf("  validate (checksums)    %7.2f GB/s of experts.bin (%.2f GB in %.2f s) = %.2fx the cached read rate\n",
+              report->gb_per_second, pack_gb, validate_s, report->gb_per_second / cached);
+  const double pack_cached = ReadRate(pack + "/experts.bin", false);
+  std::printf("  read experts.bin, cache %7.2f GB/s\n", pack_cached);
+  if (!keep) fs::remove_all(pack);
+  return 0;
+}

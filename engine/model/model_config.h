@@ -1,0 +1,61 @@
+#ifndef STRATA_ENGINE_MODEL_MODEL_CONFIG_H_
+#define STRATA_ENGINE_MODEL_MODEL_CONFIG_H_
+
+// Hyper-parameters of a MoE model, read from GGUF metadata only, and the table of architectures the
+// engine runs. Each architecture lives in its own file (qwen3moe.cc, mixtral.cc) and is listed once in
+// ArchitectureTable().
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/gguf/gguf_file.h"
+
+namespace strata::model {
+
+enum class RopeStyle : uint8_t {
+  kNormal,  // rotates adjacent pairs (2i, 2i+1): llama, Mixtral
+  kNeox,    // rotates (i, i + head_dim/2): Qwen2/3
+};
+
+struct ModelConfig {
+  std::string arch;  // general.architecture
+  int64_t n_layer = 0;
+  int64_t n_embd = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t expert_ff = 0;
+  float rope_freq_base = 10000.0f;
+  float rms_norm_eps = 1e-6f;
+  RopeStyle rope_style = RopeStyle::kNormal;
+  bool qk_norm = false;  // per-head RMSNorm of q and k before RoPE
+};
+
+// One supported architecture: how to read its hyper-parameters.
+struct Architecture {
+  std::string_view gguf_name;  // general.architecture
+  std::string_view display_name;
+  // Fills the architecture-specific parts of `config` (generic keys are already read).
+  absl::Status (*configure)(const gguf::Metadata& metadata, ModelConfig* config);
+};
+
+const std::vector<Architecture>& ArchitectureTable();
+
+// Reads the configuration; errors name the metadata key and what was expected. `n_vocab` is taken from
+// the tokenizer's token list.
+absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& metadata);
+
+// Defined by each architecture's file.
+absl::Status ConfigureQwen3Moe(const gguf::Metadata& metadata, ModelConfig* config);
+absl::Status ConfigureMixtral(const gguf::Metadata& metadata, ModelConfig* config);
+
+}  // namespace strata::model
+
+#endif  // STRATA_ENGINE_MODEL_MODEL_CONFIG_H_

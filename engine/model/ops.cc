@@ -1,0 +1,60 @@
+#include "engine/model/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+namespace strata::model {
+
+void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void Rope(float* head, int64_t head_dim, int64_t pos, float freq_base, RopeStyle style) {
+  const int64_t half = head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double theta = static_cast<double>(pos) * std::pow(static_cast<double>(freq_base), -2.0 * i / head_dim);
+    const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
+    const int64_t a = style == RopeStyle::kNeox ? i : 2 * i;
+    const int64_t b = style == RopeStyle::kNeox ? i + half : 2 * i + 1;
+    const float x0 = head[a], x1 = head[b];
+    head[a] = x0 * c - x1 * s;
+    head[b] = x0 * s + x1 * c;
+  }
+}
+
+void Softmax(float* x, int64_t n) {
+  float max = x[0];
+  for (int64_t i = 1; i < n; ++i) max = std::max(max, x[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void SwiGlu(const float* a, const float* b, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+}
+
+void TopK(const float* x, int64_t n, int64_t k, int32_t* ids) {
+  // k is small (<= a few dozen): selection by insertion keeps it allocation-free.
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (count == k && !(x[i] > x[ids[k - 1]])) continue;
+    int64_t j = count < k ? count++ : k - 1;
+    while (j > 0 && x[i] > x[ids[j - 1]]) {
+      ids[j] = ids[j - 1];
+      --j;
+    }
+    ids[j] = static_cast<int32_t>(i);
+  }
+}
+
+}  // namespace strata::model

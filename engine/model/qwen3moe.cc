@@ -1,0 +1,18 @@
+// Qwen3-MoE: GQA attention with per-head q/k RMSNorm, NeoX RoPE, softmax router with the top-k weights
+// renormalised (norm_topk_prob), SwiGLU experts.
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/model_config.h"
+#include "engine/status_macros.h"
+
+namespace strata::model {
+
+absl::Status ConfigureQwen3Moe(const gguf::Metadata& m, ModelConfig* c) {
+  ASSIGN_OR_RETURN(const uint64_t ff, m.GetUint("qwen3moe.expert_feed_forward_length"));
+  c->expert_ff = static_cast<int64_t>(ff);
+  c->rope_style = RopeStyle::kNeox;
+  c->qk_norm = true;
+  return absl::OkStatus();
+}
+
+}  // namespace strata::model

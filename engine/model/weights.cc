@@ -1,0 +1,110 @@
+#include "engine/model/weights.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/gguf/ggml_types.h"
+#include "engine/status_macros.h"
+
+namespace strata::model {
+namespace {
+
+absl::StatusOr<const gguf::TensorInfo*> Find(const gguf::GgufFile& file, const std::string& name,
+                                             const std::vector<int64_t>& ne) {
+  const gguf::TensorInfo* t = file.FindTensor(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat(file.path(), ": tensor '", name, "' is missing"));
+  if (t->ne != ne) {
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": tensor '", name, "' has shape [",
+                                                   absl::StrJoin(t->ne, ", "), "], expected [", absl::StrJoin(ne, ", "),
+                                                   "]"));
+  }
+  auto info = gguf::GetTypeInfo(static_cast<uint32_t>(t->type));
+  if (!info.ok() || !info->can_dequantize) {
+    return absl::UnimplementedError(absl::StrCat(file.path(), ": tensor '", name, "' has type ",
+                                                 gguf::TypeName(static_cast<uint32_t>(t->type)),
+                                                 ", which Strata cannot decode"));
+  }
+  return t;
+}
+
+absl::StatusOr<std::vector<float>> LoadVector(const gguf::GgufFile& file, const std::string& name, int64_t n) {
+  ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(file, name, {n}));
+  std::vector<float> v(static_cast<size_t>(n));
+  RETURN_IF_ERROR(gguf::Dequantize(t->type, t->data, v.data(), n));
+  return v;
+}
+
+// `force_f32`: widen whatever the type (the router is small and read in f32).
+absl::StatusOr<DenseMatrix> LoadMatrix(const gguf::GgufFile& file, const std::string& name, int64_t cols,
+                                       int64_t rows, bool force_f32 = false) {
+  ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(file, name, {cols, rows}));
+  DenseMatrix m;
+  m.name = name;
+  m.rows = rows;
+  m.cols = cols;
+  if (!force_f32) {
+    switch (t->type) {
+      case gguf::GgmlType::kF32:
+        m.type = kernels::DenseType::kF32;
+        m.data = t->data;
+        return m;
+      case gguf::GgmlType::kF16:
+        m.type = kernels::DenseType::kF16;
+        m.data = t->data;
+        return m;
+      case gguf::GgmlType::kBF16:
+        m.type = kernels::DenseType::kBF16;
+        m.data = t->data;
+        return m;
+      case gguf::GgmlType::kQ8_0:
+        m.type = kernels::DenseType::kQ8_0;
+        m.data = t->data;
+        return m;
+      default:
+        break;
+    }
+  }
+  m.type = kernels::DenseType::kF32;
+  m.owned.resize(static_cast<size_t>(rows * cols) * sizeof(float));
+  RETURN_IF_ERROR(gguf::Dequantize(t->type, t->data, reinterpret_cast<float*>(m.owned.data()), rows * cols));
+  m.data = m.owned.data();
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const gguf::GgufFile& dense, const ModelConfig& c) {
+  auto w = std::make_unique<ModelWeights>();
+  ASSIGN_OR_RETURN(w->token_embd, Find(dense, "token_embd.weight", {c.n_embd, c.n_vocab}));
+  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  uint64_t per_token = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    LayerWeights L;
+    ASSIGN_OR_RETURN(L.attn_norm, LoadVector(dense, p + "attn_norm.weight", c.n_embd));
+    ASSIGN_OR_RETURN(L.wq, LoadMatrix(dense, p + "attn_q.weight", c.n_embd, q_dim));
+    ASSIGN_OR_RETURN(L.wk, LoadMatrix(dense, p + "attn_k.weight", c.n_embd, kv_dim));
+    ASSIGN_OR_RETURN(L.wv, LoadMatrix(dense, p + "attn_v.weight", c.n_embd, kv_dim));
+    ASSIGN_OR_RETURN(L.wo, LoadMatrix(dense, p + "attn_output.weight", q_dim, c.n_embd));
+    if (c.qk_norm) {
+      ASSIGN_OR_RETURN(L.q_norm, LoadVector(dense, p + "attn_q_norm.weight", c.head_dim));
+      ASSIGN_OR_RETURN(L.k_norm, LoadVector(dense, p + "attn_k_norm.weight", c.head_dim));
+    }
+    ASSIGN_OR_RETURN(L.ffn_norm, LoadVector(dense, p + "ffn_norm.weight", c.n_embd));
+    ASSIGN_OR_RETURN(L.router, LoadMatrix(dense, p + "ffn_gate_inp.weight", c.n_embd, c.n_expert, /*force_f32=*/true));
+    per_token += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.router.bytes();
+    w->layers.push_back(std::move(L));
+  }
+  ASSIGN_OR_RETURN(w->output_norm, LoadVector(dense, "output_norm.weight", c.n_embd));
+  if (dense.FindTensor("output.weight") != nullptr) {
+    ASSIGN_OR_RETURN(w->output, LoadMatrix(dense, "output.weight", c.n_embd, c.n_vocab));
+  } else {
+    ASSIGN_OR_RETURN(w->output, LoadMatrix(dense, "token_embd.weight", c.n_embd, c.n_vocab));
+  }
+  per_token += w->output.bytes();
+  w->dense_bytes_per_token = per_token;
+  return w;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,54 @@
+#ifndef STRATA_ENGINE_MODEL_WEIGHTS_H_
+#define STRATA_ENGINE_MODEL_WEIGHTS_H_
+
+// The dense (non-expert) weights of a model, read from a pack's dense.gguf.
+//
+// Matrices in F32, F16, BF16 and Q8_0 are used in place (they point into the mapped file, which must
+// outlive the weights); other types (the K-quants, Q4_0 ...) are widened to F32 at load. Norm weights and
+// the router are always held as F32. Immutable after Load.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/model/model_config.h"
+#include "kernels/cpu/dense_gemv.h"
+
+namespace strata::model {
+
+// A rows x cols matrix (y = W x maps cols inputs to rows outputs).
+struct DenseMatrix {
+  std::string name;
+  kernels::DenseType type = kernels::DenseType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t* data = nullptr;
+  std::vector<uint8_t> owned;  // backing store when widened at load
+  uint64_t bytes() const { return kernels::DenseRowBytes(type, cols) * static_cast<uint64_t>(rows); }
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;
+  DenseMatrix wq, wk, wv, wo;
+  std::vector<float> q_norm, k_norm;  // qk_norm architectures only
+  std::vector<float> ffn_norm;
+  DenseMatrix router;  // n_expert x n_embd, F32
+};
+
+struct ModelWeights {
+  const gguf::TensorInfo* token_embd = nullptr;  // rows decoded on demand, any decodable type
+  std::vector<LayerWeights> layers;
+  std::vector<float> output_norm;
+  DenseMatrix output;  // n_vocab x n_embd (token_embd when the model ties them)
+  uint64_t dense_bytes_per_token = 0;  // bytes of matrices one decoded token reads
+};
+
+// Loads every tensor the configuration needs; errors name the tensor and the shape expected.
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const gguf::GgufFile& dense, const ModelConfig& config);
+
+}  // namespace strata::model
+
+#endif  // STRATA_ENGINE_MODEL_WEIGHTS_H_

@@ -1,0 +1,37 @@
+#include "engine/pack/pack.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "engine/status_macros.h"
+
+namespace strata::pack {
+
+absl::StatusOr<std::unique_ptr<Pack>> Pack::Open(const std::string& dir) {
+  std::unique_ptr<Pack> p(new Pack());
+  p->dir_ = dir;
+  ASSIGN_OR_RETURN(p->manifest_, ReadManifest(dir));
+  if (absl::Status s = CheckManifest(p->manifest_); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/", kManifestFile, ": ", s.message()));
+  }
+  ASSIGN_OR_RETURN(p->layout_, LayoutFromManifest(p->manifest_));
+  std::error_code ec;
+  const std::string experts = p->experts_path();
+  const uint64_t size = std::filesystem::file_size(experts, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat(experts, ": ", ec.message()));
+  if (size != p->manifest_.experts_bytes()) {
+    const v1::Geometry& g = p->manifest_.geometry();
+    return absl::DataLossError(absl::StrCat(experts, ": size ", size,
+                                            " bytes, expected n_moe_layers x n_expert x blob_bytes = ", g.n_moe_layers(),
+                                            " x ", g.n_expert(), " x ", p->manifest_.blob_bytes(), " = ",
+                                            p->manifest_.experts_bytes()));
+  }
+  ASSIGN_OR_RETURN(p->dense_, gguf::GgufFile::Open(absl::StrCat(dir, "/", kDenseFile)));
+  p->blob_hashes_.reserve(p->manifest_.blob_xxh3_size());
+  for (const std::string& h : p->manifest_.blob_xxh3()) p->blob_hashes_.push_back(*ParseHashHex(h));
+  return p;
+}
+
+std::string Pack::experts_path() const { return absl::StrCat(dir_, "/", kExpertsFile); }
+
+}  // namespace strata::pack

@@ -1,0 +1,248 @@
+// The tokenizer against llama.cpp's vocabulary fixtures (../shared/testdata/vocab, see SOURCE.txt there):
+// every test string must tokenize to exactly the expected ids (no BOS/EOS, special tokens not parsed),
+// and the expected ids must detokenize back to the string.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_util.h"
+
+namespace strata::tokenizer {
+namespace {
+
+using ::strata::testing::Gunzip;
+using ::strata::testing::ReadFileBytes;
+using ::strata::testing::ScratchDir;
+using ::strata::testing::TestDataDir;
+using ::testing::ElementsAreArray;
+
+std::string VocabDir() { return TestDataDir() + "/vocab"; }
+
+std::string ReadText(const std::string& path) {
+  const std::vector<uint8_t> bytes = ReadFileBytes(path);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+struct Case {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// Pairs the strings of `<name>.inp` with the id lines of `<name>.out`.
+std::vector<Case> ReadCases(const std::string& name) {
+  const std::string inp = ReadText(VocabDir() + "/" + name + ".inp");
+  const std::string out = ReadText(VocabDir() + "/" + name + ".out");
+  std::vector<std::string> texts = absl::StrSplit(inp, "\n__ggml_vocab_test__\n");
+  EXPECT_FALSE(texts.empty());
+  if (!texts.empty() && texts.back().empty()) texts.pop_back();
+  std::vector<std::string> lines = absl::StrSplit(out, '\n');
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();
+  EXPECT_EQ(texts.size(), lines.size()) << name;
+
+  std::vector<Case> cases;
+  for (size_t i = 0; i < texts.size() && i < lines.size(); ++i) {
+    Case c{texts[i], {}};
+    for (absl::string_view field : absl::StrSplit(lines[i], ' ', absl::SkipEmpty())) {
+      int32_t id = 0;
+      EXPECT_TRUE(absl::SimpleAtoi(field, &id)) << name << " line " << i + 1 << ": '" << field << "'";
+      c.ids.push_back(id);
+    }
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+std::unique_ptr<Tokenizer> Load(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(path);
+  EXPECT_TRUE(file.ok()) << file.status();
+  if (!file.ok()) return nullptr;
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::FromMetadata((*file)->metadata());
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  return tokenizer.ok() ? *std::move(tokenizer) : nullptr;
+}
+
+// The gzipped vocabularies, unpacked once for the whole binary.
+const std::string& Unpacked(const std::string& gz_name) {
+  static ScratchDir* const scratch = new ScratchDir();
+  static auto* const paths = new std::map<std::string, std::string>();
+  auto it = paths->find(gz_name);
+  if (it == paths->end()) {
+    const std::string dest = scratch->Join(gz_name.substr(0, gz_name.size() - 3));
+    Gunzip(VocabDir() + "/" + gz_name, dest);
+    it = paths->emplace(gz_name, dest).first;
+  }
+  return it->second;
+}
+
+std::string VocabPath(const std::string& file) {
+  return absl::EndsWith(file, ".gz") ? Unpacked(file) : VocabDir() + "/" + file;
+}
+
+double MillisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+struct Fixture {
+  const char* name;   // <name>.inp / <name>.out
+  const char* vocab;  // file in the vocab folder
+};
+
+class VocabFixtureTest : public ::testing::TestWithParam<Fixture> {};
+
+TEST_P(VocabFixtureTest, TokenizesAndDetokenizesEveryCase) {
+  const Fixture& fixture = GetParam();
+  const std::unique_ptr<Tokenizer> tokenizer = Load(VocabPath(fixture.vocab));
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<Case> cases = ReadCases(fixture.name);
+  ASSERT_EQ(cases.size(), 46u);
+
+  int mismatches = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const std::vector<int32_t> ids = tokenizer->Encode(c.text);
+    EXPECT_THAT(ids, ElementsAreArray(c.ids)) << fixture.name << " case " << i << ": '" << c.text << "'";
+    EXPECT_EQ(tokenizer->Decode(c.ids), c.text) << fixture.name << " case " << i;
+    mismatches += ids != c.ids;
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, VocabFixtureTest,
+                         ::testing::Values(Fixture{"ggml-vocab-qwen2.gguf", "ggml-vocab-qwen2.gguf.gz"},
+                                           Fixture{"ggml-vocab-gpt-2.gguf", "ggml-vocab-gpt-2.gguf"},
+                                           Fixture{"ggml-vocab-llama-spm.gguf", "ggml-vocab-llama-spm.gguf"}),
+                         [](const ::testing::TestParamInfo<Fixture>& info) {
+                           std::string out;
+                           for (char c : std::string(info.param.name).substr(11)) {  // after "ggml-vocab-"
+                             if (std::isalnum(static_cast<unsigned char>(c))) out.push_back(c);
+                           }
+                           return out;
+                         });
+
+// The llama-bpe fixture has no vocabulary file (SOURCE.txt: too big to include), so it is not tested here.
+
+TEST(VocabFixtureTest, LargeVocabularyLoadsAndEncodesFast) {
+  absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file = gguf::GgufFile::Open(VocabPath("ggml-vocab-qwen2.gguf.gz"));
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::FromMetadata((*file)->metadata());
+  const double load_ms = MillisecondsSince(start);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->n_vocab(), 151936);
+
+  const std::string inp = ReadText(VocabDir() + "/ggml-vocab-qwen2.gguf.inp");
+  start = std::chrono::steady_clock::now();
+  const std::vector<int32_t> ids = (*tokenizer)->Encode(inp);
+  const double encode_ms = MillisecondsSince(start);
+  EXPECT_GT(ids.size(), 500u);
+  std::printf("qwen2 vocabulary: load %.1f ms, encode %zu bytes -> %zu ids in %.2f ms\n", load_ms, inp.size(),
+              ids.size(), encode_ms);
+  // Generous bounds (shared machines, sanitizer builds); typical figures are ~10x lower.
+  EXPECT_LT(load_ms, 3000.0);
+  EXPECT_LT(encode_ms, 100.0);
+}
+
+class Qwen3SynthTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { tokenizer_ = Load(VocabPath("ggml-vocab-qwen3-synth.gguf.gz")).release(); }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    tokenizer_ = nullptr;
+  }
+  static const Tokenizer* tokenizer_;
+};
+const Tokenizer* Qwen3SynthTest::tokenizer_ = nullptr;
+
+TEST_F(Qwen3SynthTest, LoadsWithItsSpecialTokens) {
+  ASSERT_NE(tokenizer_, nullptr);
+  EXPECT_EQ(tokenizer_->n_vocab(), 151936);
+  EXPECT_EQ(tokenizer_->TokenId("<|im_start|>"), 151644);
+  EXPECT_EQ(tokenizer_->eos(), 151645);
+  EXPECT_EQ(tokenizer_->bos(), 151643);
+  EXPECT_FALSE(tokenizer_->add_bos());
+  EXPECT_TRUE(tokenizer_->IsEog(151645));  // <|im_end|>
+  EXPECT_TRUE(tokenizer_->IsEog(151643));  // <|endoftext|>
+  EXPECT_FALSE(tokenizer_->IsEog(151644));
+  EXPECT_TRUE(tokenizer_->IsControl(151644));
+}
+
+TEST_F(Qwen3SynthTest, ControlTokensAreParsedOnlyWhenAsked) {
+  ASSERT_NE(tokenizer_, nullptr);
+  const std::string text = "<|im_start|>user\nhi<|im_end|>";
+  const std::vector<int32_t> parsed = tokenizer_->Encode(text, {.parse_special = true});
+  ASSERT_GE(parsed.size(), 3u);
+  EXPECT_EQ(parsed.front(), 151644);
+  EXPECT_EQ(parsed.back(), 151645);
+  EXPECT_EQ(std::count(parsed.begin(), parsed.end(), 151644), 1);
+  // The text between the specials tokenizes as it would alone.
+  std::vector<int32_t> expected = {151644};
+  const std::vector<int32_t> middle = tokenizer_->Encode("user\nhi");
+  expected.insert(expected.end(), middle.begin(), middle.end());
+  expected.push_back(151645);
+  EXPECT_EQ(parsed, expected);
+
+  const std::vector<int32_t> literal = tokenizer_->Encode(text);
+  EXPECT_EQ(std::count(literal.begin(), literal.end(), 151644), 0);
+  EXPECT_EQ(std::count(literal.begin(), literal.end(), 151645), 0);
+  EXPECT_GT(literal.size(), parsed.size());
+  EXPECT_EQ(tokenizer_->Decode(literal), text);
+  EXPECT_EQ(tokenizer_->Decode(parsed, {.render_special = true}), text);
+  EXPECT_EQ(tokenizer_->Decode(parsed), "user\nhi");
+}
+
+TEST_F(Qwen3SynthTest, UserDefinedTokensAreAlwaysParsed) {
+  ASSERT_NE(tokenizer_, nullptr);
+  const int32_t think = tokenizer_->TokenId("<think>");
+  ASSERT_GE(think, 151643);
+  for (bool parse_special : {false, true}) {
+    const std::vector<int32_t> ids = tokenizer_->Encode("<think>\nok", {.parse_special = parse_special});
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids.front(), think) << parse_special;
+    EXPECT_EQ(tokenizer_->Decode(ids), "<think>\nok");
+  }
+}
+
+TEST_F(Qwen3SynthTest, AddSpecialAddsNothingWhenTheVocabularySaysSo) {
+  ASSERT_NE(tokenizer_, nullptr);
+  EXPECT_EQ(tokenizer_->Encode("hello", {.add_special = true}), tokenizer_->Encode("hello"));
+}
+
+TEST(LlamaSpmFixtureTest, AddsBosAndHonoursTheSpacePrefix) {
+  const std::unique_ptr<Tokenizer> tokenizer = Load(VocabPath("ggml-vocab-llama-spm.gguf"));
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_TRUE(tokenizer->add_bos());
+  EXPECT_FALSE(tokenizer->add_eos());
+  const std::vector<int32_t> plain = tokenizer->Encode("Hello world");
+  const std::vector<int32_t> with_bos = tokenizer->Encode("Hello world", {.add_special = true});
+  ASSERT_EQ(with_bos.size(), plain.size() + 1);
+  EXPECT_EQ(with_bos.front(), 1);
+  EXPECT_TRUE(std::equal(plain.begin(), plain.end(), with_bos.begin() + 1));
+  // "<s>" is a control token: literal text unless parse_special.
+  EXPECT_EQ(tokenizer->Encode("<s>Hi", {.parse_special = true}).front(), 1);
+  EXPECT_NE(tokenizer->Encode("<s>Hi").front(), 1);
+  // After a special token the text gets the space prefix again, as llama.cpp does.
+  const std::vector<int32_t> after = tokenizer->Encode("<s>Hi", {.parse_special = true});
+  const std::vector<int32_t> alone = tokenizer->Encode("Hi");
+  EXPECT_EQ(std::vector<int32_t>(after.begin() + 1, after.end()), alone);
+  // Byte fallback: a character the vocabulary lacks becomes its UTF-8 bytes as <0xXX> tokens.
+  const std::vector<int32_t> bytes = tokenizer->Encode("\xF0\x9F\xA6\x99");  // U+1F999
+  ASSERT_EQ(bytes.size(), 5u);                                             // "▁" + 4 byte tokens
+  EXPECT_EQ(tokenizer->TokenText(bytes[1]), "<0xF0>");
+  EXPECT_EQ(tokenizer->Decode(bytes), "\xF0\x9F\xA6\x99");
+}
+
+}  // namespace
+}  // namespace strata::tokenizer

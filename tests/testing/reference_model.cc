@@ -1,0 +1,435 @@
+#include "tests/testing/reference_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/pack/pack_format.h"
+#include "engine/status_macros.h"
+#include "kernels/cpu/scheme.h"
+
+namespace strata::testing {
+namespace {
+
+using Hparams = ReferenceModel::Hparams;
+using Matrix = ReferenceModel::Matrix;
+
+absl::Status Prefixed(const std::string& where, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(where, ": ", s.message()));
+}
+
+std::string Shape(std::span<const int64_t> ne) { return absl::StrCat("[", absl::StrJoin(ne, ", "), "]"); }
+
+// Reads f32 copies of tensors from a GGUF, checking each one's shape.
+class TensorLoader {
+ public:
+  TensorLoader(const gguf::GgufModel& model, std::string path) : model_(model), path_(std::move(path)) {}
+
+  bool Has(const std::string& name) const { return model_.FindTensor(name) != nullptr; }
+
+  absl::StatusOr<std::vector<float>> Load(const std::string& name, std::vector<int64_t> ne) const {
+    const gguf::TensorInfo* t = model_.FindTensor(name);
+    if (t == nullptr) return absl::NotFoundError(absl::StrCat(path_, ": missing tensor '", name, "'"));
+    std::vector<int64_t> actual = t->ne;
+    while (actual.size() > ne.size() && actual.back() == 1) actual.pop_back();
+    if (actual != ne) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ": tensor '", name, "' has shape ", Shape(t->ne), ", expected ", Shape(ne)));
+    }
+    auto data = gguf::DequantizeTensor(*t);
+    if (!data.ok()) return Prefixed(path_, data.status());
+    return std::move(*data);
+  }
+
+  // A ggml weight of ne = [cols, rows].
+  absl::StatusOr<Matrix> LoadMatrix(const std::string& name, int64_t cols, int64_t rows) const {
+    Matrix m{rows, cols, {}};
+    ASSIGN_OR_RETURN(m.w, Load(name, {cols, rows}));
+    return m;
+  }
+
+ private:
+  const gguf::GgufModel& model_;
+  std::string path_;
+};
+
+absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string& path) {
+  Hparams hp;
+  auto fail = [&](const absl::Status& s) { return Prefixed(path, s); };
+  auto uint_key = [&](const std::string& key) -> absl::StatusOr<int64_t> {
+    auto v = md.GetUint(key);
+    if (!v.ok()) return fail(v.status());
+    if (*v == 0 || *v > (uint64_t{1} << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " is ", *v, ", expected 1 .. 2^30"));
+    }
+    return static_cast<int64_t>(*v);
+  };
+  auto uint_or = [&](const std::string& key, int64_t fallback) -> absl::StatusOr<int64_t> {
+    if (!md.Has(key)) return fallback;
+    return uint_key(key);
+  };
+
+  auto arch = md.GetString("general.architecture");
+  if (!arch.ok()) return fail(arch.status());
+  hp.arch = *arch;
+  if (hp.arch == "qwen3moe") {
+    hp.rope_style = RopeStyle::kNeox;
+    hp.qk_norm = true;
+  } else if (hp.arch == "llama") {
+    hp.rope_style = RopeStyle::kNormal;
+  } else {
+    return absl::UnimplementedError(absl::StrCat(path, ": general.architecture is '", hp.arch,
+                                                 "'; the reference model knows qwen3moe and llama"));
+  }
+  const std::string a = hp.arch + ".";
+  ASSIGN_OR_RETURN(hp.n_layer, uint_key(a + "block_count"));
+  ASSIGN_OR_RETURN(hp.n_embd, uint_key(a + "embedding_length"));
+  ASSIGN_OR_RETURN(hp.n_head, uint_key(a + "attention.head_count"));
+  ASSIGN_OR_RETURN(hp.n_head_kv, uint_or(a + "attention.head_count_kv", hp.n_head));
+  ASSIGN_OR_RETURN(hp.head_dim, uint_or(a + "attention.key_length", hp.n_embd / hp.n_head));
+  ASSIGN_OR_RETURN(const int64_t value_length, uint_or(a + "attention.value_length", hp.head_dim));
+  ASSIGN_OR_RETURN(const int64_t n_rot, uint_or(a + "rope.dimension_count", hp.head_dim));
+  ASSIGN_OR_RETURN(hp.n_expert, uint_or(a + "expert_count", 0));
+  if (hp.n_expert == 0) {
+    return absl::UnimplementedError(absl::StrCat(path, ": ", a, "expert_count is absent: not a MoE model"));
+  }
+  ASSIGN_OR_RETURN(hp.n_expert_used, uint_key(a + "expert_used_count"));
+  auto base = md.GetFloatOr(a + "rope.freq_base", 10000.0);
+  if (!base.ok()) return fail(base.status());
+  hp.rope_freq_base = *base;
+  auto eps = md.GetFloat(a + "attention.layer_norm_rms_epsilon");
+  if (!eps.ok()) return fail(eps.status());
+  hp.rms_eps = *eps;
+  auto shared = md.GetUintOr(a + "expert_shared_count", 0);
+  if (!shared.ok()) return fail(shared.status());
+  auto scaling = md.GetFloatOr(a + "rope.scaling.factor", 0.0);
+  if (!scaling.ok()) return fail(scaling.status());
+
+  if (hp.head_dim % 2 != 0 || value_length != hp.head_dim || n_rot != hp.head_dim) {
+    return absl::UnimplementedError(absl::StrCat(path, ": key_length ", hp.head_dim, ", value_length ",
+                                                 value_length, ", rope.dimension_count ", n_rot,
+                                                 "; expected all equal and even"));
+  }
+  if (hp.n_head % hp.n_head_kv != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", a, "attention.head_count ", hp.n_head,
+                                                   " is not a multiple of head_count_kv ", hp.n_head_kv));
+  }
+  if (hp.n_expert_used > hp.n_expert) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", a, "expert_used_count ", hp.n_expert_used,
+                                                   " exceeds expert_count ", hp.n_expert));
+  }
+  if (*shared != 0) {
+    return absl::UnimplementedError(absl::StrCat(path, ": ", a, "expert_shared_count is ", *shared,
+                                                 "; the reference model has no shared experts"));
+  }
+  if (*scaling != 0.0 && *scaling != 1.0) {
+    return absl::UnimplementedError(
+        absl::StrCat(path, ": ", a, "rope.scaling.factor is ", *scaling, "; RoPE scaling is not implemented"));
+  }
+  if (!(hp.rms_eps > 0.0) || !(hp.rope_freq_base > 0.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": rms epsilon ", hp.rms_eps, " and rope.freq_base ",
+                                                   hp.rope_freq_base, " must be positive"));
+  }
+  return hp;
+}
+
+// Everything but the experts. Sets hp->n_vocab from token_embd.weight.
+absl::Status LoadDense(const gguf::GgufModel& model, const TensorLoader& loader, const std::string& path,
+                       Hparams* hp, ReferenceModel::Weights* w) {
+  const gguf::TensorInfo* embd = model.FindTensor("token_embd.weight");
+  if (embd == nullptr) return absl::NotFoundError(absl::StrCat(path, ": missing tensor 'token_embd.weight'"));
+  if (embd->ne.size() != 2 || embd->ne[0] != hp->n_embd) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": tensor 'token_embd.weight' has shape ", Shape(embd->ne),
+                                                   ", expected [", hp->n_embd, ", n_vocab]"));
+  }
+  hp->n_vocab = embd->ne[1];
+  const int64_t d = hp->n_embd, q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+  ASSIGN_OR_RETURN(w->token_embd, loader.LoadMatrix("token_embd.weight", d, hp->n_vocab));
+  w->layers.resize(hp->n_layer);
+  for (int64_t l = 0; l < hp->n_layer; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    ReferenceModel::Layer& layer = w->layers[l];
+    ASSIGN_OR_RETURN(layer.attn_norm, loader.Load(p + "attn_norm.weight", {d}));
+    ASSIGN_OR_RETURN(layer.wq, loader.LoadMatrix(p + "attn_q.weight", d, q_dim));
+    ASSIGN_OR_RETURN(layer.wk, loader.LoadMatrix(p + "attn_k.weight", d, kv_dim));
+    ASSIGN_OR_RETURN(layer.wv, loader.LoadMatrix(p + "attn_v.weight", d, kv_dim));
+    ASSIGN_OR_RETURN(layer.wo, loader.LoadMatrix(p + "attn_output.weight", q_dim, d));
+    if (hp->qk_norm) {
+      ASSIGN_OR_RETURN(layer.q_norm, loader.Load(p + "attn_q_norm.weight", {hp->head_dim}));
+      ASSIGN_OR_RETURN(layer.k_norm, loader.Load(p + "attn_k_norm.weight", {hp->head_dim}));
+    }
+    ASSIGN_OR_RETURN(layer.ffn_norm, loader.Load(p + "ffn_norm.weight", {d}));
+    ASSIGN_OR_RETURN(layer.router, loader.LoadMatrix(p + "ffn_gate_inp.weight", d, hp->n_expert));
+  }
+  ASSIGN_OR_RETURN(w->output_norm, loader.Load("output_norm.weight", {d}));
+  if (loader.Has("output.weight")) {
+    ASSIGN_OR_RETURN(w->output, loader.LoadMatrix("output.weight", d, hp->n_vocab));
+  } else {
+    w->output = w->token_embd;
+  }
+  return absl::OkStatus();
+}
+
+// Rows [e * rows, (e + 1) * rows) of a stack of per-expert matrices.
+Matrix Slice(const std::vector<float>& all, int64_t e, int64_t rows, int64_t cols) {
+  Matrix m{rows, cols, {}};
+  const auto begin = all.begin() + e * rows * cols;
+  m.w.assign(begin, begin + rows * cols);
+  return m;
+}
+
+std::vector<float> MatVec(const Matrix& m, std::span<const float> x) {
+  std::vector<float> y(m.rows);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    double acc = 0;
+    for (int64_t c = 0; c < m.cols; ++c) acc += static_cast<double>(m.w[r * m.cols + c]) * x[c];
+    y[r] = static_cast<float>(acc);
+  }
+  return y;
+}
+
+// x / sqrt(mean(x^2) + eps) * weight, in place.
+void RmsNorm(std::span<float> x, const std::vector<float>& weight, double eps) {
+  double sum_sq = 0;
+  for (float v : x) sum_sq += static_cast<double>(v) * v;
+  const double scale = 1.0 / std::sqrt(sum_sq / static_cast<double>(x.size()) + eps);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(x[i] * scale) * weight[i];
+}
+
+float Silu(float v) { return static_cast<float>(v / (1.0 + std::exp(-static_cast<double>(v)))); }
+
+}  // namespace
+
+void ApplyRope(RopeStyle style, double freq_base, int64_t pos, std::span<float> head) {
+  const size_t half = head.size() / 2;
+  for (size_t i = 0; i < half; ++i) {
+    const double theta = static_cast<double>(pos) * std::pow(freq_base, -2.0 * i / head.size());
+    const size_t a = style == RopeStyle::kNormal ? 2 * i : i;
+    const size_t b = style == RopeStyle::kNormal ? 2 * i + 1 : i + half;
+    const double x0 = head[a], x1 = head[b];
+    head[a] = static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta));
+    head[b] = static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::FromGguf(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufModel> model, gguf::GgufModel::Open(path));
+  auto ref = absl::WrapUnique(new ReferenceModel);
+  Hparams& hp = ref->hparams_;
+  ASSIGN_OR_RETURN(hp, ReadHparams(model->metadata(), path));
+  TensorLoader loader(*model, path);
+  RETURN_IF_ERROR(LoadDense(*model, loader, path, &hp, &ref->weights_));
+
+  const gguf::TensorInfo* gate0 = model->FindTensor("blk.0.ffn_gate_exps.weight");
+  if (gate0 == nullptr || gate0->ne.size() != 3 || gate0->ne[1] <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected a 3-D tensor 'blk.0.ffn_gate_exps.weight' [n_embd, expert_ff, n_expert]"));
+  }
+  hp.expert_ff = gate0->ne[1];
+  const int64_t d = hp.n_embd, ff = hp.expert_ff;
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    ASSIGN_OR_RETURN(const std::vector<float> gate, loader.Load(p + "ffn_gate_exps.weight", {d, ff, hp.n_expert}));
+    ASSIGN_OR_RETURN(const std::vector<float> up, loader.Load(p + "ffn_up_exps.weight", {d, ff, hp.n_expert}));
+    ASSIGN_OR_RETURN(const std::vector<float> down, loader.Load(p + "ffn_down_exps.weight", {ff, d, hp.n_expert}));
+    std::vector<Expert>& experts = ref->weights_.layers[l].experts;
+    for (int64_t e = 0; e < hp.n_expert; ++e) {
+      experts.push_back({Slice(gate, e, ff, d), Slice(up, e, ff, d), Slice(down, e, d, ff)});
+    }
+  }
+  return ref;
+}
+
+absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::FromPack(const std::string& pack_dir) {
+  ASSIGN_OR_RETURN(const pack::v1::Manifest manifest, pack::ReadManifest(pack_dir));
+  const std::string manifest_path = absl::StrCat(pack_dir, "/", pack::kManifestFile);
+  if (absl::Status s = pack::CheckManifest(manifest); !s.ok()) return Prefixed(manifest_path, s);
+  auto layout = pack::LayoutFromManifest(manifest);
+  if (!layout.ok()) return Prefixed(manifest_path, layout.status());
+
+  const std::string dense_path = absl::StrCat(pack_dir, "/", pack::kDenseFile);
+  ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufModel> model, gguf::GgufModel::Open(dense_path));
+  auto ref = absl::WrapUnique(new ReferenceModel);
+  Hparams& hp = ref->hparams_;
+  ASSIGN_OR_RETURN(hp, ReadHparams(model->metadata(), dense_path));
+  TensorLoader loader(*model, dense_path);
+  RETURN_IF_ERROR(LoadDense(*model, loader, dense_path, &hp, &ref->weights_));
+
+  // The manifest must describe the model dense.gguf describes, with every block a MoE block.
+  const pack::v1::Geometry& g = manifest.geometry();
+  const std::pair<const char*, std::pair<int64_t, int64_t>> checks[] = {
+      {"n_layer", {g.n_layer(), hp.n_layer}},
+      {"n_moe_layers", {g.n_moe_layers(), hp.n_layer}},
+      {"n_embd", {g.n_embd(), hp.n_embd}},
+      {"n_expert", {g.n_expert(), hp.n_expert}},
+      {"n_expert_used", {g.n_expert_used(), hp.n_expert_used}},
+      {"n_shared_experts", {g.n_shared_experts(), 0}}};
+  for (const auto& [field, values] : checks) {
+    if (values.first != values.second) {
+      return absl::InvalidArgumentError(absl::StrCat(manifest_path, ": geometry.", field, " is ", values.first,
+                                                     " but ", dense_path, " implies ", values.second));
+    }
+  }
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    if (g.moe_layers(l) != l) {
+      return absl::UnimplementedError(absl::StrCat(manifest_path, ": geometry.moe_layers[", l, "] is ",
+                                                   g.moe_layers(l), "; the reference model needs every block MoE"));
+    }
+  }
+  hp.expert_ff = layout->expert_ff;
+
+  const std::string experts_path = absl::StrCat(pack_dir, "/", pack::kExpertsFile);
+  std::ifstream in(experts_path, std::ios::binary | std::ios::ate);
+  if (!in) return absl::NotFoundError(absl::StrCat(experts_path, ": cannot open"));
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  if (size != manifest.experts_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(experts_path, ": size is ", size, " bytes, manifest says ",
+                                                   manifest.experts_bytes()));
+  }
+  const int64_t d = hp.n_embd, ff = hp.expert_ff;
+  const int64_t rows[3] = {ff, ff, d}, cols[3] = {d, d, ff};
+  std::vector<uint8_t> blob(layout->blob_bytes);
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    for (int64_t e = 0; e < hp.n_expert; ++e) {
+      in.seekg(static_cast<std::streamoff>(pack::BlobIndex(manifest, l, e) * layout->blob_bytes));
+      if (!in.read(reinterpret_cast<char*>(blob.data()), static_cast<std::streamsize>(blob.size()))) {
+        return absl::DataLossError(absl::StrCat(experts_path, ": cannot read blob of layer ", l, " expert ", e));
+      }
+      Matrix* roles[3];
+      Expert& expert = ref->weights_.layers[l].experts.emplace_back();
+      roles[0] = &expert.gate, roles[1] = &expert.up, roles[2] = &expert.down;
+      for (int r = 0; r < 3; ++r) {
+        *roles[r] = Matrix{rows[r], cols[r], std::vector<float>(rows[r] * cols[r])};
+        kernels::DequantizeRole(layout->scheme, blob.data() + layout->role_offset[r], rows[r], cols[r],
+                                roles[r]->w.data());
+      }
+    }
+  }
+  return ref;
+}
+
+std::vector<float> ReferenceModel::MoeForward(const Layer& layer, const std::vector<float>& h, Route* route) const {
+  const std::vector<float> logits = MatVec(layer.router, h);
+  // Softmax over every expert, in double.
+  double max_logit = logits[0];
+  for (float v : logits) max_logit = std::max(max_logit, static_cast<double>(v));
+  std::vector<double> probs(logits.size());
+  double total = 0;
+  for (size_t e = 0; e < logits.size(); ++e) total += probs[e] = std::exp(logits[e] - max_logit);
+  for (double& p : probs) p /= total;
+  // Top-k by repeated arg-max; a strict comparison keeps the lower index on ties.
+  std::vector<bool> taken(probs.size(), false);
+  route->experts.clear();
+  double picked_sum = 0;
+  for (int64_t k = 0; k < hparams_.n_expert_used; ++k) {
+    int best = -1;
+    for (size_t e = 0; e < probs.size(); ++e) {
+      if (!taken[e] && (best < 0 || probs[e] > probs[best])) best = static_cast<int>(e);
+    }
+    taken[best] = true;
+    route->experts.push_back(best);
+    picked_sum += probs[best];
+  }
+  route->weights.clear();
+  for (int e : route->experts) route->weights.push_back(static_cast<float>(probs[e] / picked_sum));
+
+  std::vector<float> out(hparams_.n_embd, 0.0f);
+  for (size_t k = 0; k < route->experts.size(); ++k) {
+    const Expert& expert = layer.experts[route->experts[k]];
+    const std::vector<float> gate = MatVec(expert.gate, h);
+    const std::vector<float> up = MatVec(expert.up, h);
+    std::vector<float> act(gate.size());
+    for (size_t i = 0; i < act.size(); ++i) act[i] = Silu(gate[i]) * up[i];
+    const std::vector<float> down = MatVec(expert.down, act);
+    for (int64_t i = 0; i < hparams_.n_embd; ++i) out[i] += route->weights[k] * down[i];
+  }
+  return out;
+}
+
+std::vector<float> ReferenceModel::Logits(std::span<const int32_t> tokens,
+                                          std::vector<std::vector<Route>>* routes) const {
+  const Hparams& hp = hparams_;
+  const int64_t n = static_cast<int64_t>(tokens.size()), d = hp.n_embd, hd = hp.head_dim;
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= hp.n_vocab) return {};
+  }
+  if (routes != nullptr) routes->assign(hp.n_layer, std::vector<Route>(n));
+
+  // The residual stream, one vector per position.
+  std::vector<std::vector<float>> x(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto row = weights_.token_embd.w.begin() + tokens[i] * d;
+    x[i].assign(row, row + d);
+  }
+  const int64_t group = hp.n_head / hp.n_head_kv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (int64_t l = 0; l < hp.n_layer; ++l) {
+    const Layer& layer = weights_.layers[l];
+    std::vector<std::vector<float>> q(n), k(n), v(n);
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> h = x[i];
+      RmsNorm(h, layer.attn_norm, hp.rms_eps);
+      q[i] = MatVec(layer.wq, h);
+      k[i] = MatVec(layer.wk, h);
+      v[i] = MatVec(layer.wv, h);
+      for (int64_t head = 0; head < hp.n_head; ++head) {
+        std::span<float> qh(q[i].data() + head * hd, hd);
+        if (hp.qk_norm) RmsNorm(qh, layer.q_norm, hp.rms_eps);
+        ApplyRope(hp.rope_style, hp.rope_freq_base, i, qh);
+      }
+      for (int64_t head = 0; head < hp.n_head_kv; ++head) {
+        std::span<float> kh(k[i].data() + head * hd, hd);
+        if (hp.qk_norm) RmsNorm(kh, layer.k_norm, hp.rms_eps);
+        ApplyRope(hp.rope_style, hp.rope_freq_base, i, kh);
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> attn(hp.n_head * hd, 0.0f);
+      for (int64_t head = 0; head < hp.n_head; ++head) {
+        const int64_t kv = head / group;
+        const float* qh = q[i].data() + head * hd;
+        // Causal: position i attends to positions 0..i.
+        std::vector<double> p(i + 1);
+        double max_score = -INFINITY, total = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qh[c]) * k[j][kv * hd + c];
+          p[j] = dot * scale;
+          max_score = std::max(max_score, p[j]);
+        }
+        for (int64_t j = 0; j <= i; ++j) total += p[j] = std::exp(p[j] - max_score);
+        for (int64_t c = 0; c < hd; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j <= i; ++j) acc += p[j] / total * v[j][kv * hd + c];
+          attn[head * hd + c] = static_cast<float>(acc);
+        }
+      }
+      const std::vector<float> out = MatVec(layer.wo, attn);
+      for (int64_t c = 0; c < d; ++c) x[i][c] += out[c];
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> h = x[i];
+      RmsNorm(h, layer.ffn_norm, hp.rms_eps);
+      Route route;
+      const std::vector<float> moe = MoeForward(layer, h, &route);
+      for (int64_t c = 0; c < d; ++c) x[i][c] += moe[c];
+      if (routes != nullptr) (*routes)[l][i] = std::move(route);
+    }
+  }
+
+  std::vector<float> logits;
+  logits.reserve(n * hp.n_vocab);
+  for (int64_t i = 0; i < n; ++i) {
+    RmsNorm(x[i], weights_.output_norm, hp.rms_eps);
+    const std::vector<float> row = MatVec(weights_.output, x[i]);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  return logits;
+}
+
+}  // namespace strata::testing

@@ -1,0 +1,121 @@
+#ifndef STRATA_TESTS_TESTING_REFERENCE_MODEL_H_
+#define STRATA_TESTS_TESTING_REFERENCE_MODEL_H_
+
+// A plain f32 forward pass of a MoE model, written for readability: the oracle the engine's tests compare
+// against. Every weight is dequantized to f32 at load; dot products accumulate in double.
+//
+// Semantics follow llama.cpp for the architectures "qwen3moe" and "llama" with expert_count > 0
+// (Mixtral), as read from llama.cpp's graph builders (src/models/qwen3moe.cpp, llama.cpp) and
+// llama_model_rope_type:
+//   - Pre-norm blocks: x += Wo Attn(RMSNorm(x) * attn_norm); x += MoE(RMSNorm(x) * ffn_norm).
+//   - RMSNorm(x) = x / sqrt(mean(x^2) + eps), eps = attention.layer_norm_rms_epsilon.
+//   - qwen3moe applies a per-head RMSNorm (attn_q_norm / attn_k_norm, same eps) to q and k before RoPE.
+//   - RoPE: qwen3moe is NEOX style (rotates (i, i + d/2)), llama is NORMAL style (rotates (2i, 2i + 1)),
+//     theta_i = pos * freq_base^(-2i / d) with d = head_dim (llama.cpp asserts n_rot == head_dim here).
+//   - Causal GQA attention scaled by 1/sqrt(head_dim); query head h reads kv head h / (n_head / n_head_kv).
+//   - Router: softmax over all experts, top-k (ties go to the lower index), the k probabilities renormalized
+//     to sum 1 (build_moe_ffn with norm_w = true and softmax gating, for both architectures; for Mixtral this
+//     equals a softmax over the top-k logits).
+//   - Expert: down(silu(gate h) * up h). Final RMSNorm with output_norm, then output.weight, or the token
+//     embedding when output.weight is absent (tied).
+// Every block must be a MoE block; shared experts and RoPE scaling are refused as unimplemented.
+//
+// A ReferenceModel owns its weights. Logits() is const and may be called from several threads at once;
+// mutable_weights() is for tests that edit a loaded model and must not race with Logits().
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace strata::testing {
+
+enum class RopeStyle { kNormal, kNeox };
+
+// Rotates one head (head.size() = head_dim, even) in place for position `pos`.
+void ApplyRope(RopeStyle style, double freq_base, int64_t pos, std::span<float> head);
+
+class ReferenceModel {
+ public:
+  struct Hparams {
+    std::string arch;  // general.architecture: "qwen3moe" or "llama"
+    int64_t n_layer = 0;
+    int64_t n_embd = 0;
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;
+    int64_t n_expert = 0;
+    int64_t n_expert_used = 0;
+    int64_t expert_ff = 0;
+    int64_t n_vocab = 0;
+    double rope_freq_base = 10000.0;
+    double rms_eps = 1e-6;
+    RopeStyle rope_style = RopeStyle::kNormal;
+    bool qk_norm = false;
+  };
+
+  // A rows x cols matrix, row-major: y[r] = sum_c w[r * cols + c] x[c]. A ggml tensor of ne = [in, out]
+  // is rows = out, cols = in.
+  struct Matrix {
+    int64_t rows = 0;
+    int64_t cols = 0;
+    std::vector<float> w;
+  };
+  struct Expert {
+    Matrix gate;  // expert_ff x n_embd
+    Matrix up;    // expert_ff x n_embd
+    Matrix down;  // n_embd x expert_ff
+  };
+  struct Layer {
+    std::vector<float> attn_norm, ffn_norm;  // n_embd
+    std::vector<float> q_norm, k_norm;       // head_dim; empty unless qk_norm
+    Matrix wq, wk, wv, wo;
+    Matrix router;  // n_expert x n_embd
+    std::vector<Expert> experts;
+  };
+  struct Weights {
+    Matrix token_embd;  // n_vocab x n_embd: row t is token t's embedding
+    std::vector<Layer> layers;
+    std::vector<float> output_norm;
+    Matrix output;  // n_vocab x n_embd (a copy of token_embd when tied)
+  };
+
+  // The experts one MoE block picked for one position, in pick order, with their normalized weights.
+  struct Route {
+    std::vector<int> experts;
+    std::vector<float> weights;
+  };
+
+  // A full GGUF holding the expert tensors blk.N.ffn_{gate,up,down}_exps.weight (one file or split shards).
+  static absl::StatusOr<std::unique_ptr<ReferenceModel>> FromGguf(const std::string& path);
+
+  // A pack: dense tensors and metadata from dense.gguf, experts from experts.bin, each role decoded with
+  // kernels::DequantizeRole (so quantized schemes are seen exactly as stored).
+  static absl::StatusOr<std::unique_ptr<ReferenceModel>> FromPack(const std::string& pack_dir);
+
+  // Logits of every position: tokens.size() rows of n_vocab(), recomputed causally from scratch (position
+  // i is at RoPE position i). Returns an empty vector when a token is outside [0, n_vocab). When `routes`
+  // is given it receives routes[layer][position].
+  std::vector<float> Logits(std::span<const int32_t> tokens,
+                            std::vector<std::vector<Route>>* routes = nullptr) const;
+
+  int64_t n_vocab() const { return hparams_.n_vocab; }
+  const Hparams& hparams() const { return hparams_; }
+  const Weights& weights() const { return weights_; }
+  Weights& mutable_weights() { return weights_; }
+
+ private:
+  ReferenceModel() = default;
+
+  std::vector<float> MoeForward(const Layer& layer, const std::vector<float>& h, Route* route) const;
+
+  Hparams hparams_;
+  Weights weights_;
+};
+
+}  // namespace strata::testing
+
+#endif  // STRATA_TESTS_TESTING_REFERENCE_MODEL_H_
