@@ -21,6 +21,9 @@ constexpr size_t kSortLimit = 4096;
 // First chunk that top-p sorts when the candidates are not sorted yet; each next chunk is 4x larger.
 constexpr size_t kTopPFirstChunk = 256;
 
+// Top-k up to this size selects with a heap in one pass; larger k collects everything and selects.
+constexpr size_t kHeapTopK = 1024;
+
 uint64_t SplitMix64(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -126,6 +129,96 @@ int32_t Sampler::Greedy() const {
   return best;  // -1 when every logit is -inf
 }
 
+bool Sampler::SortIfSmall(size_t n) {
+  if (n > kSortLimit) return false;
+  std::sort(candidates_.begin(), candidates_.begin() + n, Better);
+  return true;
+}
+
+bool Sampler::CollectTopK(size_t k) {
+  candidates_.clear();
+  if (k > kHeapTopK) {
+    for (int32_t i = 0; i < n_vocab_; ++i) {
+      if (work_[i] != -kInf) candidates_.push_back({work_[i], i});
+    }
+    if (k < candidates_.size()) {
+      std::nth_element(candidates_.begin(), candidates_.begin() + (k - 1), candidates_.end(), Better);
+      candidates_.resize(k);
+    }
+    return SortIfSmall(candidates_.size());
+  }
+  // A heap of the best k so far with the worst on top. Ids rise during the scan, so a later token that
+  // only ties the worst logit ranks below it and can be rejected with one comparison.
+  candidates_.reserve(k);
+  float worst = -kInf;
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    const float l = work_[i];
+    if (l <= worst) continue;
+    if (candidates_.size() < k) {
+      candidates_.push_back({l, i});
+      std::push_heap(candidates_.begin(), candidates_.end(), Better);
+      if (candidates_.size() == k) worst = candidates_.front().logit;
+      continue;
+    }
+    std::pop_heap(candidates_.begin(), candidates_.end(), Better);
+    candidates_.back() = {l, i};
+    std::push_heap(candidates_.begin(), candidates_.end(), Better);
+    worst = candidates_.front().logit;
+  }
+  std::sort(candidates_.begin(), candidates_.end(), Better);
+  return true;
+}
+
+bool Sampler::CollectAbove(float threshold) {
+  candidates_.clear();
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    if (work_[i] >= threshold && work_[i] != -kInf) candidates_.push_back({work_[i], i});
+  }
+  return SortIfSmall(candidates_.size());
+}
+
+namespace {
+
+// Top-p's histogram: bucket b holds logits in (max - (b + 1) / kBucketsPerLogit, max - b / kBucketsPerLogit];
+// the last bucket also takes everything lower. Higher logits never land in a later bucket.
+constexpr int kBuckets = 256;
+constexpr float kBucketsPerLogit = 8.0f;
+
+int Bucket(float max_logit, float logit) {
+  const float d = (max_logit - logit) * kBucketsPerLogit;
+  return d < static_cast<float>(kBuckets - 1) ? static_cast<int>(d) : kBuckets - 1;
+}
+
+}  // namespace
+
+bool Sampler::CollectNucleusCandidates(float max_logit, float threshold, double& z) {
+  double mass[kBuckets] = {};
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    const float l = work_[i];
+    if (l == -kInf) continue;
+    mass[Bucket(max_logit, l)] += std::exp(l - max_logit);
+  }
+  z = 0;
+  for (double m : mass) z += m;
+  // The nucleus ends in the first bucket where the mass from the top reaches top_p.
+  const double target = static_cast<double>(params_.top_p) * z;
+  int last = kBuckets - 1;
+  double cum = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    cum += mass[b];
+    if (cum >= target) {
+      last = b;
+      break;
+    }
+  }
+  candidates_.clear();
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    const float l = work_[i];
+    if (l != -kInf && l >= threshold && Bucket(max_logit, l) <= last) candidates_.push_back({l, i});
+  }
+  return SortIfSmall(candidates_.size());
+}
+
 size_t Sampler::TopPPrefix(size_t n, float max_logit, double z, bool sorted) {
   const double target = static_cast<double>(params_.top_p) * z;
   const auto begin = candidates_.begin();
@@ -158,7 +251,7 @@ int32_t Sampler::DrawFromCandidates(size_t n, float max_logit) {
   }
   const double target = rng_.NextDouble() * sum;
   double cum = 0;
-  int32_t last_positive = candidates_[0].id;
+  int32_t last_positive = -1;
   for (size_t i = 0; i < n; ++i) {
     if (work_[i] <= 0) continue;
     cum += work_[i];
@@ -189,6 +282,50 @@ int32_t Sampler::DrawFromVocab(const Candidate& cut, float max_logit) {
   return last_positive;
 }
 
+int32_t Sampler::SampleFiltered(float max_logit) {
+  const bool top_k_on = params_.top_k > 0 && params_.top_k < n_vocab_;
+  const bool top_p_on = params_.top_p < 1;
+  const bool min_p_on = params_.min_p > 0;
+  if (!top_k_on && !top_p_on && !min_p_on) {
+    return DrawFromVocab(Candidate{-kInf, std::numeric_limits<int32_t>::max()}, max_logit);
+  }
+  // Every filter keeps a prefix of the Better order, so the kept set is candidates_[0, kept) once the
+  // filters have run, and membership can also be tested against its worst element.
+  const float min_p_threshold = min_p_on ? max_logit + std::log(params_.min_p) : -kInf;
+  double z = 0;
+  bool sorted;
+  bool min_p_applied = false;
+  if (top_k_on) {
+    sorted = CollectTopK(static_cast<size_t>(params_.top_k));
+    // Top-p measures mass within the top-k set, so it normalizes before min-p shrinks the set.
+    if (top_p_on) {
+      for (const Candidate& c : candidates_) z += std::exp(c.logit - max_logit);
+    }
+  } else if (top_p_on) {
+    sorted = CollectNucleusCandidates(max_logit, min_p_threshold, z);
+    min_p_applied = true;
+  } else {
+    sorted = CollectAbove(min_p_threshold);
+    min_p_applied = true;
+  }
+  if (candidates_.empty()) return -1;
+
+  const auto begin = candidates_.begin();
+  size_t kept = candidates_.size();
+  if (min_p_on && !min_p_applied) {
+    const auto above = [min_p_threshold](const Candidate& c) { return c.logit >= min_p_threshold; };
+    kept = sorted ? static_cast<size_t>(std::partition_point(begin, begin + kept, above) - begin)
+                  : static_cast<size_t>(std::partition(begin, begin + kept, above) - begin);
+  }
+  if (top_p_on) {
+    kept = TopPPrefix(kept, max_logit, z, sorted);
+    sorted = true;  // TopPPrefix sorts what it keeps
+  }
+  if (!sorted) sorted = SortIfSmall(kept);
+  if (sorted) return DrawFromCandidates(kept, max_logit);
+  return DrawFromVocab(*std::max_element(begin, begin + kept, Better), max_logit);
+}
+
 void Sampler::FillTopLogprobs(std::span<const float> logits, double log_z, SampleResult& result) const {
   const size_t want = std::min<size_t>(static_cast<size_t>(params_.top_logprobs), logits.size());
   if (want == 0) return;
@@ -211,7 +348,7 @@ void Sampler::FillTopLogprobs(std::span<const float> logits, double log_z, Sampl
   }
 }
 
-absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
+absl::Status Sampler::LoadLogits(std::span<const float> logits) {
   if (logits.size() != static_cast<size_t>(n_vocab_)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("logits: %d values, expected n_vocab = %d", logits.size(), n_vocab_));
@@ -220,7 +357,7 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
   work_.resize(n_vocab_);
   std::memcpy(work_.data(), logits.data(), logits.size() * sizeof(float));
   bool bad = false;
-  for (float v : work_) bad |= !(v < kInf);  // NaN or +inf; no early exit, so this vectorizes
+  for (float v : work_) bad |= !(v < kInf);  // NaN or +inf; no early exit, so this can vectorize
   if (bad) {
     for (size_t i = 0; i < logits.size(); ++i) {
       if (!(logits[i] < kInf)) {
@@ -228,6 +365,11 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
+  if (absl::Status s = LoadLogits(logits); !s.ok()) return s;
 
   SampleResult result;
   double log_z = 0;
@@ -242,58 +384,15 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
   if (penalties_on()) ApplyPenalties();
   for (int32_t token : suppressed_) work_[token] = -kInf;
 
-  const absl::Status nothing_to_sample =
-      absl::InvalidArgumentError("logits: no token has a finite logit after penalties and suppression");
   if (params_.temperature == 0) {
     result.token = Greedy();
-    if (result.token < 0) return nothing_to_sample;
   } else {
-    // The candidates: every token with a finite logit, in id order.
-    candidates_.clear();
     float max_logit = -kInf;
-    for (int32_t i = 0; i < n_vocab_; ++i) {
-      if (work_[i] == -kInf) continue;
-      candidates_.push_back({work_[i], i});
-      max_logit = std::max(max_logit, work_[i]);
-    }
-    size_t n = candidates_.size();
-    if (n == 0) return nothing_to_sample;
-    const auto begin = candidates_.begin();
-    bool sorted = false;
-    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-      n = static_cast<size_t>(params_.top_k);
-      std::nth_element(begin, begin + (n - 1), candidates_.end(), Better);
-    }
-    const bool filtered = n < candidates_.size() || params_.top_p < 1 || params_.min_p > 0;
-    if (filtered && n <= kSortLimit) {
-      std::sort(begin, begin + n, Better);
-      sorted = true;
-    }
-    // Top-p measures mass within the top-k set, so its normalizer is taken before min-p shrinks it.
-    double z = 0;
-    if (params_.top_p < 1) {
-      for (size_t i = 0; i < n; ++i) z += std::exp(candidates_[i].logit - max_logit);
-    }
-    size_t kept = n;
-    if (params_.min_p > 0) {
-      const float threshold = max_logit + std::log(params_.min_p);
-      const auto above = [threshold](const Candidate& c) { return c.logit >= threshold; };
-      kept = sorted ? static_cast<size_t>(std::partition_point(begin, begin + n, above) - begin)
-                    : static_cast<size_t>(std::partition(begin, begin + n, above) - begin);
-    }
-    if (params_.top_p < 1) {
-      kept = TopPPrefix(kept, max_logit, z, sorted);
-      sorted = true;  // TopPPrefix sorts what it keeps
-    }
-    if (!filtered) {
-      result.token = DrawFromVocab(Candidate{-kInf, std::numeric_limits<int32_t>::max()}, max_logit);
-    } else if (sorted || kept <= kSortLimit) {
-      if (!sorted) std::sort(begin, begin + kept, Better);
-      result.token = DrawFromCandidates(kept, max_logit);
-    } else {
-      result.token = DrawFromVocab(*std::max_element(begin, begin + kept, Better), max_logit);
-    }
-    if (result.token < 0) return nothing_to_sample;
+    for (float v : work_) max_logit = std::max(max_logit, v);
+    if (max_logit != -kInf) result.token = SampleFiltered(max_logit);
+  }
+  if (result.token < 0) {
+    return absl::InvalidArgumentError("logits: no token has a finite logit after penalties and suppression");
   }
 
   if (params_.logprobs) {

@@ -83,10 +83,18 @@ class Sampler {
   }
 
   bool penalties_on() const;
+  absl::Status LoadLogits(std::span<const float> logits);
   void ApplyPenalties();
   void FillTopLogprobs(std::span<const float> logits, double log_z, SampleResult& result) const;
   int32_t Greedy() const;
-  int32_t Draw();
+  int32_t SampleFiltered(float max_logit);
+  // Each Collect* fills candidates_ from work_ and returns whether candidates_ is sorted (Better order).
+  bool CollectTopK(size_t k);
+  bool CollectAbove(float threshold);
+  // Collects the tokens that may lie in the top-p nucleus (and reach `threshold`): a superset found by
+  // a histogram of probability mass over logit buckets. Sets `z` to the mass of all tokens.
+  bool CollectNucleusCandidates(float max_logit, float threshold, double& z);
+  bool SortIfSmall(size_t n);
   // Over candidates_[0, n), which are the best n of the set (sorted already when `sorted`): returns how
   // many of them top-p keeps, leaving that prefix sorted. `z` is the sum of exp(logit - max) over the
   // set top-p normalizes by.

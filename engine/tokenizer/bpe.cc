@@ -1,17 +1,18 @@
 #include "engine/tokenizer/bpe.h"
 
-#include <algorithm>
 #include <queue>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/log.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace strata::tokenizer {
 namespace {
 
-// A symbol of the word being merged: a byte range, linked to its live neighbours.
+// A symbol of the word being merged: a byte range of the word, linked to its live neighbours.
 struct Symbol {
+  int32_t id;       // its token (-1 only for a byte the vocabulary lacks)
   uint32_t begin;
   uint32_t length;  // 0 once merged into its left neighbour
   int32_t prev;
@@ -22,6 +23,7 @@ struct Bigram {
   int32_t rank;
   int32_t left;
   int32_t right;
+  int32_t result;
   uint32_t length;  // of left + right when queued; a mismatch later means the pair is stale
 };
 
@@ -45,7 +47,17 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(const std::vector<std
   if (!pre_tokenizer.ok()) return pre_tokenizer.status();
   model->pre_tokenizer_ = *std::move(pre_tokenizer);
 
-  model->ranks_.reserve(merges.size());
+  std::string encoded;
+  for (int b = 0; b < 256; ++b) {
+    const char byte = static_cast<char>(b);
+    encoded.clear();
+    ByteLevelEncode(std::string_view(&byte, 1), &encoded);
+    model->byte_ids_[b] = model->Find(encoded);
+  }
+
+  model->merges_.reserve(merges.size());
+  std::string joined;
+  size_t unusable = 0;
   for (size_t i = 0; i < merges.size(); ++i) {
     const std::string& merge = merges[i];
     // The separator is the first space after the first byte, so a left part may itself be a space.
@@ -54,15 +66,24 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(const std::vector<std
       return absl::InvalidArgumentError(absl::StrCat("tokenizer metadata: tokenizer.ggml.merges[", i, "] = '",
                                                      merge, "' is not two symbols separated by a space"));
     }
-    model->ranks_.try_emplace(std::make_pair(merge.substr(0, space), merge.substr(space + 1)),
-                              static_cast<int32_t>(i));
+    const std::string_view left = std::string_view(merge).substr(0, space);
+    const std::string_view right = std::string_view(merge).substr(space + 1);
+    joined.assign(left);
+    joined.append(right);
+    const int32_t left_id = model->Find(left);
+    const int32_t right_id = model->Find(right);
+    const int32_t result = model->Find(joined);
+    if (left_id < 0 || right_id < 0 || result < 0) {
+      ++unusable;
+      continue;
+    }
+    model->merges_.try_emplace(PairKey(left_id, right_id), Merge{static_cast<int32_t>(i), result});
+  }
+  if (unusable > 0) {
+    spdlog::warn("tokenizer: {} of {} merges name symbols outside the vocabulary; ignoring them", unusable,
+                 merges.size());
   }
   return model;
-}
-
-int32_t BpeModel::Rank(std::string_view left, std::string_view right) const {
-  const auto it = ranks_.find(TextPair(left, right));
-  return it == ranks_.end() ? -1 : it->second;
 }
 
 int32_t BpeModel::Find(std::string_view text) const {
@@ -79,43 +100,37 @@ void BpeModel::Encode(std::string_view text, std::vector<int32_t>* out) const {
   }
   std::vector<std::string_view> words;
   pre_tokenizer_->Split(text, &words);
-  std::string encoded;
-  for (std::string_view word : words) {
-    encoded.clear();
-    ByteLevelEncode(word, &encoded);
-    EncodeWord(encoded, out);
-  }
+  std::string scratch;
+  for (std::string_view word : words) EncodeWord(word, &scratch, out);
 }
 
-void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) const {
+void BpeModel::EncodeWord(std::string_view word, std::string* scratch, std::vector<int32_t>* out) const {
   if (ignore_merges_) {
-    const int32_t id = Find(word);
+    scratch->clear();
+    ByteLevelEncode(word, scratch);
+    const int32_t id = Find(*scratch);
     if (id >= 0) {
       out->push_back(id);
       return;
     }
   }
 
-  // `word` is valid UTF-8 (the byte alphabet), so its characters are its symbols.
-  std::vector<Symbol> symbols;
-  symbols.reserve(word.size());
-  for (uint32_t pos = 0; pos < word.size();) {
-    const uint32_t length = std::min<uint32_t>(Utf8SequenceLength(static_cast<uint8_t>(word[pos])),
-                                               static_cast<uint32_t>(word.size()) - pos);
-    const int32_t index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({pos, length, index - 1, pos + length < word.size() ? index + 1 : -1});
-    pos += length;
+  // One symbol per byte: each byte is one character of the byte alphabet.
+  std::vector<Symbol> symbols(word.size());
+  const int32_t n = static_cast<int32_t>(word.size());
+  for (int32_t i = 0; i < n; ++i) {
+    symbols[i] = {byte_ids_[static_cast<uint8_t>(word[i])], static_cast<uint32_t>(i), 1, i - 1,
+                  i + 1 < n ? i + 1 : -1};
   }
 
   std::priority_queue<Bigram, std::vector<Bigram>, BigramAfter> queue;
-  const auto text_of = [&](const Symbol& s) { return word.substr(s.begin, s.length); };
   const auto try_add = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const int32_t rank = Rank(text_of(symbols[left]), text_of(symbols[right]));
-    if (rank < 0) return;
-    queue.push({rank, left, right, symbols[left].length + symbols[right].length});
+    if (left < 0 || right < 0 || symbols[left].id < 0 || symbols[right].id < 0) return;
+    const auto it = merges_.find(PairKey(symbols[left].id, symbols[right].id));
+    if (it == merges_.end()) return;
+    queue.push({it->second.rank, left, right, it->second.result, symbols[left].length + symbols[right].length});
   };
-  for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) try_add(i - 1, i);
+  for (int32_t i = 1; i < n; ++i) try_add(i - 1, i);
 
   while (!queue.empty()) {
     const Bigram bigram = queue.top();
@@ -127,6 +142,7 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) cons
         left.length + right.length != bigram.length) {
       continue;
     }
+    left.id = bigram.result;
     left.length += right.length;
     right.length = 0;
     left.next = right.next;
@@ -135,23 +151,11 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) cons
     try_add(bigram.left, left.next);
   }
 
-  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
-    const std::string_view piece = text_of(symbols[i]);
-    const int32_t id = Find(piece);
-    if (id >= 0) {
-      out->push_back(id);
-      continue;
-    }
-    // Not a token: fall back to its characters (every byte character is a token in a sound vocabulary).
-    for (size_t pos = 0; pos < piece.size();) {
-      const size_t length = std::min(Utf8SequenceLength(static_cast<uint8_t>(piece[pos])), piece.size() - pos);
-      const int32_t char_id = Find(piece.substr(pos, length));
-      if (char_id >= 0) {
-        out->push_back(char_id);
-      } else if (unk_id_ >= 0) {
-        out->push_back(unk_id_);
-      }
-      pos += length;
+  for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = symbols[i].next) {
+    if (symbols[i].id >= 0) {
+      out->push_back(symbols[i].id);
+    } else if (unk_id_ >= 0) {
+      out->push_back(unk_id_);
     }
   }
 }

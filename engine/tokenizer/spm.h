@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/tokenizer/bpe.h"
+#include "engine/tokenizer/token_index.h"
 
 namespace strata::tokenizer {
 

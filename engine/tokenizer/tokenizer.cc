@@ -128,7 +128,7 @@ absl::Status Tokenizer::Init(TokenizerVocab vocab) {
       spdlog::warn("tokenizer: token {} is empty; naming it [EMPTY_{}]", i, i);
       tokens_[i] = absl::StrCat("[EMPTY_", i, "]");
     }
-    const auto [it, inserted] = index_.try_emplace(tokens_[i], static_cast<int32_t>(i));
+    const auto [it, inserted] = index_.try_emplace(std::string_view(tokens_[i]), static_cast<int32_t>(i));
     if (!inserted) {
       return absl::InvalidArgumentError(absl::StrCat("tokenizer metadata: tokenizer.ggml.tokens has '",
                                                      tokens_[i], "' twice (ids ", it->second, " and ", i, ")"));
@@ -273,31 +273,40 @@ void Tokenizer::InitEog(const TokenizerVocab& vocab) {
 }
 
 void Tokenizer::InitPieces() {
-  pieces_.resize(tokens_.size());
+  piece_offsets_.reserve(tokens_.size() + 1);
+  piece_offsets_.push_back(0);
   for (size_t id = 0; id < tokens_.size(); ++id) {
     const std::string& text = tokens_[id];
     const uint8_t attr = attrs_[id];
-    std::string& piece = pieces_[id];
     if (attr & (kAttrControl | kAttrUnknown | kAttrUserDefined)) {
-      piece = text;
+      piece_blob_.append(text);
     } else if (attr & kAttrNormal) {
       if (model_ == Model::kSpm) {
-        piece = absl::StrReplaceAll(text, {{"\xE2\x96\x81", " "}});
-      } else if (!ByteLevelDecode(text, &piece)) {
-        piece = text;  // outside the byte alphabet: a malformed entry, shown as written
+        piece_blob_.append(absl::StrReplaceAll(text, {{"\xE2\x96\x81", " "}}));
+      } else {
+        const size_t size = piece_blob_.size();
+        if (!ByteLevelDecode(text, &piece_blob_)) {
+          piece_blob_.resize(size);
+          piece_blob_.append(text);  // outside the byte alphabet: a malformed entry, shown as written
+        }
       }
     } else if (attr & kAttrByte) {
       const int byte = ParseByteToken(text);
-      piece = byte >= 0 ? std::string(1, static_cast<char>(byte)) : text;
+      if (byte >= 0) {
+        piece_blob_.push_back(static_cast<char>(byte));
+      } else {
+        piece_blob_.append(text);
+      }
     }
     // Unused and undefined tokens stay empty, as in llama.cpp.
+    piece_offsets_.push_back(piece_blob_.size());
   }
 }
 
 std::string_view Tokenizer::TokenPiece(int32_t id, bool render_special) const {
   if (!IsValid(id)) return {};
   if (!render_special && (attrs_[id] & (kAttrControl | kAttrUnknown))) return {};
-  return pieces_[id];
+  return std::string_view(piece_blob_).substr(piece_offsets_[id], piece_offsets_[id + 1] - piece_offsets_[id]);
 }
 
 std::string_view Tokenizer::TokenText(int32_t id) const {

@@ -118,8 +118,9 @@ class Tokenizer {
   std::vector<std::string> tokens_;
   std::vector<float> scores_;
   std::vector<uint8_t> attrs_;
-  std::vector<std::string> pieces_;
-  TokenIndex index_;
+  std::string piece_blob_;            // every piece, back to back
+  std::vector<size_t> piece_offsets_;  // piece i is [offsets[i], offsets[i + 1]) of the blob
+  TokenIndex index_;  // views tokens_
   std::vector<int32_t> specials_;  // control / user-defined / unknown ids, longest text first
   std::vector<int32_t> eog_ids_;
   int32_t bos_ = -1, eos_ = -1, eot_ = -1, pad_ = -1, unk_ = -1;

@@ -1,0 +1,139 @@
+#ifndef STRATA_ENGINE_RUNTIME_ENGINE_H_
+#define STRATA_ENGINE_RUNTIME_ENGINE_H_
+
+// The engine: a loaded pack, its tokenizer and a scheduler that decodes many sequences together.
+//
+// Requests are queued by Submit (any thread) and run by one scheduler thread the engine owns. Between
+// decode steps sequences join (after their KV cache is allocated) and leave (finished, cancelled or
+// failed); each step runs the prompt chunks of joining sequences and one token of every decoding sequence
+// through the model as one batch. Results arrive through the request's callbacks on the scheduler thread.
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/model/model.h"
+#include "engine/pack/expert_source.h"
+#include "engine/pack/pack.h"
+#include "engine/runtime/kv_cache.h"
+#include "engine/runtime/request.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace strata::runtime {
+
+struct EngineOptions {
+  std::string pack_dir;
+  int threads = 0;                  // compute threads; 0 = hardware concurrency
+  int max_seqs = 16;                // sequences decoded together
+  int max_queue = 64;               // requests waiting beyond max_seqs; more are refused
+  int64_t max_ctx = 0;              // positions per sequence; 0 = the model's training context
+  uint64_t kv_budget_bytes = 0;     // all KV caches together; 0 = enough for max_seqs x max_ctx
+  int prefill_chunk = 256;          // prompt tokens per step, over all joining sequences
+  pack::ExpertSourceOptions experts;
+  // Replaces the pack's expert source (tests inject failures); null = open experts as `experts` says.
+  std::function<std::unique_ptr<pack::ExpertSource>(const pack::Pack&)> source_factory;
+};
+
+struct EngineInfo {
+  model::ModelConfig config;
+  std::string scheme;
+  uint64_t experts_bytes = 0;
+  uint64_t dense_bytes_per_token = 0;
+  uint64_t expert_bytes_per_token = 0;  // k experts x their weight bytes x MoE layers (batch of one)
+  pack::ExpertSourceStats source;
+  std::string source_kind;
+  double load_seconds = 0;
+  int threads = 0;
+  int64_t max_ctx = 0;
+};
+
+struct EngineStats {
+  int active = 0;
+  int queued = 0;
+  uint64_t steps = 0;
+  uint64_t tokens_generated = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t expert_bytes = 0;
+  uint64_t kv_bytes_in_use = 0;
+  uint64_t requests_finished = 0;
+};
+
+// Lets a client stop its request; safe from any thread, at any time, any number of times.
+class RequestHandle {
+ public:
+  void Cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  ~Engine();  // cancels what is running and queued (their on_done is called) and joins the scheduler
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Checks and queues a request. INVALID_ARGUMENT naming the field for bad parameters (empty prompt,
+  // unknown token id, prompt longer than the context, ...), RESOURCE_EXHAUSTED when the queue is full.
+  // On success the callbacks will be called, on_done exactly once.
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerateRequest request, GenerateCallbacks callbacks);
+
+  // Submits and waits; collects all tokens and text.
+  struct Completion {
+    GenerationResult result;
+    std::string text;
+  };
+  absl::StatusOr<Completion> Generate(GenerateRequest request);
+
+  // The token ids of a text prompt as Submit would see them.
+  std::vector<int32_t> Tokenize(const std::string& text, bool add_special, bool parse_special) const;
+
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const EngineInfo& info() const { return info_; }
+  EngineStats stats() const;
+
+ private:
+  struct Sequence;
+  Engine() = default;
+  void SchedulerLoop();
+  // One step over the active sequences; false when there was nothing to do.
+  bool Step();
+  void Admit();
+  void Finish(Sequence* seq, FinishReason reason, absl::Status status);
+  void ProcessLogits(Sequence* seq, const float* logits);
+
+  EngineOptions options_;
+  EngineInfo info_;
+  std::unique_ptr<pack::Pack> pack_;
+  std::unique_ptr<pack::ExpertSource> source_;
+  std::unique_ptr<kernels::ThreadPool> pool_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<KvCachePool> kv_pool_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<Sequence>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int active_count_ ABSL_GUARDED_BY(mu_) = 0;
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+
+  // Scheduler thread only.
+  std::vector<std::unique_ptr<Sequence>> active_;
+  std::vector<model::ForwardToken> batch_;
+  std::vector<float> logits_;
+  std::thread scheduler_;
+};
+
+}  // namespace strata::runtime
+
+#endif  // STRATA_ENGINE_RUNTIME_ENGINE_H_

@@ -1,0 +1,92 @@
+// strata-run: generate from a pack on this machine, without a server.
+//
+//   strata-run --pack DIR [sampling flags] "prompt"
+//   strata-run --pack DIR --tokens 1,2,3 [--dump-logits FILE] [--kl-against DIR]
+//   strata-run --tokenize (--pack DIR | --gguf FILE) "text"
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_join.h"
+#include "engine/log.h"
+#include "services/run_cli.h"
+
+ABSL_FLAG(std::string, pack, "", "pack directory");
+ABSL_FLAG(std::string, gguf, "", "GGUF file (with --tokenize)");
+ABSL_FLAG(std::string, tokens, "", "comma-separated token ids instead of a text prompt");
+ABSL_FLAG(bool, tokenize, false, "only print the token ids of the text");
+ABSL_FLAG(bool, add_special, true, "add BOS/EOS to a text prompt as the vocabulary asks");
+ABSL_FLAG(bool, parse_special, false, "recognise control tokens written in the prompt text");
+ABSL_FLAG(std::string, dump_logits, "", "write float32 logits [n_prompt][n_vocab] of every prompt position");
+ABSL_FLAG(std::string, kl_against, "", "second pack: report KL divergence and top-1 agreement on the prompt");
+ABSL_FLAG(bool, quiet, false, "do not print the generated text");
+ABSL_FLAG(int, threads, 0, "compute threads (0 = all cores)");
+ABSL_FLAG(int64_t, ctx, 0, "context positions per sequence (0 = the model's, at most 8192)");
+ABSL_FLAG(std::string, expert_source, "arena", "where experts are read from: arena or mmap");
+ABSL_FLAG(bool, verify, false, "check every expert blob's checksum");
+ABSL_FLAG(int, max_tokens, 128, "tokens to generate at most");
+ABSL_FLAG(double, temperature, 0.8, "sampling temperature; 0 = greedy");
+ABSL_FLAG(int, top_k, 40, "keep the k most likely tokens (0 = off)");
+ABSL_FLAG(double, top_p, 0.95, "nucleus sampling threshold (1 = off)");
+ABSL_FLAG(double, min_p, 0.05, "drop tokens below min_p x the best token's probability (0 = off)");
+ABSL_FLAG(double, repeat_penalty, 1.0, "repetition penalty (1 = off)");
+ABSL_FLAG(double, presence_penalty, 0.0, "presence penalty");
+ABSL_FLAG(double, frequency_penalty, 0.0, "frequency penalty");
+ABSL_FLAG(int, penalty_last_n, 64, "tokens the penalties look back over (-1 = all)");
+ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings, comma-separated");
+ABSL_FLAG(std::string, stop_token_ids, "", "stop token ids, comma-separated");
+ABSL_FLAG(bool, ignore_eos, false, "keep generating past end-of-generation tokens");
+ABSL_FLAG(std::string, log_level, "warn", "log level: debug, info, warn, error, off");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("strata-run --pack DIR [flags] \"prompt\"");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  strata::InitLogging(absl::GetFlag(FLAGS_log_level));
+  strata::services::RunOptions o;
+  o.pack_dir = absl::GetFlag(FLAGS_pack);
+  o.gguf_path = absl::GetFlag(FLAGS_gguf);
+  if (positional.size() > 2) {
+    std::cerr << "strata-run: one prompt expected, got " << positional.size() - 1 << " arguments (quote it)\n";
+    return 2;
+  }
+  if (positional.size() == 2) o.prompt = positional[1];
+  if (const std::string t = absl::GetFlag(FLAGS_tokens); !t.empty() && !strata::services::ParseTokenList(t, &o.tokens)) {
+    std::cerr << "strata-run: --tokens: expected comma-separated integers, got '" << t << "'\n";
+    return 2;
+  }
+  o.tokenize_only = absl::GetFlag(FLAGS_tokenize);
+  o.add_special = absl::GetFlag(FLAGS_add_special);
+  o.parse_special = absl::GetFlag(FLAGS_parse_special);
+  o.dump_logits_path = absl::GetFlag(FLAGS_dump_logits);
+  o.kl_against_dir = absl::GetFlag(FLAGS_kl_against);
+  o.quiet = absl::GetFlag(FLAGS_quiet);
+  o.engine.threads = absl::GetFlag(FLAGS_threads);
+  o.engine.max_ctx = absl::GetFlag(FLAGS_ctx);
+  o.engine.max_seqs = 1;
+  o.engine.experts.kind = absl::GetFlag(FLAGS_expert_source);
+  o.engine.experts.verify = absl::GetFlag(FLAGS_verify);
+  strata::runtime::SamplingParams& s = o.sampling;
+  s.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  s.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  s.top_k = absl::GetFlag(FLAGS_top_k);
+  s.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
+  s.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
+  s.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repeat_penalty));
+  s.presence_penalty = static_cast<float>(absl::GetFlag(FLAGS_presence_penalty));
+  s.frequency_penalty = static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty));
+  s.penalty_last_n = absl::GetFlag(FLAGS_penalty_last_n);
+  s.seed = absl::GetFlag(FLAGS_seed);
+  s.stop = absl::GetFlag(FLAGS_stop);
+  if (const std::string ids = absl::GetFlag(FLAGS_stop_token_ids);
+      !ids.empty() && !strata::services::ParseTokenList(ids, &s.stop_token_ids)) {
+    std::cerr << "strata-run: --stop_token_ids: expected comma-separated integers, got '" << ids << "'\n";
+    return 2;
+  }
+  s.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  return strata::services::RunCommand(o, std::cout, std::cerr);
+}

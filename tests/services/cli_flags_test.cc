@@ -1,0 +1,59 @@
+#include "services/cli_flags.h"
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/flags/flag.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_util.h"
+
+ABSL_FLAG(int, cli_flags_test_count, 0, "test flag");
+ABSL_FLAG(bool, cli_flags_test_switch, false, "test flag");
+ABSL_FLAG(std::optional<int64_t>, cli_flags_test_size, std::nullopt, "test flag");
+
+namespace strata::services {
+namespace {
+
+TEST(PrepareFlagArgsTest, RewritesDashesInNamesOnly) {
+  std::vector<std::string> args = {"prog", "convert", "in-file.gguf", "--cli-flags-test-count=3",
+                                   "--cli-flags-test-switch", "-cli-flags-test-size", "7", "out-dir"};
+  ASSERT_TRUE(PrepareFlagArgs(&args).ok());
+  EXPECT_EQ(args, (std::vector<std::string>{"prog", "convert", "in-file.gguf", "--cli_flags_test_count=3",
+                                             "--cli_flags_test_switch", "-cli_flags_test_size", "7", "out-dir"}));
+  EXPECT_EQ(absl::GetFlag(FLAGS_cli_flags_test_count), 3);
+  EXPECT_EQ(absl::GetFlag(FLAGS_cli_flags_test_size), std::optional<int64_t>(7));
+}
+
+TEST(PrepareFlagArgsTest, UnknownFlagIsNamed) {
+  std::vector<std::string> args = {"prog", "--no-such-flag=1"};
+  EXPECT_THAT(PrepareFlagArgs(&args), StatusIsWith(absl::StatusCode::kInvalidArgument, "unknown flag --no-such-flag"));
+}
+
+TEST(PrepareFlagArgsTest, BadValueIsNamed) {
+  std::vector<std::string> args = {"prog", "--cli-flags-test-count=many"};
+  EXPECT_THAT(PrepareFlagArgs(&args),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "bad value 'many' for --cli-flags-test-count"));
+  args = {"prog", "--cli-flags-test-switch=maybe"};
+  EXPECT_THAT(PrepareFlagArgs(&args), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(PrepareFlagArgsTest, MissingValueIsNamed) {
+  std::vector<std::string> args = {"prog", "--cli-flags-test-count"};
+  EXPECT_THAT(PrepareFlagArgs(&args), StatusIsWith(absl::StatusCode::kInvalidArgument, "needs a value"));
+}
+
+TEST(PrepareFlagArgsTest, NegatedBoolAndArgumentsAfterDoubleDashAreAccepted) {
+  std::vector<std::string> args = {"prog", "--nocli-flags-test-switch", "--", "--not-a-flag", "-x"};
+  ASSERT_TRUE(PrepareFlagArgs(&args).ok());
+  EXPECT_EQ(args[3], "--not-a-flag");
+}
+
+TEST(WantsHelpTest, SeesHelpBeforeDoubleDashOnly) {
+  EXPECT_TRUE(WantsHelp({"prog", "convert", "--help"}));
+  EXPECT_TRUE(WantsHelp({"prog", "-h"}));
+  EXPECT_FALSE(WantsHelp({"prog", "--", "--help"}));
+  EXPECT_FALSE(WantsHelp({"prog", "inspect", "x"}));
+}
+
+}  // namespace
+}  // namespace strata::services

@@ -1,0 +1,269 @@
+#include "services/pack_cli.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/services/service_test_util.h"
+
+namespace strata::services {
+namespace {
+
+namespace fs = std::filesystem;
+using ::strata::services::testing::CopyTree;
+using ::strata::services::testing::Models;
+using ::strata::services::testing::TestServer;
+using ::strata::testing::ScratchDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+CliRun Run(const std::vector<std::string>& args, const PackCliOptions& options = {}, bool terminal = false) {
+  std::ostringstream out, err;
+  CliIo io;
+  io.out = &out;
+  io.err = &err;
+  io.err_is_terminal = terminal;
+  CliRun run;
+  run.code = RunPackCli(args, options, io);
+  run.out = out.str();
+  run.err = err.str();
+  return run;
+}
+
+// An error is exactly one line, "strata-pack: error: ...".
+void ExpectOneErrorLine(const CliRun& run, const std::string& substring) {
+  const std::vector<std::string> lines = absl::StrSplit(run.err, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(lines.empty());
+  EXPECT_THAT(lines.back(), StartsWith("strata-pack: error: "));
+  EXPECT_THAT(lines.back(), HasSubstr(substring));
+  for (size_t i = 0; i + 1 < lines.size(); ++i) EXPECT_THAT(lines[i], Not(HasSubstr("error"))) << lines[i];
+}
+
+class PackCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = scratch_.Join("root");
+    fs::create_directories(root_);
+    fs::copy_file(Models().tiny_gguf, root_ + "/tiny.gguf");
+    CopyTree(Models().tiny_pack, root_ + "/tiny-pack");
+  }
+
+  ScratchDir scratch_;
+  std::string root_;
+};
+
+TEST_F(PackCliTest, UsageErrorsExitTwo) {
+  CliRun run = Run({});
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "missing command");
+
+  run = Run({"frobnicate"});
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "unknown command 'frobnicate'");
+
+  run = Run({"convert", root_ + "/tiny.gguf"});
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "missing the output directory");
+
+  run = Run({"validate"});
+  EXPECT_EQ(run.code, kExitUsage);
+  run = Run({"inspect", "a", "b"});
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "unexpected argument 'b'");
+
+  PackCliOptions options;
+  options.scheme = "s3";
+  run = Run({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "--scheme");
+  EXPECT_FALSE(fs::exists(root_ + "/out"));
+}
+
+TEST_F(PackCliTest, SynthUsageErrors) {
+  PackCliOptions options;
+  CliRun run = Run({"synth"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "--out");
+
+  options.out = root_ + "/s.gguf";
+  options.server = "127.0.0.1:1";
+  run = Run({"synth"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "--server");
+
+  options.server.clear();
+  options.type = "q3_k";
+  run = Run({"synth"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "--type");
+
+  options.type = "f16";
+  options.preset = "huge";
+  run = Run({"synth"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "huge");
+
+  options.preset = "tiny";
+  options.experts_used = 99;  // more than the 8 experts
+  run = Run({"synth"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "geometry");
+  EXPECT_FALSE(fs::exists(options.out));
+}
+
+TEST_F(PackCliTest, SynthWritesAModelWithTheGeometryOverrides) {
+  PackCliOptions options;
+  options.out = root_ + "/s.gguf";
+  options.layers = 3;
+  options.experts = 4;
+  options.threads = 2;
+  CliRun run = Run({"synth"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("3 layers x 4 experts"));
+  run = Run({"inspect", options.out});
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("qwen3moe"));
+  EXPECT_THAT(run.out, HasSubstr("4 per layer"));
+}
+
+TEST_F(PackCliTest, SynthPackOnlyWritesAValidPack) {
+  PackCliOptions options;
+  options.out = root_ + "/synth-pack";
+  options.pack_only = true;
+  options.scheme = "s2";
+  options.threads = 2;
+  CliRun run = Run({"synth"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("scheme s2"));
+  run = Run({"validate", options.out});
+  EXPECT_EQ(run.code, kExitOk) << run.err;
+}
+
+TEST_F(PackCliTest, ConvertPrintsProgressLinesAndTheErrorTable) {
+  PackCliOptions options;
+  options.scheme = "s2";
+  options.threads = 2;
+  const CliRun run = Run({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("convert: writing dense.gguf\n"));
+  EXPECT_EQ(run.err.find('\r'), std::string::npos);
+  EXPECT_THAT(run.out, HasSubstr("quantization error by role"));
+  for (const char* role : {"gate", "up", "down"}) EXPECT_THAT(run.out, HasSubstr(absl::StrCat("  ", role, " ")));
+  EXPECT_THAT(run.out, HasSubstr("scheme s2"));
+  EXPECT_TRUE(fs::is_directory(root_ + "/out"));
+}
+
+TEST_F(PackCliTest, ConvertDrawsABarOnATerminal) {
+  PackCliOptions options;
+  options.threads = 2;
+  const CliRun run = Run({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options, /*terminal=*/true);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("\r"));
+  EXPECT_EQ(run.err.back(), '\n');
+}
+
+TEST_F(PackCliTest, ConvertFailureIsOneLineAndExitsOne) {
+  CliRun run = Run({"convert", root_ + "/tiny.gguf", root_ + "/tiny-pack"});
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "tiny-pack");
+
+  run = Run({"convert", root_ + "/nope.gguf", root_ + "/out"});
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "nope.gguf");
+  EXPECT_FALSE(fs::exists(root_ + "/out"));
+  EXPECT_FALSE(fs::exists(root_ + "/out.partial"));
+}
+
+TEST_F(PackCliTest, ValidateReportsEachProblemAndExitsOne) {
+  CliRun run = Run({"validate", root_ + "/tiny-pack"});
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("GB/s"));
+  EXPECT_THAT(run.out, HasSubstr("valid pack"));
+
+  fs::resize_file(root_ + "/tiny-pack/experts.bin", fs::file_size(root_ + "/tiny-pack/experts.bin") - 1);
+  run = Run({"validate", root_ + "/tiny-pack"});
+  EXPECT_EQ(run.code, kExitFailure);
+  EXPECT_THAT(run.out, HasSubstr("experts.bin: "));
+  ExpectOneErrorLine(run, "invalid pack");
+
+  run = Run({"validate", root_ + "/no-such-pack"});
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "no-such-pack");
+}
+
+TEST_F(PackCliTest, InspectFailureExitsOne) {
+  const CliRun run = Run({"inspect", root_ + "/missing.gguf"});
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "missing.gguf");
+}
+
+TEST_F(PackCliTest, HelpGoesToStdout) {
+  const CliRun run = Run({"help"});
+  EXPECT_EQ(run.code, kExitOk);
+  EXPECT_THAT(run.out, HasSubstr("usage: strata-pack"));
+  EXPECT_EQ(run.out, PackCliUsage());
+}
+
+TEST_F(PackCliTest, ServerModeGivesTheSameOutputAndExitCodes) {
+  TestServer server(root_, "127.0.0.1:0");
+  ASSERT_GT(server.port(), 0);
+  PackCliOptions remote;
+  remote.server = absl::StrCat("127.0.0.1:", server.port());
+  remote.threads = 2;
+
+  // Paths are relative to the server's data root.
+  CliRun run = Run({"convert", "tiny.gguf", "served"}, remote);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("quantization error by role"));
+  EXPECT_THAT(run.err, HasSubstr("convert: "));
+  EXPECT_TRUE(fs::is_directory(root_ + "/served"));
+
+  run = Run({"validate", "served"}, remote);
+  EXPECT_EQ(run.code, kExitOk) << run.err;
+
+  const CliRun remote_inspect = Run({"inspect", "tiny-pack"}, remote);
+  ASSERT_EQ(remote_inspect.code, kExitOk) << remote_inspect.err;
+  const CliRun local_inspect = Run({"inspect", root_ + "/tiny-pack"});
+  ASSERT_EQ(local_inspect.code, kExitOk) << local_inspect.err;
+  EXPECT_EQ(remote_inspect.out, local_inspect.out);
+
+  run = Run({"convert", "tiny.gguf", "served"}, remote);
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "already exists");
+
+  run = Run({"validate", "../"}, remote);
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "outside the data root");
+
+  fs::resize_file(root_ + "/served/experts.bin", 4096);
+  run = Run({"validate", "served"}, remote);
+  EXPECT_EQ(run.code, kExitFailure);
+  EXPECT_THAT(run.out, HasSubstr("experts.bin: "));
+}
+
+TEST_F(PackCliTest, UnreachableServerIsOneLine) {
+  int port = 0;
+  {
+    TestServer server(root_, "127.0.0.1:0");
+    port = server.port();
+  }  // closed again: nothing listens there now
+  PackCliOptions remote;
+  remote.server = absl::StrCat("127.0.0.1:", port);
+  const CliRun run = Run({"inspect", "tiny-pack"}, remote);
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "strata-packd at 127.0.0.1:");
+}
+
+}  // namespace
+}  // namespace strata::services
