@@ -46,7 +46,7 @@ std::string ProgressPrinter::Describe(const packtool::ConvertProgress& p, absl::
     eta = FormatEta(static_cast<double>(p.bytes_total - std::min(p.bytes_done, p.bytes_total)) / rate);
   }
   const std::string counts = absl::StrCat(FormatBytes(static_cast<double>(p.bytes_done)), " / ",
-                                          FormatBytes(static_cast<double>(p.bytes_total)), ", ",
+                                          FormatBytes(static_cast<double>(p.bytes_total)), ", reading ",
                                           FormatBytes(p.bytes_per_second), "/s, ETA ", eta);
   if (!terminal_) {
     return absl::StrFormat("experts %3.0f%% (%s, %u of %u experts)", fraction * 100, counts, p.experts_done,

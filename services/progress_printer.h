@@ -2,7 +2,7 @@
 #define STRATA_SERVICES_PROGRESS_PRINTER_H_
 
 // Shows conversion progress for a person. On a terminal: one bar redrawn in place with \r, at most ~10 times
-// a second, with bytes, rate and ETA. Elsewhere (a log, a pipe): a plain line at each phase change, each 5%
+// a second, with the pack bytes written, the rate the source is read at and the ETA. Elsewhere (a log, a pipe): a plain line at each phase change, each 5%
 // of the expert bytes and at least every 10 s. One thread calls it; the stream is borrowed.
 
 #include <cstdint>

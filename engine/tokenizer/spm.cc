@@ -1,6 +1,5 @@
 #include "engine/tokenizer/spm.h"
 
-#include <algorithm>
 #include <queue>
 #include <string>
 
@@ -51,12 +50,14 @@ void SpmModel::Encode(std::string_view raw, std::vector<int32_t>* out) const {
   }
   if (text.empty()) return;
 
-  // Characters by their lead byte, unvalidated: a stray byte is a one-byte symbol and ends up as <0xXX>.
+  // One symbol per character. A byte that is not part of a valid character is a symbol of its own and
+  // ends up as <0xXX> (llama.cpp trusts the lead byte instead, which lets a truncated sequence swallow the
+  // next character; on valid UTF-8 the two agree).
   std::vector<Symbol> symbols;
   symbols.reserve(text.size());
   for (uint32_t pos = 0; pos < text.size();) {
-    const uint32_t length = std::min<uint32_t>(Utf8SequenceLength(static_cast<uint8_t>(text[pos])),
-                                               static_cast<uint32_t>(text.size()) - pos);
+    const Utf8Scan scan = ScanUtf8(text, pos);
+    const uint32_t length = scan.kind == Utf8Scan::kValid ? static_cast<uint32_t>(scan.length) : 1;
     const int32_t index = static_cast<int32_t>(symbols.size());
     symbols.push_back({pos, length, index - 1, pos + length < text.size() ? index + 1 : -1});
     pos += length;

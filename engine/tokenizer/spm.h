@@ -4,7 +4,7 @@
 // SentencePiece-style BPE (tokenizer.ggml.model = "llama"), as llama.cpp implements it: spaces become
 // U+2581, the text is split into characters, and the adjacent pair whose concatenation is the
 // highest-scoring token (the leftmost among equals) is merged until no pair forms a token. A symbol left
-// that is not a token is emitted as byte tokens (<0xXX>). The caller adds the leading space
+// that is not a token is emitted as byte tokens (<0xXX>), so any bytes round-trip. The caller adds the leading space
 // (add_space_prefix). An SpmModel is immutable and safe to use from any number of threads; it reads the
 // index and scores it was given, which must outlive it.
 

@@ -142,11 +142,6 @@ absl::Status Tokenizer::Init(TokenizerVocab vocab) {
       spdlog::warn("tokenizer: tokenizer.ggml.pre is absent; using llama.cpp's default pre-tokenizer");
     }
     pre_ = pre_spec.name;
-    if (vocab.merges.empty()) {
-      return absl::InvalidArgumentError(
-          "tokenizer metadata: tokenizer.ggml.merges is missing or empty (required for tokenizer.ggml.model "
-          "'gpt2')");
-    }
   }
 
   // Model defaults, then the metadata.

@@ -70,6 +70,10 @@ absl::StatusOr<TokenizerVocab> VocabFromMetadata(const gguf::Metadata& metadata)
       vocab.token_types.push_back(static_cast<int32_t>(type));
     }
   }
+  if (vocab.model == "gpt2" && !metadata.Has("tokenizer.ggml.merges")) {
+    return absl::NotFoundError(
+        "tokenizer metadata: tokenizer.ggml.merges is missing (required for tokenizer.ggml.model 'gpt2')");
+  }
   if (metadata.Has("tokenizer.ggml.merges")) {
     absl::StatusOr<std::vector<std::string>> merges = metadata.GetStringArray("tokenizer.ggml.merges");
     if (!merges.ok()) return Annotate(merges.status());

@@ -28,12 +28,11 @@ struct CliRun {
   std::string err;
 };
 
-CliRun Run(const std::vector<std::string>& args, const PackCliOptions& options = {}, bool terminal = false) {
+CliRun RunCli(const std::vector<std::string>& args, const PackCliOptions& options = {}) {
   std::ostringstream out, err;
   CliIo io;
   io.out = &out;
   io.err = &err;
-  io.err_is_terminal = terminal;
   CliRun run;
   run.code = RunPackCli(args, options, io);
   run.out = out.str();
@@ -64,27 +63,27 @@ class PackCliTest : public ::testing::Test {
 };
 
 TEST_F(PackCliTest, UsageErrorsExitTwo) {
-  CliRun run = Run({});
+  CliRun run = RunCli({});
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "missing command");
 
-  run = Run({"frobnicate"});
+  run = RunCli({"frobnicate"});
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "unknown command 'frobnicate'");
 
-  run = Run({"convert", root_ + "/tiny.gguf"});
+  run = RunCli({"convert", root_ + "/tiny.gguf"});
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "missing the output directory");
 
-  run = Run({"validate"});
+  run = RunCli({"validate"});
   EXPECT_EQ(run.code, kExitUsage);
-  run = Run({"inspect", "a", "b"});
+  run = RunCli({"inspect", "a", "b"});
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "unexpected argument 'b'");
 
   PackCliOptions options;
   options.scheme = "s3";
-  run = Run({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
+  run = RunCli({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "--scheme");
   EXPECT_FALSE(fs::exists(root_ + "/out"));
@@ -92,31 +91,31 @@ TEST_F(PackCliTest, UsageErrorsExitTwo) {
 
 TEST_F(PackCliTest, SynthUsageErrors) {
   PackCliOptions options;
-  CliRun run = Run({"synth"}, options);
+  CliRun run = RunCli({"synth"}, options);
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "--out");
 
   options.out = root_ + "/s.gguf";
   options.server = "127.0.0.1:1";
-  run = Run({"synth"}, options);
+  run = RunCli({"synth"}, options);
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "--server");
 
   options.server.clear();
   options.type = "q3_k";
-  run = Run({"synth"}, options);
+  run = RunCli({"synth"}, options);
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "--type");
 
   options.type = "f16";
   options.preset = "huge";
-  run = Run({"synth"}, options);
+  run = RunCli({"synth"}, options);
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "huge");
 
   options.preset = "tiny";
   options.experts_used = 99;  // more than the 8 experts
-  run = Run({"synth"}, options);
+  run = RunCli({"synth"}, options);
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "geometry");
   EXPECT_FALSE(fs::exists(options.out));
@@ -128,10 +127,10 @@ TEST_F(PackCliTest, SynthWritesAModelWithTheGeometryOverrides) {
   options.layers = 3;
   options.experts = 4;
   options.threads = 2;
-  CliRun run = Run({"synth"}, options);
+  CliRun run = RunCli({"synth"}, options);
   ASSERT_EQ(run.code, kExitOk) << run.err;
   EXPECT_THAT(run.out, HasSubstr("3 layers x 4 experts"));
-  run = Run({"inspect", options.out});
+  run = RunCli({"inspect", options.out});
   ASSERT_EQ(run.code, kExitOk) << run.err;
   EXPECT_THAT(run.out, HasSubstr("qwen3moe"));
   EXPECT_THAT(run.out, HasSubstr("4 per layer"));
@@ -143,10 +142,10 @@ TEST_F(PackCliTest, SynthPackOnlyWritesAValidPack) {
   options.pack_only = true;
   options.scheme = "s2";
   options.threads = 2;
-  CliRun run = Run({"synth"}, options);
+  CliRun run = RunCli({"synth"}, options);
   ASSERT_EQ(run.code, kExitOk) << run.err;
   EXPECT_THAT(run.out, HasSubstr("scheme s2"));
-  run = Run({"validate", options.out});
+  run = RunCli({"validate", options.out});
   EXPECT_EQ(run.code, kExitOk) << run.err;
 }
 
@@ -154,7 +153,7 @@ TEST_F(PackCliTest, ConvertPrintsProgressLinesAndTheErrorTable) {
   PackCliOptions options;
   options.scheme = "s2";
   options.threads = 2;
-  const CliRun run = Run({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
+  const CliRun run = RunCli({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
   ASSERT_EQ(run.code, kExitOk) << run.err;
   EXPECT_THAT(run.err, HasSubstr("convert: writing dense.gguf\n"));
   EXPECT_EQ(run.err.find('\r'), std::string::npos);
@@ -164,21 +163,12 @@ TEST_F(PackCliTest, ConvertPrintsProgressLinesAndTheErrorTable) {
   EXPECT_TRUE(fs::is_directory(root_ + "/out"));
 }
 
-TEST_F(PackCliTest, ConvertDrawsABarOnATerminal) {
-  PackCliOptions options;
-  options.threads = 2;
-  const CliRun run = Run({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options, /*terminal=*/true);
-  ASSERT_EQ(run.code, kExitOk) << run.err;
-  EXPECT_THAT(run.err, HasSubstr("\r"));
-  EXPECT_EQ(run.err.back(), '\n');
-}
-
 TEST_F(PackCliTest, ConvertFailureIsOneLineAndExitsOne) {
-  CliRun run = Run({"convert", root_ + "/tiny.gguf", root_ + "/tiny-pack"});
+  CliRun run = RunCli({"convert", root_ + "/tiny.gguf", root_ + "/tiny-pack"});
   EXPECT_EQ(run.code, kExitFailure);
   ExpectOneErrorLine(run, "tiny-pack");
 
-  run = Run({"convert", root_ + "/nope.gguf", root_ + "/out"});
+  run = RunCli({"convert", root_ + "/nope.gguf", root_ + "/out"});
   EXPECT_EQ(run.code, kExitFailure);
   ExpectOneErrorLine(run, "nope.gguf");
   EXPECT_FALSE(fs::exists(root_ + "/out"));
@@ -186,30 +176,30 @@ TEST_F(PackCliTest, ConvertFailureIsOneLineAndExitsOne) {
 }
 
 TEST_F(PackCliTest, ValidateReportsEachProblemAndExitsOne) {
-  CliRun run = Run({"validate", root_ + "/tiny-pack"});
+  CliRun run = RunCli({"validate", root_ + "/tiny-pack"});
   ASSERT_EQ(run.code, kExitOk) << run.err;
   EXPECT_THAT(run.out, HasSubstr("GB/s"));
   EXPECT_THAT(run.out, HasSubstr("valid pack"));
 
   fs::resize_file(root_ + "/tiny-pack/experts.bin", fs::file_size(root_ + "/tiny-pack/experts.bin") - 1);
-  run = Run({"validate", root_ + "/tiny-pack"});
+  run = RunCli({"validate", root_ + "/tiny-pack"});
   EXPECT_EQ(run.code, kExitFailure);
   EXPECT_THAT(run.out, HasSubstr("experts.bin: "));
   ExpectOneErrorLine(run, "invalid pack");
 
-  run = Run({"validate", root_ + "/no-such-pack"});
+  run = RunCli({"validate", root_ + "/no-such-pack"});
   EXPECT_EQ(run.code, kExitFailure);
   ExpectOneErrorLine(run, "no-such-pack");
 }
 
 TEST_F(PackCliTest, InspectFailureExitsOne) {
-  const CliRun run = Run({"inspect", root_ + "/missing.gguf"});
+  const CliRun run = RunCli({"inspect", root_ + "/missing.gguf"});
   EXPECT_EQ(run.code, kExitFailure);
   ExpectOneErrorLine(run, "missing.gguf");
 }
 
 TEST_F(PackCliTest, HelpGoesToStdout) {
-  const CliRun run = Run({"help"});
+  const CliRun run = RunCli({"help"});
   EXPECT_EQ(run.code, kExitOk);
   EXPECT_THAT(run.out, HasSubstr("usage: strata-pack"));
   EXPECT_EQ(run.out, PackCliUsage());
@@ -223,31 +213,31 @@ TEST_F(PackCliTest, ServerModeGivesTheSameOutputAndExitCodes) {
   remote.threads = 2;
 
   // Paths are relative to the server's data root.
-  CliRun run = Run({"convert", "tiny.gguf", "served"}, remote);
+  CliRun run = RunCli({"convert", "tiny.gguf", "served"}, remote);
   ASSERT_EQ(run.code, kExitOk) << run.err;
   EXPECT_THAT(run.out, HasSubstr("quantization error by role"));
   EXPECT_THAT(run.err, HasSubstr("convert: "));
   EXPECT_TRUE(fs::is_directory(root_ + "/served"));
 
-  run = Run({"validate", "served"}, remote);
+  run = RunCli({"validate", "served"}, remote);
   EXPECT_EQ(run.code, kExitOk) << run.err;
 
-  const CliRun remote_inspect = Run({"inspect", "tiny-pack"}, remote);
+  const CliRun remote_inspect = RunCli({"inspect", "tiny-pack"}, remote);
   ASSERT_EQ(remote_inspect.code, kExitOk) << remote_inspect.err;
-  const CliRun local_inspect = Run({"inspect", root_ + "/tiny-pack"});
+  const CliRun local_inspect = RunCli({"inspect", root_ + "/tiny-pack"});
   ASSERT_EQ(local_inspect.code, kExitOk) << local_inspect.err;
   EXPECT_EQ(remote_inspect.out, local_inspect.out);
 
-  run = Run({"convert", "tiny.gguf", "served"}, remote);
+  run = RunCli({"convert", "tiny.gguf", "served"}, remote);
   EXPECT_EQ(run.code, kExitFailure);
   ExpectOneErrorLine(run, "already exists");
 
-  run = Run({"validate", "../"}, remote);
+  run = RunCli({"validate", "../"}, remote);
   EXPECT_EQ(run.code, kExitFailure);
   ExpectOneErrorLine(run, "outside the data root");
 
   fs::resize_file(root_ + "/served/experts.bin", 4096);
-  run = Run({"validate", "served"}, remote);
+  run = RunCli({"validate", "served"}, remote);
   EXPECT_EQ(run.code, kExitFailure);
   EXPECT_THAT(run.out, HasSubstr("experts.bin: "));
 }
@@ -260,7 +250,7 @@ TEST_F(PackCliTest, UnreachableServerIsOneLine) {
   }  // closed again: nothing listens there now
   PackCliOptions remote;
   remote.server = absl::StrCat("127.0.0.1:", port);
-  const CliRun run = Run({"inspect", "tiny-pack"}, remote);
+  const CliRun run = RunCli({"inspect", "tiny-pack"}, remote);
   EXPECT_EQ(run.code, kExitFailure);
   ExpectOneErrorLine(run, "strata-packd at 127.0.0.1:");
 }

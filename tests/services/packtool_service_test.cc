@@ -92,8 +92,8 @@ class PackToolServiceTest : public ::testing::Test {
     return names;
   }
 
-  // Links the big model into the root (it is large; no copy).
-  void LinkBigModel() { fs::create_symlink(Models().big_gguf, root_ + "/big.gguf"); }
+  // Puts the big model into the root without copying it (a symlink would point outside the root).
+  void LinkBigModel() { fs::create_hard_link(Models().big_gguf, root_ + "/big.gguf"); }
 
   ScratchDir scratch_;
   std::string root_;

@@ -20,7 +20,7 @@
 
 namespace strata::services::testing {
 
-// A tiny model (the "tiny" preset) for round trips, its s8 pack, and a larger F32 model whose conversion
+// A tiny model (the "tiny" preset) for round trips, its s8 pack, and a larger F32 model whose s2 conversion
 // with one thread takes long enough to cancel or race. Made once per test binary; tests only read them.
 struct SharedModels {
   strata::testing::ScratchDir dir;
@@ -50,12 +50,12 @@ struct SharedModels {
     EXPECT_TRUE(manifest.ok()) << manifest.status();
 
     packtool::SynthOptions big = tiny;
-    big.geometry.n_layer = 4;
-    big.geometry.n_expert = 32;
-    big.geometry.n_embd = 512;
-    big.geometry.expert_ff = 512;
-    big.geometry.n_head = 8;
-    big.geometry.head_dim = 64;
+    // s2 quantizes one of these experts in tens of milliseconds on one thread: the conversion runs for
+    // about a second, and a cancel is seen within one expert.
+    big.geometry.n_layer = 2;
+    big.geometry.n_expert = 16;
+    big.geometry.n_embd = 256;
+    big.geometry.expert_ff = 256;
     big.expert_type = gguf::GgmlType::kF32;
     big.output = big_gguf;
     status = packtool::SynthesizeGguf(big);

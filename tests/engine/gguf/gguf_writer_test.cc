@@ -26,7 +26,11 @@ bool SameValue(const Value& a, const Value& b) {
     }
     return true;
   }
-  return a.data == b.data;
+  if (const uint64_t* u = std::get_if<uint64_t>(&a.data)) return *u == std::get<uint64_t>(b.data);
+  if (const int64_t* i = std::get_if<int64_t>(&a.data)) return *i == std::get<int64_t>(b.data);
+  if (const double* d = std::get_if<double>(&a.data)) return *d == std::get<double>(b.data);
+  if (const bool* f = std::get_if<bool>(&a.data)) return *f == std::get<bool>(b.data);
+  return std::get<std::string>(a.data) == std::get<std::string>(b.data);
 }
 
 std::vector<Value> Ints(std::initializer_list<int32_t> v) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "packtool/convert.h"
@@ -51,7 +52,7 @@ class TinyModels {
 std::string Convert(const std::string& gguf_path, kernels::Scheme scheme, const ScratchDir& dir) {
   packtool::ConvertOptions c;
   c.input = gguf_path;
-  c.output_dir = dir.Join(absl::StrCat("pack-", kernels::SchemeName(scheme)));
+  c.output_dir = dir.Join(absl::StrCat("pack-", std::string(kernels::SchemeName(scheme))));
   c.scheme = scheme;
   c.threads = 2;
   const auto manifest = packtool::ConvertGguf(c, nullptr, nullptr);

@@ -189,6 +189,34 @@ TEST(Sampler, TopKKeepsKAndRenormalizes) {
   ExpectFrequencies(Histogram(sampler, logits, draws), Softmax(logits, {1, 6, 3}, 0.8), draws);
 }
 
+TEST(Sampler, TopKBreaksTiesByLowerId) {
+  // Logits take three values, so the k-th place is always inside a tie. The kept set must be the
+  // first k in (logit descending, id ascending) order, both for small k (heap) and large k (selection).
+  const int n = 3000;
+  std::mt19937 gen(22);
+  std::vector<float> logits(n);
+  for (float& l : logits) l = static_cast<float>(gen() % 3);
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  for (int k : {37, 1500}) {
+    SCOPED_TRACE(k);
+    const std::set<int32_t> expected(order.begin(), order.begin() + k);
+    SamplingParams params;
+    params.top_k = k;
+    params.temperature = 50.0f;  // nearly flat, so every kept token shows up
+    params.seed = 23;
+    Sampler sampler(params, n);
+    std::set<int32_t> drawn;
+    for (int i = 0; i < 4 * k; ++i) {
+      const int32_t t = SampleOne(sampler, logits);
+      ASSERT_TRUE(expected.count(t)) << "token " << t;
+      drawn.insert(t);
+    }
+    EXPECT_GT(drawn.size(), expected.size() * 9 / 10);
+  }
+}
+
 TEST(Sampler, TopPKeepsSmallestSetReachingP) {
   // Probabilities 0.3 and 0.25 reach 0.5 together; 0.3 alone does not.
   const std::map<int32_t, double> probs = {{17, 0.3}, {3, 0.25}, {512, 0.2}, {90, 0.15}, {250, 0.05}};

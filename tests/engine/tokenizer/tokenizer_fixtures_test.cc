@@ -3,6 +3,10 @@
 // and the expected ids must detokenize back to the string.
 
 #include <algorithm>
+#include <atomic>
+#include <iterator>
+#include <random>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -16,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
@@ -218,6 +223,65 @@ TEST_F(Qwen3SynthTest, UserDefinedTokensAreAlwaysParsed) {
 TEST_F(Qwen3SynthTest, AddSpecialAddsNothingWhenTheVocabularySaysSo) {
   ASSERT_NE(tokenizer_, nullptr);
   EXPECT_EQ(tokenizer_->Encode("hello", {.add_special = true}), tokenizer_->Encode("hello"));
+}
+
+// Random text from a pool of ASCII, multi-byte characters, white space, special-token names and
+// invalid bytes.
+std::string RandomText(std::mt19937* rng) {
+  static const char* const kPool[] = {
+      "a", "Z", "9", " ", "  ", "\t", "\n", "\r\n", "'s", "'LL", ".", "!!", "-", "\xC3\xA4", "\xE4\xBD\xA0",
+      "\xF0\x9F\xA6\x99", "\xE2\x80\x8D", "\xC2\x85", "\xE3\x80\x80", "<|im_start|>", "<think>", "<s>",
+      "\xFF", "\xE4\xBD", "\x80", "hello", " world", "123456", "\xD0\xBD\xD0\xB5", "\xE1\x9E\x80",
+  };
+  std::uniform_int_distribution<size_t> pick(0, std::size(kPool) - 1);
+  std::uniform_int_distribution<int> length(0, 40);
+  std::string text;
+  for (int i = length(*rng); i > 0; --i) text += kPool[pick(*rng)];
+  return text;
+}
+
+TEST(VocabPropertyTest, DecodeInvertsEncodeOnRandomText) {
+  std::mt19937 rng(1234);
+  const std::unique_ptr<Tokenizer> gpt2 = Load(VocabPath("ggml-vocab-gpt-2.gguf"));
+  const std::unique_ptr<Tokenizer> qwen3 = Load(VocabPath("ggml-vocab-qwen3-synth.gguf.gz"));
+  const std::unique_ptr<Tokenizer> spm = Load(VocabPath("ggml-vocab-llama-spm.gguf"));
+  ASSERT_NE(gpt2, nullptr);
+  ASSERT_NE(qwen3, nullptr);
+  ASSERT_NE(spm, nullptr);
+  for (int i = 0; i < 300; ++i) {
+    const std::string text = RandomText(&rng);
+    // Byte-level BPE reads invalid UTF-8 as U+FFFD; everything else comes back byte for byte.
+    EXPECT_EQ(gpt2->Decode(gpt2->Encode(text)), RepairUtf8(text)) << text;
+    EXPECT_EQ(qwen3->Decode(qwen3->Encode(text)), RepairUtf8(text)) << text;
+    EXPECT_EQ(qwen3->Decode(qwen3->Encode(text, {.parse_special = true}), {.render_special = true}),
+              RepairUtf8(text))
+        << text;
+    // SentencePiece keeps every byte (byte fallback) and drops the space prefix it added.
+    EXPECT_EQ(spm->Decode(spm->Encode(text)), text) << text;
+    for (int32_t id : qwen3->Encode(text)) ASSERT_TRUE(qwen3->IsValid(id));
+  }
+}
+
+TEST(VocabPropertyTest, ConcurrentEncodeMatchesSerial) {
+  const std::unique_ptr<Tokenizer> tokenizer = Load(VocabPath("ggml-vocab-gpt-2.gguf"));
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<Case> cases = ReadCases("ggml-vocab-gpt-2.gguf");
+  std::vector<std::vector<int32_t>> serial;
+  for (const Case& c : cases) serial.push_back(tokenizer->Encode(c.text));
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int round = 0; round < 20; ++round) {
+        for (size_t i = 0; i < cases.size(); ++i) {
+          if (tokenizer->Encode(cases[i].text) != serial[i]) mismatches++;
+          if (tokenizer->Decode(serial[i]) != cases[i].text) mismatches++;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(LlamaSpmFixtureTest, AddsBosAndHonoursTheSpacePrefix) {

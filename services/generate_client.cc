@@ -1,0 +1,280 @@
+#include "services/generate_client.h"
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/client_context.h"
+#include "services/grpc_status.h"
+#include "services/inference_protos.h"
+#include "services/pack_cli.h"
+#include "services/run_cli.h"
+#include "strata/v1/inference.grpc.pb.h"
+
+namespace strata::services {
+namespace {
+
+constexpr double kDefaultUnaryTimeoutSeconds = 60;
+
+int UsageError(const ClientIo& io, const std::string& message) {
+  *io.err << "strata: error: " << message << " (see strata --help)\n";
+  return kExitUsage;
+}
+
+int CallFailed(const ClientIo& io, const ClientOptions& options, const grpc::Status& status) {
+  *io.err << "strata: error: " << FromGrpcStatus(status).ToString();
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) *io.err << " (server " << options.server << ")";
+  *io.err << "\n";
+  return kExitFailure;
+}
+
+void SetDeadline(const ClientOptions& options, bool streaming, grpc::ClientContext* context) {
+  double seconds = options.timeout_seconds;
+  if (seconds <= 0 && !streaming) seconds = kDefaultUnaryTimeoutSeconds;
+  if (seconds <= 0) return;
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)));
+}
+
+// Cancels `context` when `cancel` becomes true, until destroyed.
+class CancelWatcher {
+ public:
+  CancelWatcher(const std::atomic<bool>* cancel, grpc::ClientContext* context) {
+    if (cancel == nullptr) return;
+    thread_ = std::thread([this, cancel, context] {
+      while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+        if (cancel->load()) {
+          context->TryCancel();
+          return;
+        }
+      }
+    });
+  }
+  ~CancelWatcher() {
+    done_.Notify();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  absl::Notification done_;
+  std::thread thread_;
+};
+
+std::string FormatBytes(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1e9) return absl::StrFormat("%.2f GB", b / 1e9);
+  if (b >= 1e6) return absl::StrFormat("%.1f MB", b / 1e6);
+  if (b >= 1e3) return absl::StrFormat("%.1f kB", b / 1e3);
+  return absl::StrCat(bytes, " B");
+}
+
+std::string PrintablePiece(const std::string& piece) {
+  std::string out;
+  for (unsigned char c : piece) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += absl::StrFormat("\\x%02x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+int Generate(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
+             const ClientIo& io) {
+  v1::GenerateRequest request;
+  if (!options.tokens.empty()) {
+    if (args.size() > 1) return UsageError(io, "give either a text prompt or --tokens, not both");
+    std::vector<int32_t> ids;
+    if (!ParseTokenList(options.tokens, &ids)) {
+      return UsageError(io, absl::StrCat("--tokens: expected comma-separated integers, got '", options.tokens, "'"));
+    }
+    request.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  } else {
+    if (args.size() != 2) {
+      return UsageError(io, absl::StrCat("generate takes one prompt (quote it), got ", args.size() - 1));
+    }
+    request.set_text(args[1]);
+  }
+  request.set_add_special(options.add_special);
+  request.set_parse_special(options.parse_special);
+  *request.mutable_sampling() = options.sampling;
+  if (!options.stop_token_ids.empty()) {
+    std::vector<int32_t> ids;
+    if (!ParseTokenList(options.stop_token_ids, &ids)) {
+      return UsageError(io, absl::StrCat("--stop-token-ids: expected comma-separated integers, got '",
+                                         options.stop_token_ids, "'"));
+    }
+    request.mutable_sampling()->mutable_stop_token_ids()->Add(ids.begin(), ids.end());
+  }
+
+  grpc::ClientContext context;
+  SetDeadline(options, /*streaming=*/true, &context);
+  std::vector<v1::TokenLogprob> logprobs;
+  v1::GenerateResponse last;
+  bool ends_with_newline = true;
+  grpc::Status status;
+  {
+    CancelWatcher watcher(io.cancel, &context);
+    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&context, request);
+    v1::GenerateResponse message;
+    while (reader->Read(&message)) {
+      if (!options.quiet && !message.text().empty()) {
+        *io.out << message.text() << std::flush;
+        ends_with_newline = message.text().back() == '\n';
+      }
+      logprobs.insert(logprobs.end(), message.logprobs().begin(), message.logprobs().end());
+      if (message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) last = message;
+    }
+    status = reader->Finish();
+  }
+  if (!ends_with_newline) *io.out << "\n" << std::flush;
+  if (!status.ok()) {
+    if (io.cancel != nullptr && io.cancel->load() && status.error_code() == grpc::StatusCode::CANCELLED) {
+      *io.err << "strata: cancelled\n";
+      return kExitFailure;
+    }
+    return CallFailed(io, options, status);
+  }
+  for (const v1::TokenLogprob& lp : logprobs) {
+    *io.err << absl::StrFormat("token %d  logprob %.4f", lp.token(), lp.logprob());
+    for (const v1::TopLogprob& top : lp.top()) {
+      *io.err << absl::StrFormat("  | %d '%s' %.4f", top.token(), PrintablePiece(top.piece()), top.logprob());
+    }
+    *io.err << "\n";
+  }
+  const v1::Usage& u = last.usage();
+  *io.err << absl::StrFormat(
+      "-- %d tokens (%s) | prompt %d tokens | first token %.1f ms | decode %.1f tokens/s | expert hit rate "
+      "%.1f%% | expert bytes read %s\n",
+      u.completion_tokens(), std::string(FinishReasonProtoName(last.finish_reason())), u.prompt_tokens(),
+      u.time_to_first_token() * 1e3, u.decode_tokens_per_second(), u.expert_hit_rate() * 100,
+      FormatBytes(u.expert_bytes()));
+  return kExitOk;
+}
+
+int Tokenize(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
+             const ClientIo& io) {
+  if (args.size() != 2) return UsageError(io, absl::StrCat("tokenize takes one text (quote it), got ", args.size() - 1));
+  v1::TokenizeRequest request;
+  request.set_text(args[1]);
+  request.set_add_special(options.add_special);
+  request.set_parse_special(options.parse_special);
+  v1::TokenizeResponse response;
+  grpc::ClientContext context;
+  SetDeadline(options, false, &context);
+  const grpc::Status status = stub.Tokenize(&context, request, &response);
+  if (!status.ok()) return CallFailed(io, options, status);
+  *io.out << absl::StrJoin(response.tokens(), ",") << "\n";
+  return kExitOk;
+}
+
+int Detokenize(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
+               const ClientIo& io) {
+  std::vector<int32_t> ids;
+  if (args.size() != 2 || !ParseTokenList(args[1], &ids)) {
+    return UsageError(io, "detokenize takes one list of comma-separated token ids");
+  }
+  v1::DetokenizeRequest request;
+  request.mutable_tokens()->Add(ids.begin(), ids.end());
+  request.set_render_special(options.render_special);
+  v1::DetokenizeResponse response;
+  grpc::ClientContext context;
+  SetDeadline(options, false, &context);
+  const grpc::Status status = stub.Detokenize(&context, request, &response);
+  if (!status.ok()) return CallFailed(io, options, status);
+  *io.out << response.text() << "\n";
+  return kExitOk;
+}
+
+int Info(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo& io) {
+  v1::ModelInfo m;
+  grpc::ClientContext context;
+  SetDeadline(options, false, &context);
+  const grpc::Status status = stub.GetModelInfo(&context, v1::GetModelInfoRequest(), &m);
+  if (!status.ok()) return CallFailed(io, options, status);
+  std::ostream& out = *io.out;
+  out << "architecture  " << m.architecture() << "\n";
+  out << absl::StrFormat("geometry      %d layers, %d experts (top-%d), n_embd %d, expert ff %d\n", m.n_layer(),
+                         m.n_expert(), m.n_expert_used(), m.n_embd(), m.expert_ff());
+  out << absl::StrFormat("attention     %d heads, %d kv heads, head dim %d\n", m.n_head(), m.n_head_kv(),
+                         m.head_dim());
+  out << absl::StrFormat("vocabulary    %d tokens (%s), bos %d, eos %d\n", m.vocab_size(), m.tokenizer(), m.bos(),
+                         m.eos());
+  out << absl::StrFormat("context       %d positions (trained for %d)\n", m.context(), m.train_context());
+  out << absl::StrFormat("experts       %s, scheme %s, source %s%s\n", FormatBytes(m.experts_bytes()), m.scheme(),
+                         m.expert_source(), m.arena_huge_pages() ? " (huge pages)" : "");
+  out << absl::StrFormat("per token     %s of experts, %s dense (batch of one)\n",
+                         FormatBytes(m.expert_bytes_per_token()), FormatBytes(m.dense_bytes_per_token()));
+  out << absl::StrFormat("loaded in     %.2f s (arena %.2f GB/s), %d threads\n", m.load_seconds(),
+                         m.arena_load_gb_per_second(), m.threads());
+  return kExitOk;
+}
+
+int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo& io) {
+  v1::EngineStats s;
+  grpc::ClientContext context;
+  SetDeadline(options, false, &context);
+  const grpc::Status status = stub.GetStats(&context, v1::GetStatsRequest(), &s);
+  if (!status.ok()) return CallFailed(io, options, status);
+  std::ostream& out = *io.out;
+  out << "active             " << s.active() << "\n";
+  out << "queued             " << s.queued() << "\n";
+  out << "requests finished  " << s.requests_finished() << "\n";
+  out << "steps              " << s.steps() << "\n";
+  out << "tokens generated   " << s.tokens_generated() << "\n";
+  out << "prompt tokens      " << s.prompt_tokens() << "\n";
+  out << "expert bytes read  " << FormatBytes(s.expert_bytes()) << "\n";
+  out << "kv cache in use    " << FormatBytes(s.kv_bytes_in_use()) << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunClient(const std::vector<std::string>& args, const ClientOptions& options,
+              const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io) {
+  if (args.empty()) return UsageError(io, "no command given (generate, tokenize, detokenize, info or stats)");
+  const std::string& command = args[0];
+  auto no_arguments = [&]() { return args.size() == 1; };
+  std::unique_ptr<v1::Inference::Stub> stub = v1::Inference::NewStub(channel);
+  if (command == "generate") return Generate(args, options, *stub, io);
+  if (command == "tokenize") return Tokenize(args, options, *stub, io);
+  if (command == "detokenize") return Detokenize(args, options, *stub, io);
+  if (command == "info" || command == "stats") {
+    if (!no_arguments()) return UsageError(io, absl::StrCat(command, " takes no arguments"));
+    return command == "info" ? Info(options, *stub, io) : Stats(options, *stub, io);
+  }
+  return UsageError(io, absl::StrCat("unknown command '", command,
+                                     "' (expected generate, tokenize, detokenize, info or stats)"));
+}
+
+std::string ClientUsage() {
+  return R"(strata: a client of strata-server (strata.v1.Inference)
+
+  strata generate [flags] "prompt"   stream the generated text, then speed and expert hit rate
+  strata generate --tokens 1,2,3     a prompt of token ids
+  strata tokenize "text"             the prompt's token ids
+  strata detokenize 1,2,3            the text of token ids
+  strata info                        the loaded model: geometry, scheme, arena, threads
+  strata stats                       the engine's counters
+
+Flags:
+  --server HOST:PORT        (default 127.0.0.1:50051)
+  --timeout SECONDS         deadline of the call (generate: none by default)
+  --max-tokens N  --temperature T  --top-k K  --top-p P  --min-p P  --seed S
+  --repeat-penalty R  --presence-penalty P  --frequency-penalty F  --penalty-last-n N
+  --stop a,b  --stop-token-ids 1,2  --ignore-eos  --logprobs N (chosen token and N alternatives)
+  --add-special=false  --parse-special  --render-special  --quiet
+Unset sampling flags take the server's defaults (temperature 1, max 256 tokens).
+Exit codes: 0 ok, 1 failed or refused request, 2 usage error.
+)";
+}
+
+}  // namespace strata::services

@@ -1,0 +1,60 @@
+#ifndef STRATA_SERVICES_INFERENCE_SERVICE_H_
+#define STRATA_SERVICES_INFERENCE_SERVICE_H_
+
+// strata.v1.Inference over a runtime::Engine, with the gRPC callback API.
+//
+// The service is registered with a server before its engine exists (the pack loads after the server
+// starts, so health checks can see NOT_SERVING meanwhile); until AttachEngine every call is UNAVAILABLE.
+// Generate hands the request to Engine::Submit, whose status (INVALID_ARGUMENT naming the field,
+// RESOURCE_EXHAUSTED when the queue is full) ends the call at once when it refuses. Otherwise the
+// engine's callbacks, on its scheduler thread, only queue messages in the call's reactor and start a
+// write when none is in flight; events that arrive during a write go out together in the next message.
+// A client cancellation or a passed deadline cancels the engine's sequence, which frees it at its next
+// step; the call then ends with CANCELLED or DEADLINE_EXCEEDED.
+//
+// Thread-safe. Lifetimes: the engine (owned by the service) must outlive every call, so shut the server
+// down and wait for it before destroying the service; Server::Shutdown cancels running generations.
+
+#include <atomic>
+#include <memory>
+
+#include "engine/runtime/engine.h"
+#include "grpcpp/server.h"
+#include "strata/v1/inference.grpc.pb.h"
+
+namespace strata::services {
+
+class InferenceServiceImpl final : public v1::Inference::CallbackService {
+ public:
+  InferenceServiceImpl() = default;
+  ~InferenceServiceImpl() override;
+  InferenceServiceImpl(const InferenceServiceImpl&) = delete;
+  InferenceServiceImpl& operator=(const InferenceServiceImpl&) = delete;
+
+  // Starts serving with `engine`. Call at most once.
+  void AttachEngine(std::unique_ptr<runtime::Engine> engine);
+  // Null until AttachEngine.
+  runtime::Engine* engine() const { return engine_.load(std::memory_order_acquire); }
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* context,
+                                                           const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context, const v1::DetokenizeRequest* request,
+                                       v1::DetokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request, v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
+                                     v1::EngineStats* response) override;
+
+ private:
+  std::unique_ptr<runtime::Engine> owned_engine_;  // written once, by AttachEngine, before engine_
+  std::atomic<runtime::Engine*> engine_{nullptr};
+};
+
+// Reports the whole server and strata.v1.Inference as SERVING or NOT_SERVING in grpc.health.v1.
+void SetInferenceServing(grpc::Server* server, bool serving);
+
+}  // namespace strata::services
+
+#endif  // STRATA_SERVICES_INFERENCE_SERVICE_H_

@@ -1,0 +1,121 @@
+// strata: the command-line client of strata-server (see services/generate_client.h).
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstdint>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "engine/log.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "services/cli_flags.h"
+#include "services/generate_client.h"
+#include "services/pack_cli.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "address of the strata-server, host:port");
+ABSL_FLAG(double, timeout, 0, "deadline of the call in seconds; 0: none for generate, 60 s otherwise");
+ABSL_FLAG(std::string, log_level, "warn", "debug, info, warn, error or off");
+ABSL_FLAG(std::optional<int>, max_tokens, std::nullopt, "tokens to generate at most (server default 256)");
+ABSL_FLAG(std::optional<double>, temperature, std::nullopt, "sampling temperature; 0 = greedy (default 1)");
+ABSL_FLAG(std::optional<int>, top_k, std::nullopt, "keep the k most likely tokens (0 = off)");
+ABSL_FLAG(std::optional<double>, top_p, std::nullopt, "nucleus sampling threshold (1 = off)");
+ABSL_FLAG(std::optional<double>, min_p, std::nullopt, "drop tokens below min_p x the best one's probability");
+ABSL_FLAG(std::optional<double>, repeat_penalty, std::nullopt, "repetition penalty (1 = off)");
+ABSL_FLAG(std::optional<double>, presence_penalty, std::nullopt, "presence penalty");
+ABSL_FLAG(std::optional<double>, frequency_penalty, std::nullopt, "frequency penalty");
+ABSL_FLAG(std::optional<int>, penalty_last_n, std::nullopt, "tokens the penalties look back over (-1 = all)");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt, "sampling seed");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings, comma-separated");
+ABSL_FLAG(std::string, stop_token_ids, "", "stop token ids, comma-separated");
+ABSL_FLAG(bool, ignore_eos, false, "keep generating past end-of-generation tokens");
+ABSL_FLAG(std::optional<int>, logprobs, std::nullopt, "print each token's log-probability and N alternatives");
+ABSL_FLAG(std::string, tokens, "", "generate: a prompt of comma-separated token ids instead of text");
+ABSL_FLAG(bool, add_special, true, "add BOS/EOS to a text prompt as the vocabulary asks");
+ABSL_FLAG(bool, parse_special, false, "recognise control tokens written in the text");
+ABSL_FLAG(bool, render_special, false, "detokenize: write control tokens as their text");
+ABSL_FLAG(bool, quiet, false, "generate: print only the summary");
+
+namespace {
+
+std::atomic<bool> g_cancel{false};
+
+void OnSignal(int) { g_cancel.store(true); }
+
+// The first SIGINT/SIGTERM cancels the call; a second one ends the process at once.
+void InstallSignalHandlers() {
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  action.sa_flags = SA_RESETHAND;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using strata::services::kExitUsage;
+  absl::SetProgramUsageMessage("strata <generate|tokenize|detokenize|info|stats> [arguments] [flags]");
+  std::vector<std::string> args(argv, argv + argc);
+  if (strata::services::WantsHelp(args)) {
+    std::cout << strata::services::ClientUsage();
+    return strata::services::kExitOk;
+  }
+  if (absl::Status status = strata::services::PrepareFlagArgs(&args); !status.ok()) {
+    std::cerr << "strata: error: " << status.message() << " (see strata --help)\n";
+    return kExitUsage;
+  }
+  std::vector<char*> prepared;
+  for (std::string& arg : args) prepared.push_back(arg.data());
+  prepared.push_back(nullptr);
+  const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
+  strata::InitLogging(absl::GetFlag(FLAGS_log_level));
+
+  strata::services::ClientOptions options;
+  options.server = absl::GetFlag(FLAGS_server);
+  options.timeout_seconds = absl::GetFlag(FLAGS_timeout);
+  strata::v1::SamplingParams& s = options.sampling;
+  if (auto v = absl::GetFlag(FLAGS_max_tokens)) s.set_max_tokens(*v);
+  if (auto v = absl::GetFlag(FLAGS_temperature)) s.set_temperature(static_cast<float>(*v));
+  if (auto v = absl::GetFlag(FLAGS_top_k)) s.set_top_k(*v);
+  if (auto v = absl::GetFlag(FLAGS_top_p)) s.set_top_p(static_cast<float>(*v));
+  if (auto v = absl::GetFlag(FLAGS_min_p)) s.set_min_p(static_cast<float>(*v));
+  if (auto v = absl::GetFlag(FLAGS_repeat_penalty)) s.set_repetition_penalty(static_cast<float>(*v));
+  if (auto v = absl::GetFlag(FLAGS_presence_penalty)) s.set_presence_penalty(static_cast<float>(*v));
+  if (auto v = absl::GetFlag(FLAGS_frequency_penalty)) s.set_frequency_penalty(static_cast<float>(*v));
+  if (auto v = absl::GetFlag(FLAGS_penalty_last_n)) s.set_penalty_last_n(*v);
+  if (auto v = absl::GetFlag(FLAGS_seed)) s.set_seed(*v);
+  for (const std::string& stop : absl::GetFlag(FLAGS_stop)) s.add_stop(stop);
+  s.set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  if (auto v = absl::GetFlag(FLAGS_logprobs)) {
+    s.set_logprobs(true);
+    s.set_top_logprobs(*v);
+  }
+  options.stop_token_ids = absl::GetFlag(FLAGS_stop_token_ids);
+  options.tokens = absl::GetFlag(FLAGS_tokens);
+  options.add_special = absl::GetFlag(FLAGS_add_special);
+  options.parse_special = absl::GetFlag(FLAGS_parse_special);
+  options.render_special = absl::GetFlag(FLAGS_render_special);
+  options.quiet = absl::GetFlag(FLAGS_quiet);
+  if (options.server.empty()) {
+    std::cerr << "strata: error: --server is empty (see strata --help)\n";
+    return kExitUsage;
+  }
+
+  InstallSignalHandlers();
+  strata::services::ClientIo io;
+  io.out = &std::cout;
+  io.err = &std::cerr;
+  io.cancel = &g_cancel;
+  const std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
+  return strata::services::RunClient(std::vector<std::string>(positional.begin() + 1, positional.end()), options,
+                                     channel, io);
+}

@@ -1,0 +1,164 @@
+// strata-server: the inference gRPC service (strata.v1.Inference), with health checking and reflection.
+//
+//   strata-server --pack DIR [--listen ADDR] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N]
+//                 [--expert-source arena|mmap] [--verify]
+//
+// The server starts first and reports NOT_SERVING (calls are UNAVAILABLE) while the pack loads, then
+// SERVING. A pack that cannot be loaded ends the process with exit code 1 and the reason. SIGINT or
+// SIGTERM stops taking calls, gives running generations a moment, cancels the rest and exits 0; a signal
+// while the pack is still loading exits at once.
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/synchronization/notification.h"
+#include "engine/log.h"
+#include "engine/runtime/engine.h"
+#include "services/cli_flags.h"
+#include "services/inference_service.h"
+#include "services/pack_cli.h"
+#include "services/server_runner.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, pack, "", "required: the pack directory to serve");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "address to listen on, host:port (port 0: any free port)");
+ABSL_FLAG(int, threads, 0, "compute threads; 0: all cores");
+ABSL_FLAG(int, max_seqs, 16, "sequences decoded together");
+ABSL_FLAG(int64_t, ctx, 0, "positions per sequence; 0: the model's training context, at most 8192");
+ABSL_FLAG(int, max_queue, 64, "requests waiting beyond --max-seqs; more are refused (RESOURCE_EXHAUSTED)");
+ABSL_FLAG(std::string, expert_source, "arena", "where experts are read from: arena or mmap");
+ABSL_FLAG(bool, verify, false, "check every expert blob's checksum while loading");
+ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
+
+namespace {
+
+using strata::services::kExitFailure;
+using strata::services::kExitOk;
+using strata::services::kExitUsage;
+
+// Time running generations get to end on their own after a stop signal before they are cancelled.
+constexpr auto kShutdownGrace = std::chrono::seconds(2);
+
+std::atomic<bool> g_loaded{false};
+absl::Notification g_stop;
+
+int UsageError(const std::string& message) {
+  std::cerr << "strata-server: error: " << message << " (see strata-server --help)\n";
+  return kExitUsage;
+}
+
+// Waits for SIGINT/SIGTERM (blocked in every thread) and asks main to stop; before the pack has loaded
+// there is nothing to drain, so the process ends at once.
+void WaitForStopSignal(sigset_t signals) {
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  if (!g_loaded.load()) {
+    spdlog::warn("signal {} while loading the pack: exiting", signal_number);
+    std::_Exit(kExitOk);
+  }
+  spdlog::info("signal {}: shutting down", signal_number);
+  g_stop.Notify();
+}
+
+void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtime::EngineOptions& options) {
+  const strata::model::ModelConfig& c = info.config;
+  spdlog::info("loaded {} in {:.2f} s: {}, {} layers, {} experts (top-{}), n_embd {}, expert ff {}, {} heads "
+               "({} kv), vocab {}, context {} (trained {})",
+               options.pack_dir, info.load_seconds, c.arch, c.n_layer, c.n_expert, c.n_expert_used, c.n_embd,
+               c.expert_ff, c.n_head, c.n_head_kv, c.n_vocab, info.max_ctx, c.n_ctx_train);
+  spdlog::info("experts: {:.3f} GB, scheme {}, source {}, loaded at {:.2f} GB/s{}{}; {:.2f} MB of experts per token",
+               static_cast<double>(info.experts_bytes) / 1e9, info.scheme, info.source_kind,
+               info.source.gb_per_second, info.source.huge_pages ? ", huge pages" : "",
+               info.source.pinned ? ", pinned" : "", static_cast<double>(info.expert_bytes_per_token) / 1e6);
+  spdlog::info("{} threads, up to {} sequences together, {} more queued", info.threads, options.max_seqs,
+               options.max_queue);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "strata-server --pack DIR [--listen HOST:PORT] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N] "
+      "[--expert-source arena|mmap] [--verify]");
+  std::vector<std::string> args(argv, argv + argc);
+  if (absl::Status status = strata::services::PrepareFlagArgs(&args); !status.ok()) {
+    return UsageError(std::string(status.message()));
+  }
+  std::vector<char*> prepared;
+  for (std::string& arg : args) prepared.push_back(arg.data());
+  prepared.push_back(nullptr);
+  const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
+  if (positional.size() > 1) return UsageError(std::string("unexpected argument '") + positional[1] + "'");
+
+  strata::runtime::EngineOptions options;
+  options.pack_dir = absl::GetFlag(FLAGS_pack);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.max_seqs = absl::GetFlag(FLAGS_max_seqs);
+  options.max_ctx = absl::GetFlag(FLAGS_ctx);
+  options.max_queue = absl::GetFlag(FLAGS_max_queue);
+  options.experts.kind = absl::GetFlag(FLAGS_expert_source);
+  options.experts.verify = absl::GetFlag(FLAGS_verify);
+  if (options.pack_dir.empty()) return UsageError("--pack is required");
+  if (options.experts.kind != "arena" && options.experts.kind != "mmap") {
+    return UsageError("--expert-source: '" + options.experts.kind + "' is not arena or mmap");
+  }
+  if (options.threads < 0) return UsageError("--threads: must not be negative");
+  if (options.max_seqs < 1) return UsageError("--max-seqs: must be at least 1");
+  if (options.max_queue < 0) return UsageError("--max-queue: must not be negative");
+  if (options.max_ctx < 0) return UsageError("--ctx: must not be negative");
+  strata::InitLogging(absl::GetFlag(FLAGS_log_level));
+
+  // Signals are taken by sigwait; block them before gRPC and the engine start threads, which inherit the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::thread(WaitForStopSignal, stop_signals).detach();
+
+  auto service = std::make_unique<strata::services::InferenceServiceImpl>();
+  strata::services::ServerConfig config;
+  config.listen_address = absl::GetFlag(FLAGS_listen);
+  absl::StatusOr<strata::services::StartedServer> started = strata::services::StartServer(
+      config, {{service.get(), strata::v1::Inference::service_full_name()}});
+  if (!started.ok()) {
+    spdlog::error("{}", std::string(started.status().message()));
+    return kExitFailure;
+  }
+  grpc::Server* server = started->server.get();
+  strata::services::SetInferenceServing(server, false);
+  spdlog::info("strata-server listening on {} (port {}); loading {}", config.listen_address, started->port,
+               options.pack_dir);
+
+  absl::StatusOr<std::unique_ptr<strata::runtime::Engine>> engine = strata::runtime::Engine::Create(options);
+  if (!engine.ok()) {
+    spdlog::error("cannot serve {}: {}", options.pack_dir, engine.status().ToString());
+    server->Shutdown();
+    server->Wait();
+    return kExitFailure;
+  }
+  LogEngineInfo((*engine)->info(), options);
+  service->AttachEngine(*std::move(engine));
+  g_loaded.store(true);
+  strata::services::SetInferenceServing(server, true);
+  spdlog::info("serving strata.v1.Inference on {}", config.listen_address);
+
+  g_stop.WaitForNotification();
+  strata::services::SetInferenceServing(server, false);
+  server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+  server->Wait();
+  started->server.reset();
+  service.reset();
+  spdlog::info("stopped");
+  return kExitOk;
+}
