@@ -169,6 +169,13 @@ uint64_t PhysicalMemoryBytes() {
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
 
+double LoadAverage() {
+  std::ifstream f("/proc/loadavg");
+  double load = -1.0;
+  if (!(f >> load)) return -1.0;
+  return load;
+}
+
 // ---- DRAM probe
 
 namespace {

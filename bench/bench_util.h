@@ -72,6 +72,9 @@ MappedBuffer AllocateTouched(size_t bytes, int threads);
 uint64_t LastLevelCacheBytes();
 // Physical memory, or 0 if unknown.
 uint64_t PhysicalMemoryBytes();
+// The 1-minute load average from /proc/loadavg, or -1; printed with results so that runs on a busy
+// machine can be told apart.
+double LoadAverage();
 
 // Measures DRAM read bandwidth: `threads` threads each read a slice of one buffer; the result is the best
 // pass over the whole buffer (bytes / wall time).

@@ -154,10 +154,10 @@ int Main(int argc, char** argv) {
   }
 
   std::printf("# %s\n", flags.command_line().c_str());
-  std::printf("cpu path %s, %u hardware threads, LLC %.1f MiB reported, memory %.1f GiB\n",
+  std::printf("cpu path %s, %u hardware threads, LLC %.1f MiB reported, memory %.1f GiB, load average %.2f\n",
               std::string(kernels::CpuPathName(kernels::BestCpuPath())).c_str(),
               std::thread::hardware_concurrency(), LastLevelCacheBytes() / 1048576.0,
-              PhysicalMemoryBytes() / 1073741824.0);
+              PhysicalMemoryBytes() / 1073741824.0, LoadAverage());
 
   // The DRAM bound, per thread count.
   std::vector<double> dram(thread_list.size());
@@ -229,6 +229,7 @@ int Main(int argc, char** argv) {
                   hot.gbps, max_threads);
     }
   }
+  std::printf("\nload average at the end %.2f\n", LoadAverage());
   return 0;
 }
 

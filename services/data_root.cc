@@ -74,8 +74,7 @@ bool DataRoot::Contains(const std::string& resolved) const {
   return resolved.size() == root_.size() || resolved[root_.size()] == '/';
 }
 
-absl::StatusOr<std::string> DataRoot::Resolve(std::string_view request_path_view,
-                                              std::string_view field_view) const {
+absl::StatusOr<std::string> DataRoot::Resolve(std::string_view request_path_view, std::string_view field_view) const {
   // Abseil's string_view is not std::string_view in this build.
   const std::string request_path(request_path_view);
   const std::string field(field_view);

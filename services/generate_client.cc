@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "grpcpp/client_context.h"
 #include "services/grpc_status.h"
 #include "services/inference_protos.h"

@@ -1,13 +1,13 @@
 #include "services/pack_cli.h"
 
-#include <memory>
-#include "absl/strings/string_view.h"
-#include <system_error>
 #include <filesystem>
+#include <memory>
+#include <system_error>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "kernels/cpu/scheme.h"
@@ -73,8 +73,8 @@ std::unique_ptr<PackToolBackend> MakeBackend(const PackCliOptions& options) {
 // Summary of a finished pack and the per-role quantization error table.
 void PrintPackSummary(const pack::v1::Manifest& m, absl::string_view dir, absl::Duration took, std::ostream& out) {
   const pack::v1::Geometry& g = m.geometry();
-  out << absl::StrFormat("wrote %s in %.1f s: %s, %u MoE layers x %u experts (%u used), n_embd %u, expert ff %u\n",
-                         dir, absl::ToDoubleSeconds(took), m.architecture(), g.n_moe_layers(), g.n_expert(),
+  out << absl::StrFormat("wrote %s in %.1f s: %s, %u MoE layers x %u experts (%u used), n_embd %u, expert ff %u\n", dir,
+                         absl::ToDoubleSeconds(took), m.architecture(), g.n_moe_layers(), g.n_expert(),
                          g.n_expert_used(), g.n_embd(), g.expert_ff());
   out << absl::StrFormat("  scheme %s: %s per expert, experts.bin %s, dense.gguf %s\n", m.scheme(),
                          FormatBytes(static_cast<double>(m.blob_bytes())),
@@ -103,9 +103,9 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
   synth.geometry = *preset;
   packtool::SynthGeometry& g = synth.geometry;
   const std::pair<const std::optional<int64_t>*, int64_t*> overrides[] = {
-      {&options.layers, &g.n_layer},       {&options.experts, &g.n_expert},   {&options.experts_used, &g.n_expert_used},
-      {&options.embd, &g.n_embd},          {&options.expert_ff, &g.expert_ff}, {&options.heads, &g.n_head},
-      {&options.kv_heads, &g.n_head_kv},   {&options.head_dim, &g.head_dim},  {&options.vocab_size, &g.n_vocab},
+      {&options.layers, &g.n_layer},     {&options.experts, &g.n_expert},    {&options.experts_used, &g.n_expert_used},
+      {&options.embd, &g.n_embd},        {&options.expert_ff, &g.expert_ff}, {&options.heads, &g.n_head},
+      {&options.kv_heads, &g.n_head_kv}, {&options.head_dim, &g.head_dim},   {&options.vocab_size, &g.n_vocab},
       {&options.ctx, &g.n_ctx}};
   for (const auto& [value, field] : overrides) {
     if (value->has_value()) *field = **value;
@@ -144,17 +144,17 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
   }
   std::error_code ec;
   const uintmax_t size = std::filesystem::file_size(options.out, ec);
-  *io.out << absl::StrFormat(
-      "wrote %s in %.1f s: %s, %d layers x %d experts (%d used), n_embd %d, expert ff %d, %s\n", options.out,
-      absl::ToDoubleSeconds(absl::Now() - start), g.arch, g.n_layer, g.n_expert, g.n_expert_used, g.n_embd,
-      g.expert_ff, ec ? std::string("size unknown") : FormatBytes(static_cast<double>(size)));
+  *io.out << absl::StrFormat("wrote %s in %.1f s: %s, %d layers x %d experts (%d used), n_embd %d, expert ff %d, %s\n",
+                             options.out, absl::ToDoubleSeconds(absl::Now() - start), g.arch, g.n_layer, g.n_expert,
+                             g.n_expert_used, g.n_embd, g.expert_ff,
+                             ec ? std::string("size unknown") : FormatBytes(static_cast<double>(size)));
   return kExitOk;
 }
 
 int RunConvert(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
   int exit_code = kExitOk;
-  if (!CheckArity(args, 2, args.size() < 2 ? "the input GGUF and the output directory" : "the output directory",
-                  io, &exit_code)) {
+  if (!CheckArity(args, 2, args.size() < 2 ? "the input GGUF and the output directory" : "the output directory", io,
+                  &exit_code)) {
     return exit_code;
   }
   if (!kernels::ParseScheme(options.scheme).ok()) {
@@ -239,7 +239,8 @@ int RunPackCli(const std::vector<std::string>& args, const PackCliOptions& optio
   } else if (command == "help") {
     *io.out << kUsage;
   } else {
-    code = UsageError(io, absl::StrCat("unknown command '", command, "'; expected synth, convert, validate or inspect"));
+    code =
+        UsageError(io, absl::StrCat("unknown command '", command, "'; expected synth, convert, validate or inspect"));
   }
   io.out->flush();
   return code;

@@ -27,12 +27,11 @@ struct PackCliOptions {
   std::string preset = "tiny";
   std::string out;  // required
   // Override the preset's geometry when set.
-  std::optional<int64_t> layers, experts, experts_used, embd, expert_ff, heads, kv_heads, head_dim, vocab_size,
-      ctx;
+  std::optional<int64_t> layers, experts, experts_used, embd, expert_ff, heads, kv_heads, head_dim, vocab_size, ctx;
   std::string type = "f16";         // dense weights
   std::string expert_type = "f16";  // expert weights in the GGUF
   uint64_t seed = 1;
-  std::string vocab;      // GGUF to copy the tokenizer from
+  std::string vocab;       // GGUF to copy the tokenizer from
   bool pack_only = false;  // write a pack directly, no GGUF
 
   // synth --pack-only and convert
@@ -46,7 +45,7 @@ struct PackCliOptions {
 struct CliIo {
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
-  bool err_is_terminal = false;              // draw a progress bar rather than progress lines
+  bool err_is_terminal = false;               // draw a progress bar rather than progress lines
   const std::atomic<bool>* cancel = nullptr;  // set by a signal handler: stop converting, clean up
 };
 

@@ -133,8 +133,7 @@ class RemoteBackend final : public PackToolBackend {
   absl::Status Annotate(const grpc::Status& status) const {
     absl::Status converted = FromGrpcStatus(status);
     if (converted.code() == absl::StatusCode::kUnavailable || converted.code() == absl::StatusCode::kUnimplemented) {
-      return absl::Status(converted.code(),
-                          absl::StrCat("strata-packd at ", address_, ": ", converted.message()));
+      return absl::Status(converted.code(), absl::StrCat("strata-packd at ", address_, ": ", converted.message()));
     }
     return converted;
   }

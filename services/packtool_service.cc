@@ -198,8 +198,11 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
   if (!input.ok()) return new RefusedConvert(input.status());
   absl::StatusOr<std::string> output = root_->Resolve(request->output_dir(), "output_dir");
   if (!output.ok()) return new RefusedConvert(output.status());
-  absl::StatusOr<std::string> partial = root_->Resolve(request->output_dir() + ".partial", "output_dir");
-  if (!partial.ok()) return new RefusedConvert(partial.status());
+  if (*output == root_->path()) {
+    return new RefusedConvert(absl::InvalidArgumentError("output_dir: is the data root itself"));
+  }
+  // Beside the output, so inside the root too; the library writes there first.
+  const std::string partial = *output + ".partial";
   if (request->scheme().empty()) {
     return new RefusedConvert(absl::InvalidArgumentError("scheme: is empty; expected f16, s8, s4 or s2"));
   }
@@ -221,7 +224,7 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
     refused = absl::NotFoundError(absl::StrCat("input: '", request->input(), "' does not exist"));
   } else if (PathExists(*output)) {
     refused = absl::AlreadyExistsError(absl::StrCat("output_dir: '", request->output_dir(), "' already exists"));
-  } else if (PathExists(*partial)) {
+  } else if (PathExists(partial)) {
     refused = absl::AlreadyExistsError(absl::StrCat("output_dir: '", request->output_dir(),
                                                     ".partial' exists (an interrupted conversion?); remove it"));
   }
@@ -264,8 +267,7 @@ grpc::ServerUnaryReactor* PackToolServiceImpl::Validate(grpc::CallbackServerCont
 }
 
 grpc::ServerUnaryReactor* PackToolServiceImpl::Inspect(grpc::CallbackServerContext* context,
-                                                       const v1::InspectRequest* request,
-                                                       v1::InspectReport* report) {
+                                                       const v1::InspectRequest* request, v1::InspectReport* report) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<std::string> path = root_->Resolve(request->path(), "path");
   if (!path.ok()) {

@@ -2,8 +2,9 @@
 #define STRATA_SERVICES_PROGRESS_PRINTER_H_
 
 // Shows conversion progress for a person. On a terminal: one bar redrawn in place with \r, at most ~10 times
-// a second, with the pack bytes written, the rate the source is read at and the ETA. Elsewhere (a log, a pipe): a plain line at each phase change, each 5%
-// of the expert bytes and at least every 10 s. One thread calls it; the stream is borrowed.
+// a second, with the pack bytes written, the rate the source is read at and the ETA. Elsewhere (a log, a
+// pipe): a plain line at each phase change, each 5% of the expert bytes and at least every 10 s. One thread
+// calls it; the stream is borrowed.
 
 #include <cstdint>
 #include <functional>
@@ -22,7 +23,7 @@ class ProgressPrinter {
  public:
   using Clock = std::function<absl::Time()>;
 
-  ProgressPrinter(std::ostream* out, bool terminal, Clock clock = [] { return absl::Now(); });
+  ProgressPrinter(std::ostream* out, bool terminal, Clock clock = &absl::Now);
 
   void Update(const packtool::ConvertProgress& progress);
 
@@ -37,12 +38,12 @@ class ProgressPrinter {
   const bool terminal_;
   const Clock clock_;
 
-  std::string phase_;                   // of the last update
+  std::string phase_;  // of the last update
   absl::Time last_print_ = absl::InfinitePast();
-  int last_percent_step_ = -1;          // last 5% step printed (plain mode)
+  int last_percent_step_ = -1;                       // last 5% step printed (plain mode)
   absl::Time experts_start_ = absl::InfinitePast();  // first expert bytes seen, for the ETA
   uint64_t experts_start_bytes_ = 0;
-  size_t bar_width_ = 0;                // characters of the bar on screen (terminal mode)
+  size_t bar_width_ = 0;  // characters of the bar on screen (terminal mode)
 };
 
 }  // namespace strata::services

@@ -20,7 +20,7 @@ struct ServedService {
 };
 
 struct ServerConfig {
-  std::string listen_address;  // "host:port" (port 0: any free port); empty: in-process channels only
+  std::string listen_address;         // "host:port" (port 0: any free port); empty: in-process channels only
   int max_message_bytes = 256 << 20;  // both directions; a manifest has one checksum per expert
 };
 

@@ -106,6 +106,5 @@ int main(int argc, char** argv) {
   io.err = &std::cerr;
   io.err_is_terminal = isatty(STDERR_FILENO) == 1;
   io.cancel = &g_cancel;
-  return strata::services::RunPackCli(std::vector<std::string>(positional.begin() + 1, positional.end()), options,
-                                      io);
+  return strata::services::RunPackCli(std::vector<std::string>(positional.begin() + 1, positional.end()), options, io);
 }

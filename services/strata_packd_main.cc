@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
   }
   strata::services::ServerConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
-  absl::StatusOr<strata::services::StartedServer> started = strata::services::StartServer(
-      config, {{service->get(), strata::v1::PackTool::service_full_name()}});
+  absl::StatusOr<strata::services::StartedServer> started =
+      strata::services::StartServer(config, {{service->get(), strata::v1::PackTool::service_full_name()}});
   if (!started.ok()) {
     std::cerr << "strata-packd: error: " << started.status().message() << '\n';
     return kExitFailure;

@@ -46,9 +46,11 @@ struct SampleResult {
 // draw, so the same seed, history and logits reproduce the same tokens. Tokens with logit -inf are never
 // chosen.
 //
-// Costs per call: a copy of the logits into a reused buffer and one or two passes over it; filters use
-// selection (nth_element) and sort only the candidates they keep. No allocation after the first call
-// except the `top` vector of the result.
+// Costs per call, for a vocabulary of n: a copy of the logits into a reused buffer and a few passes over
+// it. No full sort: top-k up to 1024 keeps a heap in one pass (larger k uses nth_element), top-p finds its
+// boundary from a histogram of probability mass and sorts only the tokens above it, min-p is a threshold,
+// and a kept set larger than 4096 is drawn from by a pass in id order instead of being sorted. No
+// allocation once the buffers have grown, except the `top` vector of the result.
 //
 // One Sampler per sequence; not thread-safe. Params are expected to have passed ValidateSamplingParams;
 // out-of-range values are clamped rather than trusted.
@@ -60,8 +62,9 @@ class Sampler {
   // token it returns: the caller accepts the tokens it keeps. Ids outside [0, n_vocab) are ignored.
   void Accept(int32_t token);
 
-  // Makes `token` impossible to sample (logit -inf after penalties), e.g. end-of-generation tokens when
-  // ignore_eos is set. It does not change reported logprobs. Ids outside [0, n_vocab) are ignored.
+  // Makes `token` impossible to sample (logit -inf after penalties), e.g. to ban end-of-generation
+  // tokens, llama.cpp's reading of ignore_eos. Reported logprobs are unchanged. Ids outside [0, n_vocab)
+  // are ignored.
   void Suppress(int32_t token);
 
   // INVALID_ARGUMENT when logits.size() != n_vocab, a logit is NaN or +inf, or no token can be chosen

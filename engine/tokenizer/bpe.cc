@@ -1,6 +1,6 @@
 #include "engine/tokenizer/bpe.h"
 
-#include <queue>
+#include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -35,6 +35,12 @@ struct BigramAfter {
 };
 
 }  // namespace
+
+struct BpeModel::Scratch {
+  std::string encoded;
+  std::vector<Symbol> symbols;
+  std::vector<Bigram> queue;  // a heap ordered by BigramAfter
+};
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(const std::vector<std::string>& merges,
                                                            const TokenIndex* index, int32_t unk_id,
@@ -100,15 +106,15 @@ void BpeModel::Encode(std::string_view text, std::vector<int32_t>* out) const {
   }
   std::vector<std::string_view> words;
   pre_tokenizer_->Split(text, &words);
-  std::string scratch;
+  Scratch scratch;
   for (std::string_view word : words) EncodeWord(word, &scratch, out);
 }
 
-void BpeModel::EncodeWord(std::string_view word, std::string* scratch, std::vector<int32_t>* out) const {
+void BpeModel::EncodeWord(std::string_view word, Scratch* scratch, std::vector<int32_t>* out) const {
   if (ignore_merges_) {
-    scratch->clear();
-    ByteLevelEncode(word, scratch);
-    const int32_t id = Find(*scratch);
+    scratch->encoded.clear();
+    ByteLevelEncode(word, &scratch->encoded);
+    const int32_t id = Find(scratch->encoded);
     if (id >= 0) {
       out->push_back(id);
       return;
@@ -116,25 +122,29 @@ void BpeModel::EncodeWord(std::string_view word, std::string* scratch, std::vect
   }
 
   // One symbol per byte: each byte is one character of the byte alphabet.
-  std::vector<Symbol> symbols(word.size());
+  std::vector<Symbol>& symbols = scratch->symbols;
   const int32_t n = static_cast<int32_t>(word.size());
+  symbols.resize(n);
   for (int32_t i = 0; i < n; ++i) {
     symbols[i] = {byte_ids_[static_cast<uint8_t>(word[i])], static_cast<uint32_t>(i), 1, i - 1,
                   i + 1 < n ? i + 1 : -1};
   }
 
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramAfter> queue;
+  std::vector<Bigram>& queue = scratch->queue;
+  queue.clear();
   const auto try_add = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0 || symbols[left].id < 0 || symbols[right].id < 0) return;
     const auto it = merges_.find(PairKey(symbols[left].id, symbols[right].id));
     if (it == merges_.end()) return;
-    queue.push({it->second.rank, left, right, it->second.result, symbols[left].length + symbols[right].length});
+    queue.push_back({it->second.rank, left, right, it->second.result, symbols[left].length + symbols[right].length});
+    std::push_heap(queue.begin(), queue.end(), BigramAfter());
   };
   for (int32_t i = 1; i < n; ++i) try_add(i - 1, i);
 
   while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
+    std::pop_heap(queue.begin(), queue.end(), BigramAfter());
+    const Bigram bigram = queue.back();
+    queue.pop_back();
     Symbol& left = symbols[bigram.left];
     Symbol& right = symbols[bigram.right];
     // Symbols only ever grow, so an unchanged adjacent pair of the queued total length is the same pair.

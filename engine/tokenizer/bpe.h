@@ -43,9 +43,11 @@ class BpeModel {
     int32_t result;  // token id of left + right
   };
 
+  struct Scratch;  // buffers reused across the words of one Encode call
+
   BpeModel() = default;
   int32_t Find(std::string_view text) const;
-  void EncodeWord(std::string_view word, std::string* scratch, std::vector<int32_t>* out) const;
+  void EncodeWord(std::string_view word, Scratch* scratch, std::vector<int32_t>* out) const;
   static uint64_t PairKey(int32_t left, int32_t right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   }

@@ -59,11 +59,8 @@ absl::StatusOr<PreTokenizerSpec> SpecFor(std::string_view family) {
     spec.patterns = {Llama3StylePattern(R"(\p{N}{1,3})")};
     spec.ignore_merges = true;
     spec.add_bos = true;
-  } else if (family == "dbrx") {
+  } else if (family == "dbrx" || family == "chatglm4") {  // llama3's regex without its flags
     spec.patterns = {Llama3StylePattern(R"(\p{N}{1,3})")};
-  } else if (family == "chatglm4") {
-    spec.patterns = {Llama3StylePattern(R"(\p{N}{1,3})")};
-    spec.no_bos = true;
   } else if (family == "qwen2") {
     spec.patterns = {Llama3StylePattern(R"(\p{N})")};
   } else if (family == "starcoder") {

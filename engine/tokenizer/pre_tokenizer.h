@@ -25,7 +25,6 @@ struct PreTokenizerSpec {
   std::vector<std::string> patterns;  // applied in order, see above
   bool ignore_merges = false;         // a word that is itself a token is emitted without merging
   bool add_bos = false;               // default of tokenizer.ggml.add_bos_token for this family
-  bool no_bos = false;                // the family has no BOS token unless the metadata names one
 };
 
 // Looks up a `tokenizer.ggml.pre` value; an empty value selects llama.cpp's "default" chain. Unknown

@@ -39,20 +39,6 @@ constexpr std::string_view kFimEogTexts[] = {
     "<|file_sep|>",
 };
 
-uint8_t AttrForType(int32_t type, uint8_t normal, uint8_t unknown, uint8_t control, uint8_t user_defined,
-                    uint8_t unused, uint8_t byte) {
-  switch (static_cast<TokenType>(type)) {
-    case TokenType::kNormal: return normal;
-    case TokenType::kUnknown: return unknown;
-    case TokenType::kControl: return control;
-    case TokenType::kUserDefined: return user_defined;
-    case TokenType::kUnused: return unused;
-    case TokenType::kByte: return byte;
-    case TokenType::kUndefined: break;
-  }
-  return 0;
-}
-
 // "<0x41>" -> 0x41; -1 when `text` is not of that form.
 int ParseByteToken(std::string_view text) {
   if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
@@ -82,6 +68,19 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(TokenizerVocab voca
 }
 
 Tokenizer::~Tokenizer() = default;
+
+uint8_t Tokenizer::AttrForType(TokenType type) {
+  switch (type) {
+    case TokenType::kNormal: return kAttrNormal;
+    case TokenType::kUnknown: return kAttrUnknown;
+    case TokenType::kControl: return kAttrControl;
+    case TokenType::kUserDefined: return kAttrUserDefined;
+    case TokenType::kUnused: return kAttrUnused;
+    case TokenType::kByte: return kAttrByte;
+    case TokenType::kUndefined: break;
+  }
+  return 0;
+}
 
 absl::Status Tokenizer::Init(TokenizerVocab vocab) {
   if (vocab.model == "gpt2") {
@@ -121,8 +120,7 @@ absl::Status Tokenizer::Init(TokenizerVocab vocab) {
         return absl::InvalidArgumentError(absl::StrCat("tokenizer metadata: tokenizer.ggml.token_type[", i,
                                                        "] = ", type, " is not a token type (0..6)"));
       }
-      attrs_[i] = AttrForType(type, kAttrNormal, kAttrUnknown, kAttrControl, kAttrUserDefined, kAttrUnused,
-                              kAttrByte);
+      attrs_[i] = AttrForType(static_cast<TokenType>(type));
     }
     if (tokens_[i].empty()) {  // as llama.cpp: keep the id usable under a placeholder name
       spdlog::warn("tokenizer: token {} is empty; naming it [EMPTY_{}]", i, i);
@@ -247,7 +245,6 @@ void Tokenizer::InitEog(const TokenizerVocab& vocab) {
   }
   mark(eos_);
   mark(eot_);
-  if (eot_ >= 0) attrs_[eot_] |= kAttrControl;
 
   // gpt-oss (and solar-open) end a message with <|end|> but a turn with <|return|> / <|call|>: there
   // <|end|> is an ordinary rendered token, as llama.cpp decides.

@@ -107,6 +107,7 @@ class Tokenizer {
   };
 
   Tokenizer() = default;
+  static uint8_t AttrForType(TokenType type);
   absl::Status Init(TokenizerVocab vocab);
   absl::Status InitSpecialIds(const TokenizerVocab& vocab);
   void InitEog(const TokenizerVocab& vocab);

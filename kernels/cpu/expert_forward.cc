@@ -75,13 +75,14 @@ void ExpertForward(const ExpertLayout& layout, absl::Span<const ExpertJob> jobs,
   const int64_t n_embd = layout.n_embd, ff = layout.ff;
 
   // One scratch slot per (job, token).
-  std::vector<size_t> first_slot(jobs.size());
+  ExpertScratch& sc = *scratch;
+  std::vector<size_t>& first_slot = sc.first_slot_;
+  first_slot.resize(jobs.size());
   size_t slots = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     first_slot[j] = slots;
     slots += static_cast<size_t>(jobs[j].n_tokens);
   }
-  ExpertScratch& sc = *scratch;
   if (sc.gate_.size() < slots * ff) {
     sc.gate_.resize(slots * ff);
     sc.up_.resize(slots * ff);

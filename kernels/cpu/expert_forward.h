@@ -55,7 +55,8 @@ class ExpertScratch {
 
  private:
   friend void ExpertForward(const ExpertLayout&, absl::Span<const ExpertJob>, ThreadPool*, ExpertScratch*);
-  std::vector<float> gate_;  // per (job, token) slot: ff
+  std::vector<size_t> first_slot_;  // per job: its first slot
+  std::vector<float> gate_;         // per (job, token) slot: ff
   std::vector<float> up_;
   std::vector<QuantizedActivation> h_;
   std::vector<const QuantizedActivation*> h_ptrs_;

@@ -15,11 +15,12 @@ namespace strata::services {
 namespace {
 
 TEST(PrepareFlagArgsTest, RewritesDashesInNamesOnly) {
-  std::vector<std::string> args = {"prog", "convert", "in-file.gguf", "--cli-flags-test-count=3",
-                                   "--cli-flags-test-switch", "-cli-flags-test-size", "7", "out-dir"};
+  std::vector<std::string> args = {
+      "prog", "convert", "in-file.gguf", "--cli-flags-test-count=3", "--cli-flags-test-switch", "-cli-flags-test-size",
+      "7",    "out-dir"};
   ASSERT_TRUE(PrepareFlagArgs(&args).ok());
   EXPECT_EQ(args, (std::vector<std::string>{"prog", "convert", "in-file.gguf", "--cli_flags_test_count=3",
-                                             "--cli_flags_test_switch", "-cli_flags_test_size", "7", "out-dir"}));
+                                            "--cli_flags_test_switch", "-cli_flags_test_size", "7", "out-dir"}));
   EXPECT_EQ(absl::GetFlag(FLAGS_cli_flags_test_count), 3);
   EXPECT_EQ(absl::GetFlag(FLAGS_cli_flags_test_size), std::optional<int64_t>(7));
 }

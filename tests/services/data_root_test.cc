@@ -59,7 +59,8 @@ TEST_F(DataRootTest, AbsolutePathInsideIsAccepted) {
 }
 
 TEST_F(DataRootTest, EmptyPathNamesTheField) {
-  EXPECT_THAT(root_->Resolve("", "output_dir").status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "output_dir"));
+  EXPECT_THAT(root_->Resolve("", "output_dir").status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "output_dir"));
 }
 
 TEST_F(DataRootTest, DotDotOutOfTheRootIsDenied) {
@@ -74,7 +75,8 @@ TEST_F(DataRootTest, DotDotOutOfTheRootIsDenied) {
 TEST_F(DataRootTest, AbsolutePathOutsideIsDenied) {
   EXPECT_THAT(root_->Resolve(outside_ + "/secret.gguf", "input").status(),
               StatusIs(absl::StatusCode::kPermissionDenied));
-  EXPECT_THAT(root_->Resolve("/etc/passwd", "path").status(), StatusIsWith(absl::StatusCode::kPermissionDenied, "path"));
+  EXPECT_THAT(root_->Resolve("/etc/passwd", "path").status(),
+              StatusIsWith(absl::StatusCode::kPermissionDenied, "path"));
 }
 
 TEST_F(DataRootTest, SiblingWithTheRootAsPrefixIsDenied) {

@@ -24,8 +24,7 @@ TEST(GrpcStatusTest, NamedCodesMatch) {
   EXPECT_EQ(ToGrpcStatus(absl::PermissionDeniedError("x")).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(ToGrpcStatus(absl::CancelledError("x")).error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_EQ(ToGrpcStatus(absl::AbortedError("x")).error_code(), grpc::StatusCode::ABORTED);
-  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")).code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")).code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(GrpcStatusTest, UnknownCodeBecomesUnknown) {

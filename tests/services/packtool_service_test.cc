@@ -188,12 +188,12 @@ TEST_F(PackToolServiceTest, PathsOutsideTheRootAreDeniedAndTouchNothing) {
     std::string input, output;
   };
   const Case cases[] = {
-      {"../outside/tiny.gguf", "packs/a"},      // .. out of the root
-      {outside_ + "/tiny.gguf", "packs/b"},     // absolute path outside
-      {"escape.gguf", "packs/c"},               // symlink inside pointing outside
-      {"tiny.gguf", "../outside/pack"},         // output outside
-      {"tiny.gguf", outside_ + "/pack"},        // absolute output outside
-      {"tiny.gguf", "out-link/pack"},           // output whose parent is a symlink outside
+      {"../outside/tiny.gguf", "packs/a"},   // .. out of the root
+      {outside_ + "/tiny.gguf", "packs/b"},  // absolute path outside
+      {"escape.gguf", "packs/c"},            // symlink inside pointing outside
+      {"tiny.gguf", "../outside/pack"},      // output outside
+      {"tiny.gguf", outside_ + "/pack"},     // absolute output outside
+      {"tiny.gguf", "out-link/pack"},        // output whose parent is a symlink outside
   };
   for (const Case& c : cases) {
     const ConvertResult result = RunConvert(server_->stub(), MakeConvert(c.input, c.output));
@@ -207,6 +207,11 @@ TEST_F(PackToolServiceTest, PathsOutsideTheRootAreDeniedAndTouchNothing) {
   v1::InspectReport inspect;
   EXPECT_EQ(RunInspect(server_->stub(), "escape.gguf", &inspect).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(RunInspect(server_->stub(), "/etc/passwd", &inspect).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // A dangling .partial symlink pointing outside: the conversion would write through it.
+  fs::create_symlink(outside_ + "/planted", root_ + "/packs/d.partial");
+  const ConvertResult planted = RunConvert(server_->stub(), MakeConvert("tiny.gguf", "packs/d"));
+  EXPECT_EQ(planted.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
 
   EXPECT_EQ(OutsideListing(), before);
   EXPECT_FALSE(fs::exists(root_ + "/packs/a"));
@@ -231,6 +236,7 @@ TEST_F(PackToolServiceTest, BadArgumentsNameTheField) {
       {MakeConvert("tiny.gguf", "packs/existing"), grpc::StatusCode::ALREADY_EXISTS, "output_dir"},
       {MakeConvert("tiny.gguf", "tiny-pack"), grpc::StatusCode::ALREADY_EXISTS, "output_dir"},
       {MakeConvert("tiny.gguf", "packs/stale"), grpc::StatusCode::ALREADY_EXISTS, ".partial"},
+      {MakeConvert("tiny.gguf", "."), grpc::StatusCode::INVALID_ARGUMENT, "output_dir"},
   };
   for (const Case& c : cases) {
     const ConvertResult result = RunConvert(server_->stub(), c.request);
@@ -270,9 +276,12 @@ TEST_F(PackToolServiceTest, CancelStopsTheConversionAndLeavesNothing) {
   LinkBigModel();
   grpc::ClientContext context;
   auto reader = server_->stub().Convert(&context, MakeConvert("big.gguf", "packs/big", "s2", 1));
-  v1::ConvertProgress first;
-  ASSERT_TRUE(reader->Read(&first));
-  EXPECT_FALSE(first.has_manifest());
+  // Cancel once the experts are being converted, so that the per-expert check is what stops it.
+  v1::ConvertProgress progress;
+  do {
+    ASSERT_TRUE(reader->Read(&progress));
+    EXPECT_FALSE(progress.has_manifest());
+  } while (progress.phase() != "experts");
   context.TryCancel();
   v1::ConvertProgress rest;
   while (reader->Read(&rest)) {

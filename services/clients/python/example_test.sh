@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# ctest python_client_example: starts a real strata-server on a free loopback port with a tiny synthesized
+# pack, runs generate.py against it and checks that it prints generated text and exits 0, then stops the
+# server with SIGTERM and checks that it exits 0. Every step is bounded in time.
+#
+#   example_test.sh STRATA_SERVER STRATA_PACK STUBS_DIR [PYTHON]
+set -euo pipefail
+server_bin=$1
+pack_bin=$2
+stubs=$3
+python=${4:-python3}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d /tmp/strata-pyclient.XXXXXX)
+server_pid=""
+
+cleanup() {
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -KILL "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# True while the server runs (an exited child stays a zombie until waited for, and kill -0 still finds it).
+alive() {
+  [ -r "/proc/$server_pid/stat" ] && ! grep -q '^[0-9]* (.*) Z' "/proc/$server_pid/stat"
+}
+
+fail() {
+  echo "example_test: $*" >&2
+  echo "--- server log" >&2
+  cat "$work/server.log" >&2 || true
+  exit 1
+}
+
+timeout 60 "$pack_bin" synth --arch qwen3moe --preset tiny --pack-only --scheme s4 --threads 2 \
+  --out "$work/tiny" >/dev/null
+
+"$server_bin" --pack "$work/tiny" --listen 127.0.0.1:0 --threads 1 --max-seqs 2 --ctx 256 \
+  --log-level info 2>"$work/server.log" &
+server_pid=$!
+
+# The server logs its bound port once it listens (before the pack has loaded).
+port=""
+for _ in $(seq 1 300); do
+  port=$(sed -n 's/.*listening on [^ ]* (port \([0-9]*\)).*/\1/p' "$work/server.log" | head -n 1)
+  [ -n "$port" ] && break
+  alive || fail "strata-server exited before listening"
+  sleep 0.1
+done
+[ -n "$port" ] || fail "strata-server did not report its port within 30 s"
+
+rc=0
+timeout 90 "$python" "$here/generate.py" --stubs "$stubs" --server "127.0.0.1:$port" --wait 30 \
+  --max-tokens 16 --temperature 0 --ignore-eos "Once upon a time" >"$work/out.txt" 2>"$work/err.txt" || rc=$?
+echo "--- generate.py stdout"
+cat "$work/out.txt"
+echo "--- generate.py stderr"
+cat "$work/err.txt"
+[ "$rc" -eq 0 ] || fail "generate.py exited with $rc"
+grep -q '[^[:space:]]' "$work/out.txt" || fail "generate.py printed no text"
+grep -q '16 tokens (length)' "$work/err.txt" || fail "generate.py printed no summary"
+grep -q 'tokens/s' "$work/err.txt" || fail "generate.py printed no speed"
+
+kill -TERM "$server_pid"
+for _ in $(seq 1 100); do
+  alive || break
+  sleep 0.1
+done
+alive && fail "strata-server did not stop within 10 s of SIGTERM"
+server_rc=0
+wait "$server_pid" || server_rc=$?
+server_pid=""
+[ "$server_rc" -eq 0 ] || fail "strata-server exited with $server_rc after SIGTERM"
+echo "example_test: ok"

@@ -1,0 +1,169 @@
+#include "services/generate_client.h"
+
+#include <atomic>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "services/inference_protos.h"
+#include "services/pack_cli.h"
+#include "tests/services/inference_test_util.h"
+
+namespace strata::services {
+namespace {
+
+using ::strata::services::testing::InferenceTestServer;
+using ::strata::services::testing::TinyEngineOptions;
+using ::testing::HasSubstr;
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+CliRun Run(const std::vector<std::string>& args, const ClientOptions& options,
+           const std::shared_ptr<grpc::Channel>& channel, const std::atomic<bool>* cancel = nullptr) {
+  std::ostringstream out, err;
+  ClientIo io;
+  io.out = &out;
+  io.err = &err;
+  io.cancel = cancel;
+  CliRun run;
+  run.code = RunClient(args, options, channel, io);
+  run.out = out.str();
+  run.err = err.str();
+  return run;
+}
+
+ClientOptions GreedyOptions(int max_tokens) {
+  ClientOptions o;
+  o.sampling.set_temperature(0);
+  o.sampling.set_max_tokens(max_tokens);
+  o.sampling.set_ignore_eos(true);
+  return o;
+}
+
+TEST(GenerateClientTest, GeneratePrintsTheStreamedTextThenSpeedAndHitRate) {
+  InferenceTestServer server(TinyEngineOptions());
+  const ClientOptions options = GreedyOptions(16);
+  const CliRun run = Run({"generate", "Once upon a time"}, options, server.channel());
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+
+  runtime::GenerateRequest direct;
+  direct.prompt = "Once upon a time";
+  direct.sampling = SamplingParamsFromProto(options.sampling);
+  auto expected = server.engine().Generate(direct);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_EQ(expected->result.tokens.size(), 16u);
+  // The text, then a newline unless it ended with one.
+  std::string want = expected->text;
+  if (want.empty() || want.back() != '\n') want += "\n";
+  EXPECT_EQ(run.out, want);
+  EXPECT_THAT(run.err, HasSubstr("16 tokens (length)"));
+  EXPECT_THAT(run.err, HasSubstr("tokens/s"));
+  EXPECT_THAT(run.err, HasSubstr("expert hit rate"));
+}
+
+TEST(GenerateClientTest, TokenIdPromptsAndLogprobs) {
+  InferenceTestServer server(TinyEngineOptions());
+  ClientOptions options = GreedyOptions(3);
+  options.tokens = "5,6,7";
+  options.sampling.set_logprobs(true);
+  options.sampling.set_top_logprobs(2);
+  options.quiet = true;
+  const CliRun run = Run({"generate"}, options, server.channel());
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_EQ(run.out, "");
+  // One line per token, each with two alternatives, then the summary.
+  std::vector<std::string> lines = absl::StrSplit(run.err, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u) << run.err;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_THAT(lines[i], ::testing::StartsWith("token "));
+    EXPECT_THAT(lines[i], HasSubstr("logprob"));
+    EXPECT_THAT(lines[i], HasSubstr("  | "));
+  }
+  EXPECT_THAT(lines[3], HasSubstr("prompt 3 tokens"));
+}
+
+TEST(GenerateClientTest, TokenizeDetokenizeInfoAndStats) {
+  InferenceTestServer server(TinyEngineOptions());
+  ClientOptions options;
+  options.add_special = false;
+  const CliRun tokens = Run({"tokenize", "strata streams"}, options, server.channel());
+  ASSERT_EQ(tokens.code, kExitOk) << tokens.err;
+  EXPECT_EQ(tokens.out, absl::StrJoin(server.engine().Tokenize("strata streams", false, false), ",") + "\n");
+
+  std::string ids = tokens.out;
+  ids.pop_back();
+  const CliRun text = Run({"detokenize", ids}, options, server.channel());
+  ASSERT_EQ(text.code, kExitOk) << text.err;
+  EXPECT_EQ(text.out, "strata streams\n");
+
+  const CliRun info = Run({"info"}, options, server.channel());
+  ASSERT_EQ(info.code, kExitOk) << info.err;
+  EXPECT_THAT(info.out, HasSubstr("qwen3moe"));
+  EXPECT_THAT(info.out, HasSubstr("2 layers, 8 experts (top-2)"));
+  EXPECT_THAT(info.out, HasSubstr("scheme s4"));
+
+  ASSERT_EQ(Run({"generate", "x"}, GreedyOptions(4), server.channel()).code, kExitOk);
+  const CliRun stats = Run({"stats"}, options, server.channel());
+  ASSERT_EQ(stats.code, kExitOk) << stats.err;
+  EXPECT_THAT(stats.out, HasSubstr("requests finished  1\n"));
+}
+
+TEST(GenerateClientTest, UsageErrorsExitWithTwo) {
+  InferenceTestServer server(TinyEngineOptions());
+  const auto channel = server.channel();
+  EXPECT_EQ(Run({}, {}, channel).code, kExitUsage);
+  const CliRun unknown = Run({"summarize"}, {}, channel);
+  EXPECT_EQ(unknown.code, kExitUsage);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown command 'summarize'"));
+  EXPECT_EQ(Run({"generate"}, {}, channel).code, kExitUsage);
+  EXPECT_EQ(Run({"generate", "a", "b"}, {}, channel).code, kExitUsage);
+  ClientOptions bad_tokens;
+  bad_tokens.tokens = "1,x";
+  EXPECT_THAT(Run({"generate"}, bad_tokens, channel).err, HasSubstr("--tokens"));
+  EXPECT_EQ(Run({"detokenize", "one"}, {}, channel).code, kExitUsage);
+  EXPECT_EQ(Run({"info", "extra"}, {}, channel).code, kExitUsage);
+  EXPECT_EQ(server.engine().stats().requests_finished, 0u);
+}
+
+TEST(GenerateClientTest, RefusedRequestsAndAnUnreachableServerExitWithOne) {
+  InferenceTestServer server(TinyEngineOptions());
+  ClientOptions hot = GreedyOptions(4);
+  hot.sampling.set_temperature(-1);
+  const CliRun refused = Run({"generate", "hi"}, hot, server.channel());
+  EXPECT_EQ(refused.code, kExitFailure);
+  EXPECT_THAT(refused.err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(refused.err, HasSubstr("temperature"));
+
+  // Port 1 on loopback: nothing listens there.
+  ClientOptions options;
+  options.server = "127.0.0.1:1";
+  options.timeout_seconds = 10;
+  const CliRun down = Run({"info"}, options,
+                          grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(down.code, kExitFailure);
+  EXPECT_THAT(down.err, HasSubstr("UNAVAILABLE"));
+  EXPECT_THAT(down.err, HasSubstr("127.0.0.1:1"));
+}
+
+TEST(GenerateClientTest, ACancelRequestStopsTheGeneration) {
+  InferenceTestServer server(TinyEngineOptions(/*max_seqs=*/2, /*slow=*/true));
+  std::atomic<bool> cancel{true};  // as if the user pressed Ctrl-C at once
+  const CliRun run = Run({"generate", "a long story"}, GreedyOptions(250), server.channel(), &cancel);
+  EXPECT_EQ(run.code, kExitFailure);
+  EXPECT_THAT(run.err, HasSubstr("cancelled"));
+  EXPECT_TRUE(server.WaitUntilIdle());
+  EXPECT_LT(server.engine().stats().tokens_generated, 250u);
+}
+
+}  // namespace
+}  // namespace strata::services
