@@ -62,4 +62,12 @@ bool WantsHelp(const std::vector<std::string>& args) {
   return false;
 }
 
+absl::Status CheckLogLevel(const std::string& level) {
+  for (const char* known : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
+    if (level == known) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("bad value '", level, "' for --log-level; expected debug, info, warn, error or off"));
+}
+
 }  // namespace strata::services

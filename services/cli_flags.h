@@ -21,6 +21,10 @@ absl::Status PrepareFlagArgs(std::vector<std::string>* args);
 // True when the command line asks for help: "--help", "-h" or "-help" before any "--".
 bool WantsHelp(const std::vector<std::string>& args);
 
+// OK for a level strata::InitLogging knows ("trace", "debug", "info", "warn", "error", "critical", "off");
+// INVALID_ARGUMENT naming --log-level otherwise.
+absl::Status CheckLogLevel(const std::string& level);
+
 }  // namespace strata::services
 
 #endif  // STRATA_SERVICES_CLI_FLAGS_H_

@@ -60,7 +60,7 @@ absl::StatusOr<std::vector<float>> PromptLogits(const RunOptions& o, const std::
 
 bool ParseTokenList(const std::string& text, std::vector<int32_t>* ids) {
   ids->clear();
-  for (const std::string& part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     int32_t id;
     if (!absl::SimpleAtoi(part, &id)) return false;
     ids->push_back(id);

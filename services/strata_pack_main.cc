@@ -74,6 +74,10 @@ int main(int argc, char** argv) {
   for (std::string& arg : args) prepared.push_back(arg.data());
   prepared.push_back(nullptr);
   const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
+  if (absl::Status status = strata::services::CheckLogLevel(absl::GetFlag(FLAGS_log_level)); !status.ok()) {
+    std::cerr << "strata-pack: error: " << status.message() << " (see strata-pack --help)\n";
+    return strata::services::kExitUsage;
+  }
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
   strata::services::PackCliOptions options;

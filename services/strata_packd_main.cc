@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
   const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
   if (positional.size() > 1) return UsageError(std::string("unexpected argument '") + positional[1] + "'");
   if (absl::GetFlag(FLAGS_data_root).empty()) return UsageError("--data-root is required");
+  if (absl::Status status = strata::services::CheckLogLevel(absl::GetFlag(FLAGS_log_level)); !status.ok()) {
+    return UsageError(status.message());
+  }
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
   // Signals are taken by sigwait below; block them before gRPC starts its threads, which inherit the mask.

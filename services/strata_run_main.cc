@@ -13,6 +13,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "engine/log.h"
+#include "services/cli_flags.h"
 #include "services/run_cli.h"
 
 ABSL_FLAG(std::string, pack, "", "pack directory");
@@ -45,7 +46,24 @@ ABSL_FLAG(std::string, log_level, "warn", "log level: debug, info, warn, error, 
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("strata-run --pack DIR [flags] \"prompt\"");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> args(argv, argv + argc);
+  if (strata::services::WantsHelp(args)) {
+    std::cout << "usage: strata-run --pack DIR [--max-tokens N --temperature T --top-k K --top-p P --min-p P\n"
+                 "         --repeat-penalty R --presence-penalty P --frequency-penalty F --seed S --stop a,b\n"
+                 "         --stop-token-ids 1,2 --ignore-eos --threads N --ctx N --expert-source arena|mmap\n"
+                 "         --verify] \"prompt\"\n"
+                 "       strata-run --pack DIR --tokens 1,2,3 [--dump-logits FILE] [--kl-against DIR]\n"
+                 "       strata-run --tokenize (--pack DIR | --gguf FILE) \"text\"\n";
+    return 0;
+  }
+  if (absl::Status status = strata::services::PrepareFlagArgs(&args); !status.ok()) {
+    std::cerr << "strata-run: error: " << status.message() << " (see strata-run --help)\n";
+    return 2;
+  }
+  std::vector<char*> prepared;
+  for (std::string& arg : args) prepared.push_back(arg.data());
+  prepared.push_back(nullptr);
+  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
   strata::services::RunOptions o;
   o.pack_dir = absl::GetFlag(FLAGS_pack);
@@ -84,7 +102,7 @@ int main(int argc, char** argv) {
   s.stop = absl::GetFlag(FLAGS_stop);
   if (const std::string ids = absl::GetFlag(FLAGS_stop_token_ids);
       !ids.empty() && !strata::services::ParseTokenList(ids, &s.stop_token_ids)) {
-    std::cerr << "strata-run: --stop_token_ids: expected comma-separated integers, got '" << ids << "'\n";
+    std::cerr << "strata-run: --stop-token-ids: expected comma-separated integers, got '" << ids << "'\n";
     return 2;
   }
   s.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);

@@ -7,8 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <optional>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -32,6 +32,16 @@ constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
 absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+}
+
+// A key or tensor name as it appears in an error: quoted, escaped and shortened, since a damaged file
+// can hold binary or megabyte-long "names".
+std::string Quoted(const std::string& s) {
+  constexpr size_t kMaxShown = 80;
+  const absl::string_view shown(s.data(), std::min(s.size(), kMaxShown));
+  std::string out = absl::StrCat("'", absl::CHexEscape(shown), "'");
+  if (s.size() > kMaxShown) absl::StrAppend(&out, "... (", s.size(), " bytes)");
+  return out;
 }
 
 // Bounds-checked little-endian reads from the file image.
@@ -230,7 +240,7 @@ absl::Status ReadMetadata(Cursor& cursor, uint64_t n_kv, Header* h) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key;
     RETURN_IF_ERROR(Annotate(cursor.ReadString(&key), absl::StrCat("metadata entry ", i, " key")));
-    const std::string context = absl::StrCat("metadata entry ", i, " '", key, "'");
+    const std::string context = absl::StrCat("metadata entry ", i, " ", Quoted(key));
     if (h->metadata.Has(key)) return absl::InvalidArgumentError(absl::StrCat(context, ": duplicate key"));
     absl::StatusOr<ValueType> type = ReadValueType(cursor);
     if (!type.ok()) return Annotate(type.status(), context);
@@ -249,7 +259,7 @@ absl::Status ReadMetadata(Cursor& cursor, uint64_t n_kv, Header* h) {
 absl::Status ReadTensorInfo(Cursor& cursor, uint64_t index, Header* h) {
   TensorInfo t;
   RETURN_IF_ERROR(Annotate(cursor.ReadString(&t.name), absl::StrCat("tensor ", index, " name")));
-  const std::string context = absl::StrCat("tensor ", index, " '", t.name, "'");
+  const std::string context = absl::StrCat("tensor ", index, " ", Quoted(t.name));
   auto fail = [&](absl::string_view detail) { return absl::InvalidArgumentError(absl::StrCat(context, ": ", detail)); };
   uint32_t n_dims = 0;
   RETURN_IF_ERROR(Annotate(cursor.Read(&n_dims), absl::StrCat(context, ": n_dims")));
@@ -293,12 +303,12 @@ absl::Status PlaceTensors(uint64_t header_end, std::span<const uint8_t> bytes, H
     TensorInfo& t = h->tensors[i];
     if (t.offset % h->alignment != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "tensor %d '%s': offset %d is not a multiple of the alignment %d", i, t.name, t.offset, h->alignment));
+          "tensor %d %s: offset %d is not a multiple of the alignment %d", i, Quoted(t.name), t.offset, h->alignment));
     }
     if (t.offset > data_size || t.bytes > data_size - t.offset) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "tensor %d '%s': offset %d + %d bytes runs past the end of the %d-byte data section (file offset %d)", i,
-          t.name, t.offset, t.bytes, data_size, h->data_offset));
+          "tensor %d %s: offset %d + %d bytes runs past the end of the %d-byte data section (file offset %d)", i,
+          Quoted(t.name), t.offset, t.bytes, data_size, h->data_offset));
     }
     t.data = bytes.data() + h->data_offset + t.offset;
   }

@@ -11,7 +11,9 @@
 #include "absl/strings/str_replace.h"
 #include "engine/log.h"
 #include "engine/status_macros.h"
+#include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/pre_tokenizer.h"
+#include "engine/tokenizer/spm.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace strata::tokenizer {
@@ -229,7 +231,6 @@ void Tokenizer::InitEog(const TokenizerVocab& vocab) {
   const auto mark_text = [&](std::string_view text) {
     const int32_t id = TokenId(text);
     if (id >= 0) attrs_[id] |= kAttrEog | kAttrControl;
-    return id;
   };
   if (eot_ < 0) {
     for (std::string_view text : kEotTexts) {

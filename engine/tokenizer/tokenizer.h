@@ -25,11 +25,13 @@
 
 #include "absl/status/statusor.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/tokenizer/bpe.h"
-#include "engine/tokenizer/spm.h"
+#include "engine/tokenizer/token_index.h"
 #include "engine/tokenizer/vocab.h"
 
 namespace strata::tokenizer {
+
+class BpeModel;
+class SpmModel;
 
 struct EncodeOptions {
   bool add_special = false;    // add BOS / EOS as the vocabulary asks

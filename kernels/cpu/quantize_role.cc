@@ -20,6 +20,9 @@ struct GroupFit {
   double sse = 0.0;
 };
 
+// Codes are assigned by multiplying with a reciprocal and rounding by truncation; the result only has to
+// be deterministic, and weights that are exactly representable still get their own codes.
+
 // s8: symmetric int8, a few candidate scales at and below amax / 127.
 GroupFit FitS8(const float* w, int n, uint8_t* q_out) {
   float amax = 0.0f;
@@ -29,10 +32,12 @@ GroupFit FitS8(const float* w, int n, uint8_t* q_out) {
   int8_t q[64], best_q[64] = {};
   for (int k = 0; k < 8; ++k) {
     const float d = RoundHalf(amax / 127.0f * (1.0f - 0.004f * static_cast<float>(k)));
-    double sse = 0.0;
+    const float inv = d == 0.0f ? 0.0f : 1.0f / d;
+    float sse = 0.0f;
     for (int i = 0; i < n; ++i) {
-      q[i] = d == 0.0f ? 0 : static_cast<int8_t>(std::clamp(std::nearbyint(w[i] / d), -127.0f, 127.0f));
-      const double e = static_cast<double>(d) * q[i] - w[i];
+      const float t = std::clamp(w[i] * inv, -127.0f, 127.0f);
+      q[i] = static_cast<int8_t>(t + (t >= 0.0f ? 0.5f : -0.5f));
+      const float e = d * q[i] - w[i];
       sse += e * e;
     }
     if (best.sse < 0.0 || sse < best.sse) {
@@ -46,10 +51,11 @@ GroupFit FitS8(const float* w, int n, uint8_t* q_out) {
 
 // Assigns codes 0..15 for w = d*q + m and returns the squared error.
 double AssignS4(const float* w, int n, float d, float m, uint8_t* q) {
-  double sse = 0.0;
+  const float inv = d == 0.0f ? 0.0f : 1.0f / d;
+  float sse = 0.0f;
   for (int i = 0; i < n; ++i) {
-    q[i] = d == 0.0f ? 0 : static_cast<uint8_t>(std::clamp(std::nearbyint((w[i] - m) / d), 0.0f, 15.0f));
-    const double e = static_cast<double>(d) * q[i] + m - w[i];
+    q[i] = static_cast<uint8_t>(std::clamp((w[i] - m) * inv, 0.0f, 15.0f) + 0.5f);
+    const float e = d * q[i] + m - w[i];
     sse += e * e;
   }
   return sse;
@@ -99,10 +105,12 @@ GroupFit FitS4(const float* w, int n, uint8_t* q_out) {
 
 // Assigns codes 0..3 for w = d*(2q-3) and returns the squared error.
 double AssignS2(const float* w, int n, float d, uint8_t* q) {
-  double sse = 0.0;
+  // Thresholds at -2d, 0, 2d; the clamp keeps the truncation a floor.
+  const float inv = d == 0.0f ? 0.0f : 0.5f / d;
+  float sse = 0.0f;
   for (int i = 0; i < n; ++i) {
-    q[i] = d == 0.0f ? 2 : static_cast<uint8_t>(std::clamp(std::floor(w[i] / (2.0f * d)) + 2.0f, 0.0f, 3.0f));
-    const double e = static_cast<double>(d) * (2 * q[i] - 3) - w[i];
+    q[i] = static_cast<uint8_t>(std::clamp(w[i] * inv + 2.0f, 0.0f, 3.0f));
+    const float e = d * static_cast<float>(2 * q[i] - 3) - w[i];
     sse += e * e;
   }
   return sse;

@@ -56,5 +56,11 @@ TEST(WantsHelpTest, SeesHelpBeforeDoubleDashOnly) {
   EXPECT_FALSE(WantsHelp({"prog", "inspect", "x"}));
 }
 
+TEST(CheckLogLevelTest, KnowsTheSpdlogLevels) {
+  EXPECT_TRUE(CheckLogLevel("info").ok());
+  EXPECT_TRUE(CheckLogLevel("off").ok());
+  EXPECT_THAT(CheckLogLevel("verbose"), StatusIsWith(absl::StatusCode::kInvalidArgument, "--log-level"));
+}
+
 }  // namespace
 }  // namespace strata::services

@@ -28,7 +28,7 @@ struct CliRun {
   std::string err;
 };
 
-CliRun Run(const std::vector<std::string>& args, const ClientOptions& options,
+CliRun RunCli(const std::vector<std::string>& args, const ClientOptions& options,
            const std::shared_ptr<grpc::Channel>& channel, const std::atomic<bool>* cancel = nullptr) {
   std::ostringstream out, err;
   ClientIo io;
@@ -53,7 +53,7 @@ ClientOptions GreedyOptions(int max_tokens) {
 TEST(GenerateClientTest, GeneratePrintsTheStreamedTextThenSpeedAndHitRate) {
   InferenceTestServer server(TinyEngineOptions());
   const ClientOptions options = GreedyOptions(16);
-  const CliRun run = Run({"generate", "Once upon a time"}, options, server.channel());
+  const CliRun run = RunCli({"generate", "Once upon a time"}, options, server.channel());
   ASSERT_EQ(run.code, kExitOk) << run.err;
 
   runtime::GenerateRequest direct;
@@ -78,7 +78,7 @@ TEST(GenerateClientTest, TokenIdPromptsAndLogprobs) {
   options.sampling.set_logprobs(true);
   options.sampling.set_top_logprobs(2);
   options.quiet = true;
-  const CliRun run = Run({"generate"}, options, server.channel());
+  const CliRun run = RunCli({"generate"}, options, server.channel());
   ASSERT_EQ(run.code, kExitOk) << run.err;
   EXPECT_EQ(run.out, "");
   // One line per token, each with two alternatives, then the summary.
@@ -96,24 +96,24 @@ TEST(GenerateClientTest, TokenizeDetokenizeInfoAndStats) {
   InferenceTestServer server(TinyEngineOptions());
   ClientOptions options;
   options.add_special = false;
-  const CliRun tokens = Run({"tokenize", "strata streams"}, options, server.channel());
+  const CliRun tokens = RunCli({"tokenize", "strata streams"}, options, server.channel());
   ASSERT_EQ(tokens.code, kExitOk) << tokens.err;
   EXPECT_EQ(tokens.out, absl::StrJoin(server.engine().Tokenize("strata streams", false, false), ",") + "\n");
 
   std::string ids = tokens.out;
   ids.pop_back();
-  const CliRun text = Run({"detokenize", ids}, options, server.channel());
+  const CliRun text = RunCli({"detokenize", ids}, options, server.channel());
   ASSERT_EQ(text.code, kExitOk) << text.err;
   EXPECT_EQ(text.out, "strata streams\n");
 
-  const CliRun info = Run({"info"}, options, server.channel());
+  const CliRun info = RunCli({"info"}, options, server.channel());
   ASSERT_EQ(info.code, kExitOk) << info.err;
   EXPECT_THAT(info.out, HasSubstr("qwen3moe"));
   EXPECT_THAT(info.out, HasSubstr("2 layers, 8 experts (top-2)"));
   EXPECT_THAT(info.out, HasSubstr("scheme s4"));
 
-  ASSERT_EQ(Run({"generate", "x"}, GreedyOptions(4), server.channel()).code, kExitOk);
-  const CliRun stats = Run({"stats"}, options, server.channel());
+  ASSERT_EQ(RunCli({"generate", "x"}, GreedyOptions(4), server.channel()).code, kExitOk);
+  const CliRun stats = RunCli({"stats"}, options, server.channel());
   ASSERT_EQ(stats.code, kExitOk) << stats.err;
   EXPECT_THAT(stats.out, HasSubstr("requests finished  1\n"));
 }
@@ -121,17 +121,17 @@ TEST(GenerateClientTest, TokenizeDetokenizeInfoAndStats) {
 TEST(GenerateClientTest, UsageErrorsExitWithTwo) {
   InferenceTestServer server(TinyEngineOptions());
   const auto channel = server.channel();
-  EXPECT_EQ(Run({}, {}, channel).code, kExitUsage);
-  const CliRun unknown = Run({"summarize"}, {}, channel);
+  EXPECT_EQ(RunCli({}, {}, channel).code, kExitUsage);
+  const CliRun unknown = RunCli({"summarize"}, {}, channel);
   EXPECT_EQ(unknown.code, kExitUsage);
   EXPECT_THAT(unknown.err, HasSubstr("unknown command 'summarize'"));
-  EXPECT_EQ(Run({"generate"}, {}, channel).code, kExitUsage);
-  EXPECT_EQ(Run({"generate", "a", "b"}, {}, channel).code, kExitUsage);
+  EXPECT_EQ(RunCli({"generate"}, {}, channel).code, kExitUsage);
+  EXPECT_EQ(RunCli({"generate", "a", "b"}, {}, channel).code, kExitUsage);
   ClientOptions bad_tokens;
   bad_tokens.tokens = "1,x";
-  EXPECT_THAT(Run({"generate"}, bad_tokens, channel).err, HasSubstr("--tokens"));
-  EXPECT_EQ(Run({"detokenize", "one"}, {}, channel).code, kExitUsage);
-  EXPECT_EQ(Run({"info", "extra"}, {}, channel).code, kExitUsage);
+  EXPECT_THAT(RunCli({"generate"}, bad_tokens, channel).err, HasSubstr("--tokens"));
+  EXPECT_EQ(RunCli({"detokenize", "one"}, {}, channel).code, kExitUsage);
+  EXPECT_EQ(RunCli({"info", "extra"}, {}, channel).code, kExitUsage);
   EXPECT_EQ(server.engine().stats().requests_finished, 0u);
 }
 
@@ -139,7 +139,7 @@ TEST(GenerateClientTest, RefusedRequestsAndAnUnreachableServerExitWithOne) {
   InferenceTestServer server(TinyEngineOptions());
   ClientOptions hot = GreedyOptions(4);
   hot.sampling.set_temperature(-1);
-  const CliRun refused = Run({"generate", "hi"}, hot, server.channel());
+  const CliRun refused = RunCli({"generate", "hi"}, hot, server.channel());
   EXPECT_EQ(refused.code, kExitFailure);
   EXPECT_THAT(refused.err, HasSubstr("INVALID_ARGUMENT"));
   EXPECT_THAT(refused.err, HasSubstr("temperature"));
@@ -148,7 +148,7 @@ TEST(GenerateClientTest, RefusedRequestsAndAnUnreachableServerExitWithOne) {
   ClientOptions options;
   options.server = "127.0.0.1:1";
   options.timeout_seconds = 10;
-  const CliRun down = Run({"info"}, options,
+  const CliRun down = RunCli({"info"}, options,
                           grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials()));
   EXPECT_EQ(down.code, kExitFailure);
   EXPECT_THAT(down.err, HasSubstr("UNAVAILABLE"));
@@ -158,7 +158,7 @@ TEST(GenerateClientTest, RefusedRequestsAndAnUnreachableServerExitWithOne) {
 TEST(GenerateClientTest, ACancelRequestStopsTheGeneration) {
   InferenceTestServer server(TinyEngineOptions(/*max_seqs=*/2, /*slow=*/true));
   std::atomic<bool> cancel{true};  // as if the user pressed Ctrl-C at once
-  const CliRun run = Run({"generate", "a long story"}, GreedyOptions(250), server.channel(), &cancel);
+  const CliRun run = RunCli({"generate", "a long story"}, GreedyOptions(250), server.channel(), &cancel);
   EXPECT_EQ(run.code, kExitFailure);
   EXPECT_THAT(run.err, HasSubstr("cancelled"));
   EXPECT_TRUE(server.WaitUntilIdle());

@@ -3,8 +3,6 @@
 
 #include "engine/gguf/gguf_file.h"
 
-#include <sys/stat.h>
-
 #include <cstring>
 #include <string>
 #include <vector>
@@ -250,6 +248,18 @@ TEST(GgufFile, BadValueTypesAndNesting) {
   duplicate.Header(0, 2).Key("k", ValueType::kUint8).Put<uint8_t>(1).Key("k", ValueType::kUint8).Put<uint8_t>(2);
   EXPECT_THAT(ParseBytes(duplicate).status(),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "metadata entry 1 'k': duplicate key"));
+}
+
+TEST(GgufFile, ErrorsEscapeAndShortenNames) {
+  Bytes binary;
+  binary.Header(0, 1).Str(std::string("a\x01", 2)).U32(77);
+  EXPECT_THAT(ParseBytes(binary).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "metadata entry 0 'a\\x01'"));
+
+  Bytes long_name;
+  long_name.Header(0, 1).Str(std::string(100000, 'k')).U32(77);
+  absl::Status status = ParseBytes(long_name).status();
+  EXPECT_THAT(status, StatusIsWith(absl::StatusCode::kInvalidArgument, "... (100000 bytes)"));
+  EXPECT_LT(status.message().size(), 300u);
 }
 
 absl::Status ParseTensor(std::vector<int64_t> ne, uint32_t type, uint64_t offset = 0, size_t data_bytes = 4096) {

@@ -245,6 +245,9 @@ TEST(VocabPropertyTest, DecodeInvertsEncodeOnRandomText) {
   const std::unique_ptr<Tokenizer> gpt2 = Load(VocabPath("ggml-vocab-gpt-2.gguf"));
   const std::unique_ptr<Tokenizer> qwen3 = Load(VocabPath("ggml-vocab-qwen3-synth.gguf.gz"));
   const std::unique_ptr<Tokenizer> spm = Load(VocabPath("ggml-vocab-llama-spm.gguf"));
+  const std::unique_ptr<Tokenizer> neox = Load(VocabPath("ggml-vocab-gpt-neox.gguf"));  // no .pre key
+  ASSERT_NE(neox, nullptr);
+  EXPECT_EQ(neox->pre(), "default");
   ASSERT_NE(gpt2, nullptr);
   ASSERT_NE(qwen3, nullptr);
   ASSERT_NE(spm, nullptr);
@@ -253,6 +256,7 @@ TEST(VocabPropertyTest, DecodeInvertsEncodeOnRandomText) {
     // Byte-level BPE reads invalid UTF-8 as U+FFFD; everything else comes back byte for byte.
     EXPECT_EQ(gpt2->Decode(gpt2->Encode(text)), RepairUtf8(text)) << text;
     EXPECT_EQ(qwen3->Decode(qwen3->Encode(text)), RepairUtf8(text)) << text;
+    EXPECT_EQ(neox->Decode(neox->Encode(text)), RepairUtf8(text)) << text;
     EXPECT_EQ(qwen3->Decode(qwen3->Encode(text, {.parse_special = true}), {.render_special = true}),
               RepairUtf8(text))
         << text;
