@@ -193,7 +193,7 @@ void PackToolServiceImpl::JobFinished() {
 
 grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc::CallbackServerContext* context,
                                                                             const v1::ConvertRequest* request) {
-  // Everything that can be checked without touching the file system comes first.
+  // Paths and arguments first: nothing is looked at before every path is known to lie inside the root.
   absl::StatusOr<std::string> input = root_->Resolve(request->input(), "input");
   if (!input.ok()) return new RefusedConvert(input.status());
   absl::StatusOr<std::string> output = root_->Resolve(request->output_dir(), "output_dir");

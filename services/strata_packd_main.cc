@@ -26,6 +26,16 @@ ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
 
 namespace {
 
+constexpr char kUsage[] =
+    R"(usage: strata-packd --data-root DIR [--listen HOST:PORT] [--threads N] [--log-level L]
+
+Serves strata.v1.PackTool (Convert, Validate, Inspect), grpc.health.v1 and server reflection.
+  --data-root DIR     required: every path in a request must lie inside DIR (relative paths start there)
+  --listen HOST:PORT  default 127.0.0.1:50052
+  --threads N         default worker threads of a conversion or validation; 0: all cores
+  --log-level L       debug, info (default), warn, error or off
+Stops on SIGINT or SIGTERM: running calls get 2 s, then conversions are cancelled and cleaned up.
+)";
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 // Time running calls get to end on their own after a stop signal before they are cancelled.
@@ -41,6 +51,10 @@ int UsageError(absl::string_view message) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("strata-packd --data-root DIR [--listen HOST:PORT] [--threads N]");
   std::vector<std::string> args(argv, argv + argc);
+  if (strata::services::WantsHelp(args)) {
+    std::cout << kUsage;
+    return 0;
+  }
   if (absl::Status status = strata::services::PrepareFlagArgs(&args); !status.ok()) {
     return UsageError(status.message());
   }
