@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -184,6 +185,8 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
   std::atomic<uint64_t> next{0}, done{0};
   std::atomic<bool> failed{false};
   std::mutex mu;
+  std::condition_variable finished;
+  int running = 0;  // workers not yet through; guarded by mu
   absl::Status first_error;
   RoleStats totals[3];
   const int64_t rows[3] = {layout.expert_ff, layout.expert_ff, layout.n_embd};
@@ -231,15 +234,23 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
       }
       done.fetch_add(1);
     }
+    // Wake the reporting loop as soon as the last worker is through.
+    std::lock_guard<std::mutex> lock(mu);
+    if (--running == 0) finished.notify_all();
   };
 
   const int n_threads = static_cast<int>(std::min<uint64_t>(ResolveThreads(job.threads), std::max<uint64_t>(n_blobs, 1)));
+  running = n_threads;
   std::vector<std::thread> threads;
   threads.reserve(n_threads);
   for (int t = 0; t < n_threads; ++t) threads.emplace_back(worker);
   const auto experts_start = Clock::now();
-  while (done.load() < n_blobs && !failed.load() && !cancelled()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      finished.wait_for(lock, std::chrono::milliseconds(100), [&] { return running == 0; });
+      if (running == 0) break;
+    }
     const uint64_t d = done.load();
     report.experts_done = d;
     report.bytes_done = d * layout.blob_bytes;

@@ -177,7 +177,7 @@ int RunCommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
       max = std::max(max, kl);
       agree += (std::max_element(a, a + n_vocab) - a) == (std::max_element(b, b + n_vocab) - b);
     }
-    out << std::setprecision(6) << "KL(" << o.pack_dir << " || " << o.kl_against_dir << ") over " << n
+    out << std::fixed << std::setprecision(6) << "KL(" << o.pack_dir << " || " << o.kl_against_dir << ") over " << n
         << " positions: mean " << sum / n << ", max " << max << "; top-1 agreement " << std::setprecision(2)
         << 100.0 * agree / n << "%\n";
   }

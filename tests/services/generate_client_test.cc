@@ -113,6 +113,7 @@ TEST(GenerateClientTest, TokenizeDetokenizeInfoAndStats) {
   EXPECT_THAT(info.out, HasSubstr("scheme s4"));
 
   ASSERT_EQ(RunCli({"generate", "x"}, GreedyOptions(4), server.channel()).code, kExitOk);
+  ASSERT_TRUE(server.WaitUntilIdle());  // the engine counts a request just after its last callback
   const CliRun stats = RunCli({"stats"}, options, server.channel());
   ASSERT_EQ(stats.code, kExitOk) << stats.err;
   EXPECT_THAT(stats.out, HasSubstr("requests finished  1\n"));

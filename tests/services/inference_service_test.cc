@@ -214,7 +214,9 @@ TEST(InferenceServiceTest, FullQueueIsResourceExhausted) {
   for (const grpc::Status& s : statuses) {
     EXPECT_THAT(s.error_code(), ::testing::AnyOf(grpc::StatusCode::RESOURCE_EXHAUSTED, grpc::StatusCode::CANCELLED))
         << s.error_message();
-    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) EXPECT_THAT(s.error_message(), HasSubstr("queue"));
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      EXPECT_THAT(s.error_message(), HasSubstr("queue"));
+    }
   }
   EXPECT_TRUE(server.WaitUntilIdle());
 }
@@ -373,6 +375,8 @@ TEST(InferenceServiceTest, ModelInfoAndStatsDescribeTheEngine) {
   EXPECT_EQ(info.expert_bytes_per_token(), e.expert_bytes_per_token);
 
   ASSERT_TRUE(RunGenerate(server.stub(), GreedyTokens({3, 4}, 7)).status.ok());
+  // The engine counts a request as finished just after its last callback.
+  ASSERT_TRUE(server.WaitUntilIdle());
   v1::EngineStats stats;
   grpc::ClientContext context;
   ASSERT_TRUE(server.stub().GetStats(&context, v1::GetStatsRequest(), &stats).ok());
