@@ -76,6 +76,10 @@ int main(int argc, char** argv) {
   for (std::string& arg : args) prepared.push_back(arg.data());
   prepared.push_back(nullptr);
   const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
+  if (absl::Status status = strata::services::CheckLogLevel(absl::GetFlag(FLAGS_log_level)); !status.ok()) {
+    std::cerr << "strata: error: " << status.message() << " (see strata --help)\n";
+    return kExitUsage;
+  }
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
   strata::services::ClientOptions options;

@@ -116,6 +116,9 @@ int main(int argc, char** argv) {
   if (options.max_seqs < 1) return UsageError("--max-seqs: must be at least 1");
   if (options.max_queue < 0) return UsageError("--max-queue: must not be negative");
   if (options.max_ctx < 0) return UsageError("--ctx: must not be negative");
+  if (absl::Status status = strata::services::CheckLogLevel(absl::GetFlag(FLAGS_log_level)); !status.ok()) {
+    return UsageError(std::string(status.message()));
+  }
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
   // Signals are taken by sigwait; block them before gRPC and the engine start threads, which inherit the mask.
@@ -151,7 +154,7 @@ int main(int argc, char** argv) {
   service->AttachEngine(*std::move(engine));
   g_loaded.store(true);
   strata::services::SetInferenceServing(server, true);
-  spdlog::info("serving strata.v1.Inference on {}", config.listen_address);
+  spdlog::info("serving strata.v1.Inference on {} (port {})", config.listen_address, started->port);
 
   g_stop.WaitForNotification();
   strata::services::SetInferenceServing(server, false);

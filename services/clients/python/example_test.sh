@@ -23,7 +23,7 @@ trap cleanup EXIT
 
 # True while the server runs (an exited child stays a zombie until waited for, and kill -0 still finds it).
 alive() {
-  [ -r "/proc/$server_pid/stat" ] && ! grep -q '^[0-9]* (.*) Z' "/proc/$server_pid/stat"
+  [ -r "/proc/$server_pid/stat" ] && ! grep -q '^[0-9]* (.*) Z' "/proc/$server_pid/stat" 2>/dev/null
 }
 
 fail() {
