@@ -81,7 +81,10 @@ class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress
     } else {
       spdlog::warn("convert {}: {}", options_.output_dir, manifest.status().ToString());
     }
-    service_->ReleaseOutput(options_.output_dir);
+    PackToolServiceImpl* const service = service_;
+    service->ReleaseOutput(options_.output_dir);
+    Action action;
+    grpc::Status status;
     {
       absl::MutexLock lock(&mu_);
       done_ = true;
@@ -92,9 +95,12 @@ class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress
       } else {
         final_status_ = ToGrpcStatus(manifest.status());
       }
+      action = NextActionLocked(&status);
     }
-    service_->JobFinished();
-    Pump();
+    // Once mu_ is released a gRPC thread may finish and delete the reactor, unless this thread took the
+    // next action itself; so `this` is touched only to carry that action out.
+    Act(action, status);
+    service->JobFinished();
   }
 
   // Called on the converting thread.
@@ -112,23 +118,37 @@ class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress
   // Starts the next write, or the finish, when one is due and nothing is in flight. Called without mu_ from
   // either thread; the decision is made under mu_, so only one caller acts.
   void Pump() {
-    enum class Action { kNone, kWrite, kFinish } action = Action::kNone;
+    Action action;
     grpc::Status status;
     {
       absl::MutexLock lock(&mu_);
-      if (write_in_flight_ || finish_started_) return;
-      if (pending_.has_value()) {
-        writing_ = std::move(*pending_);
-        pending_.reset();
-        write_in_flight_ = true;
-        action = Action::kWrite;
-      } else if (done_) {
-        finish_started_ = true;
-        status = final_status_;
-        action = Action::kFinish;
-      }
+      action = NextActionLocked(&status);
     }
-    // `writing_` is not touched again until OnWriteDone clears write_in_flight_.
+    Act(action, status);
+  }
+
+  enum class Action { kNone, kWrite, kFinish };
+
+  // Claims the next write or the finish, if one is due and nothing is in flight.
+  Action NextActionLocked(grpc::Status* status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (write_in_flight_ || finish_started_) return Action::kNone;
+    if (pending_.has_value()) {
+      writing_ = std::move(*pending_);
+      pending_.reset();
+      write_in_flight_ = true;
+      return Action::kWrite;
+    }
+    if (done_) {
+      finish_started_ = true;
+      *status = final_status_;
+      return Action::kFinish;
+    }
+    return Action::kNone;
+  }
+
+  // `writing_` is not touched again until OnWriteDone clears write_in_flight_; after Finish the reactor may
+  // be gone.
+  void Act(Action action, const grpc::Status& status) {
     if (action == Action::kWrite) StartWrite(&writing_);
     if (action == Action::kFinish) Finish(status);
   }
