@@ -39,16 +39,34 @@ inline __m256 LoadWeights(const uint8_t* row, int64_t c) {
   }
 }
 
+// Four independent accumulators per token hide the FMA latency. Every token gets the same arithmetic
+// whatever the tile size, so a token's result does not depend on which other tokens share its batch.
 template <DenseType kType, int kTokens>
 void RowTile(const uint8_t* row, int64_t cols, const float* x, int64_t x_stride, float* y, int64_t y_stride,
              int64_t r) {
-  __m256 acc[kTokens];
-  for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < cols; c += 8) {
-    const __m256 w = LoadWeights<kType>(row, c);
-    for (int t = 0; t < kTokens; ++t) acc[t] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + t * x_stride + c), acc[t]);
+  constexpr int kUnroll = 4;
+  __m256 acc[kTokens][kUnroll];
+  for (int t = 0; t < kTokens; ++t) {
+    for (int u = 0; u < kUnroll; ++u) acc[t][u] = _mm256_setzero_ps();
   }
-  for (int t = 0; t < kTokens; ++t) y[t * y_stride + r] = HorizontalSum(acc[t]);
+  int64_t c = 0;
+  for (; c + 8 * kUnroll <= cols; c += 8 * kUnroll) {
+    for (int u = 0; u < kUnroll; ++u) {
+      const __m256 w = LoadWeights<kType>(row, c + 8 * u);
+      for (int t = 0; t < kTokens; ++t) {
+        acc[t][u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + t * x_stride + c + 8 * u), acc[t][u]);
+      }
+    }
+  }
+  for (; c < cols; c += 8) {
+    const __m256 w = LoadWeights<kType>(row, c);
+    for (int t = 0; t < kTokens; ++t) acc[t][0] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x + t * x_stride + c), acc[t][0]);
+  }
+  for (int t = 0; t < kTokens; ++t) {
+    __m256 sum = acc[t][0];
+    for (int u = 1; u < kUnroll; ++u) sum = _mm256_add_ps(sum, acc[t][u]);
+    y[t * y_stride + r] = HorizontalSum(sum);
+  }
 }
 
 template <DenseType kType>
@@ -58,20 +76,8 @@ void Run(const uint8_t* w, int64_t cols, int64_t row_begin, int64_t row_end, con
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint8_t* row = w + static_cast<uint64_t>(r) * row_bytes;
     int t = 0;
-    for (; t + 4 <= n_tokens; t += 4) RowTile<kType, 4>(row, cols, x + t * x_stride, x_stride, y + t * y_stride, y_stride, r);
-    switch (n_tokens - t) {
-      case 3:
-        RowTile<kType, 3>(row, cols, x + t * x_stride, x_stride, y + t * y_stride, y_stride, r);
-        break;
-      case 2:
-        RowTile<kType, 2>(row, cols, x + t * x_stride, x_stride, y + t * y_stride, y_stride, r);
-        break;
-      case 1:
-        RowTile<kType, 1>(row, cols, x + t * x_stride, x_stride, y + t * y_stride, y_stride, r);
-        break;
-      default:
-        break;
-    }
+    for (; t + 2 <= n_tokens; t += 2) RowTile<kType, 2>(row, cols, x + t * x_stride, x_stride, y + t * y_stride, y_stride, r);
+    if (t < n_tokens) RowTile<kType, 1>(row, cols, x + t * x_stride, x_stride, y + t * y_stride, y_stride, r);
   }
 }
 
