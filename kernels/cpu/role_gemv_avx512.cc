@@ -1,15 +1,18 @@
 // RoleGemv for AVX512 with VNNI. A 16-row tile maps onto the 16 int32 lanes of a zmm register: every
 // 64-byte chunk, once unpacked, is the unsigned operand of vpdpbusd against 4 broadcast activation codes,
 // so each lane accumulates one row's exact block sum with no horizontal reduction. Signed levels are
-// made unsigned by an offset that the accumulator starts out cancelling (-128*sum for s8, -3*sum for s2,
-// whose unpacked operand is 2q). The float step per block is the reference's, lane by lane.
+// made unsigned by an offset that the activation's block sum cancels (-128*sum for s8, -3*sum for s2).
+// The float step per block is the reference's, lane by lane.
+//
+// Unpacking: byte shifts are the costly part, so with few tokens the planes of s2 and s4 are only masked
+// in place (plane p then carries its code times 4^p or 16^p, exactly) and each plane's block sum is
+// shifted back once per token; with more tokens the weights are shifted once for all of them instead.
+// Both give the same integers.
 
 // GCC 12 reports the intrinsics' own _mm512_undefined_* operands as maybe-uninitialized once inlined.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <immintrin.h>
-
-#include <cstring>
 
 #include "kernels/cpu/role_gemv_internal.h"
 #include "kernels/cpu/role_layout.h"
@@ -17,10 +20,11 @@
 namespace strata::kernels::internal {
 namespace {
 
-inline __m512i Broadcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return _mm512_set1_epi32(v);
+// acc += vpdpbusd(u8, the 4 activation codes at x4 broadcast to every lane). GCC 12 does not fold the
+// broadcast into the instruction ({1to16}), and the separate broadcast costs throughput.
+inline __m512i Dot(__m512i acc, __m512i u8, const int8_t* x4) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*reinterpret_cast<const int8_t(*)[4]>(x4)));
+  return acc;
 }
 
 inline __m512 LoadHalves16(const uint8_t* p) {
@@ -47,28 +51,59 @@ inline void BlockStep(const Tokens<T>& x, int64_t b, __m512 d, const __m512i* is
 
 template <int T>
 void TileS2(const uint8_t* codes, const uint8_t* scales, int64_t cols, const Tokens<T>& x, __m512* acc) {
-  const __m512i m6 = _mm512_set1_epi8(6);
+  const __m512i m3 = _mm512_set1_epi8(3), m6 = _mm512_set1_epi8(6);
   for (int64_t g = 0; g < cols / 64; ++g) {
     const __m512 d = LoadHalves16(scales + g * 32);
     for (int h = 0; h < 2; ++h) {
       const int64_t b = 2 * g + h;
+      const uint8_t* chunk = codes + (4 * g + 2 * h) * 64;
       __m512i isum[T];
+      if constexpr (T <= 3) {
+        // a[p] = 4^p * sum q_p x; isum = 2 * sum_p (a[p] >> 2p) - 3 * sum x.
+        __m512i a[T][4];
 #pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-3 * x.sum[t][b]);
+        for (int t = 0; t < T; ++t) a[t][0] = a[t][1] = a[t][2] = a[t][3] = _mm512_setzero_si512();
 #pragma GCC unroll 2
-      for (int k = 0; k < 2; ++k) {
-        const __m512i v = _mm512_loadu_si512(codes + (4 * g + 2 * h + k) * 64);
-        const __m512i p0 = _mm512_and_si512(_mm512_slli_epi16(v, 1), m6);
-        const __m512i p1 = _mm512_and_si512(_mm512_srli_epi16(v, 1), m6);
-        const __m512i p2 = _mm512_and_si512(_mm512_srli_epi16(v, 3), m6);
-        const __m512i p3 = _mm512_and_si512(_mm512_srli_epi16(v, 5), m6);
-        const int64_t c = b * 32 + k * 16;
+        for (int k = 0; k < 2; ++k) {
+          const __m512i v = _mm512_loadu_si512(chunk + k * 64);
+          const __m512i p0 = _mm512_and_si512(v, m3);
+          const __m512i p1 = _mm512_and_si512(v, _mm512_slli_epi16(m3, 2));
+          const __m512i p2 = _mm512_and_si512(v, _mm512_slli_epi16(m3, 4));
+          const __m512i p3 = _mm512_and_si512(v, _mm512_slli_epi16(m3, 6));
+          const int64_t c = b * 32 + k * 16;
+#pragma GCC unroll 4
+          for (int t = 0; t < T; ++t) {
+            a[t][0] = Dot(a[t][0], p0, x.q[t] + c);
+            a[t][1] = Dot(a[t][1], p1, x.q[t] + c + 4);
+            a[t][2] = Dot(a[t][2], p2, x.q[t] + c + 8);
+            a[t][3] = Dot(a[t][3], p3, x.q[t] + c + 12);
+          }
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-          isum[t] = _mm512_dpbusd_epi32(isum[t], p0, Broadcast4(x.q[t] + c));
-          isum[t] = _mm512_dpbusd_epi32(isum[t], p1, Broadcast4(x.q[t] + c + 4));
-          isum[t] = _mm512_dpbusd_epi32(isum[t], p2, Broadcast4(x.q[t] + c + 8));
-          isum[t] = _mm512_dpbusd_epi32(isum[t], p3, Broadcast4(x.q[t] + c + 12));
+          const __m512i lo = _mm512_add_epi32(_mm512_slli_epi32(a[t][0], 1), _mm512_srai_epi32(a[t][1], 1));
+          const __m512i hi = _mm512_add_epi32(_mm512_srai_epi32(a[t][2], 3), _mm512_srai_epi32(a[t][3], 5));
+          isum[t] = _mm512_add_epi32(_mm512_add_epi32(lo, hi), _mm512_set1_epi32(-3 * x.sum[t][b]));
+        }
+      } else {
+        // Planes unpacked to 2q once for all tokens.
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-3 * x.sum[t][b]);
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; ++k) {
+          const __m512i v = _mm512_loadu_si512(chunk + k * 64);
+          const __m512i p0 = _mm512_and_si512(_mm512_slli_epi16(v, 1), m6);
+          const __m512i p1 = _mm512_and_si512(_mm512_srli_epi16(v, 1), m6);
+          const __m512i p2 = _mm512_and_si512(_mm512_srli_epi16(v, 3), m6);
+          const __m512i p3 = _mm512_and_si512(_mm512_srli_epi16(v, 5), m6);
+          const int64_t c = b * 32 + k * 16;
+#pragma GCC unroll 4
+          for (int t = 0; t < T; ++t) {
+            isum[t] = Dot(isum[t], p0, x.q[t] + c);
+            isum[t] = Dot(isum[t], p1, x.q[t] + c + 4);
+            isum[t] = Dot(isum[t], p2, x.q[t] + c + 8);
+            isum[t] = Dot(isum[t], p3, x.q[t] + c + 12);
+          }
         }
       }
       BlockStep<T>(x, b, d, isum, acc);
@@ -78,23 +113,43 @@ void TileS2(const uint8_t* codes, const uint8_t* scales, int64_t cols, const Tok
 
 template <int T>
 void TileS4(const uint8_t* codes, const uint8_t* scales, int64_t cols, const Tokens<T>& x, __m512* acc) {
-  const __m512i m15 = _mm512_set1_epi8(15);
+  const __m512i m15 = _mm512_set1_epi8(15), m240 = _mm512_set1_epi8(static_cast<char>(0xF0));
   for (int64_t b = 0; b < cols / 32; ++b) {
     const __m512 d = LoadHalves16(scales + b * 64);
     const __m512 m = LoadHalves16(scales + b * 64 + 32);
     __m512i isum[T];
+    if constexpr (T <= 3) {
+      // hi = 16 * sum q_hi x.
+      __m512i lo[T], hi[T];
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+      for (int t = 0; t < T; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      const __m512i v = _mm512_loadu_si512(codes + (4 * b + k) * 64);
-      const __m512i lo = _mm512_and_si512(v, m15);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
-      const int64_t c = b * 32 + k * 8;
+      for (int k = 0; k < 4; ++k) {
+        const __m512i v = _mm512_loadu_si512(codes + (4 * b + k) * 64);
+        const __m512i pl = _mm512_and_si512(v, m15), ph = _mm512_and_si512(v, m240);
+        const int64_t c = b * 32 + k * 8;
 #pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        isum[t] = _mm512_dpbusd_epi32(isum[t], lo, Broadcast4(x.q[t] + c));
-        isum[t] = _mm512_dpbusd_epi32(isum[t], hi, Broadcast4(x.q[t] + c + 4));
+        for (int t = 0; t < T; ++t) {
+          lo[t] = Dot(lo[t], pl, x.q[t] + c);
+          hi[t] = Dot(hi[t], ph, x.q[t] + c + 4);
+        }
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(lo[t], _mm512_srai_epi32(hi[t], 4));
+    } else {
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) isum[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i v = _mm512_loadu_si512(codes + (4 * b + k) * 64);
+        const __m512i pl = _mm512_and_si512(v, m15);
+        const __m512i ph = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+        const int64_t c = b * 32 + k * 8;
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          isum[t] = Dot(isum[t], pl, x.q[t] + c);
+          isum[t] = Dot(isum[t], ph, x.q[t] + c + 4);
+        }
       }
     }
     BlockStep<T>(x, b, d, isum, acc);
@@ -119,7 +174,7 @@ void TileS8(const uint8_t* codes, const uint8_t* scales, int64_t cols, const Tok
       const __m512i v = _mm512_xor_si512(_mm512_loadu_si512(codes + (8 * b + k) * 64), bias);
       const int64_t c = b * 32 + k * 4;
 #pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) isum[t] = _mm512_dpbusd_epi32(isum[t], v, Broadcast4(x.q[t] + c));
+      for (int t = 0; t < T; ++t) isum[t] = Dot(isum[t], v, x.q[t] + c);
     }
     BlockStep<T>(x, b, d, isum, acc);
   }
