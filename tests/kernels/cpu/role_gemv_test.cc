@@ -196,7 +196,7 @@ TEST(RoleGemvTest, ExtremeValuesStayExact) {
       QuantizedActivation x;
       QuantizeActivation(xf.data(), cols, &x);
       ASSERT_EQ(x.q[0], 127 * sign);
-      CheckAgainstReference(s, role, rows, cols, {x, x, x}, 0, rows);
+      CheckAgainstReference(s, role, rows, cols, {x, x, x, x, x}, 0, rows);
       // Alternating signs.
       for (int64_t c = 0; c < cols; c += 2) xf[c] = -xf[c];
       QuantizeActivation(xf.data(), cols, &x);
