@@ -1,5 +1,7 @@
 #include "services/cli_flags.h"
 
+#include "absl/flags/parse.h"
+
 #include <string_view>
 
 #include "absl/flags/commandlineflag.h"
@@ -68,6 +70,15 @@ absl::Status CheckLogLevel(const std::string& level) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("bad value '", level, "' for --log-level; expected debug, info, warn, error or off"));
+}
+
+absl::StatusOr<std::vector<std::string>> ParseFlags(std::vector<std::string> args) {
+  if (absl::Status status = PrepareFlagArgs(&args); !status.ok()) return status;
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), argv.data());
+  return std::vector<std::string>(positional.begin(), positional.end());
 }
 
 }  // namespace strata::services

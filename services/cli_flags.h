@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace strata::services {
 
@@ -17,6 +18,10 @@ namespace strata::services {
 // values are already set and absl::ParseCommandLine over the rewritten arguments sets them again.
 // INVALID_ARGUMENT naming the flag otherwise.
 absl::Status PrepareFlagArgs(std::vector<std::string>* args);
+
+// PrepareFlagArgs, then absl::ParseCommandLine over the rewritten arguments. Returns the positional
+// arguments, the program name first; INVALID_ARGUMENT naming the flag for a usage error.
+absl::StatusOr<std::vector<std::string>> ParseFlags(std::vector<std::string> args);
 
 // True when the command line asks for help: "--help", "-h" or "-help" before any "--".
 bool WantsHelp(const std::vector<std::string>& args);

@@ -111,6 +111,7 @@ int RunCommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
       << info.source_kind << (info.source.pinned ? ", pinned" : "") << "), " << info.threads << " threads, load "
       << info.load_seconds << " s";
   if (info.source.gb_per_second > 0) err << " (" << info.source.gb_per_second << " GB/s)";
+  if (info.source_kind == "arena" && !info.source.pinned) err << "; arena not page-locked: " << info.source.pin_note;
   err << "\n";
 
   runtime::GenerateRequest req;

@@ -68,14 +68,12 @@ int main(int argc, char** argv) {
     std::cout << strata::services::ClientUsage();
     return strata::services::kExitOk;
   }
-  if (absl::Status status = strata::services::PrepareFlagArgs(&args); !status.ok()) {
-    std::cerr << "strata: error: " << status.message() << " (see strata --help)\n";
+  absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
+  if (!parsed.ok()) {
+    std::cerr << "strata: error: " << parsed.status().message() << " (see strata --help)\n";
     return kExitUsage;
   }
-  std::vector<char*> prepared;
-  for (std::string& arg : args) prepared.push_back(arg.data());
-  prepared.push_back(nullptr);
-  const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
+  const std::vector<std::string>& positional = *parsed;
   if (absl::Status status = strata::services::CheckLogLevel(absl::GetFlag(FLAGS_log_level)); !status.ok()) {
     std::cerr << "strata: error: " << status.message() << " (see strata --help)\n";
     return kExitUsage;

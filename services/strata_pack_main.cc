@@ -66,14 +66,12 @@ int main(int argc, char** argv) {
     std::cout << strata::services::PackCliUsage();
     return strata::services::kExitOk;
   }
-  if (absl::Status status = strata::services::PrepareFlagArgs(&args); !status.ok()) {
-    std::cerr << "strata-pack: error: " << status.message() << " (see strata-pack --help)\n";
+  absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
+  if (!parsed.ok()) {
+    std::cerr << "strata-pack: error: " << parsed.status().message() << " (see strata-pack --help)\n";
     return strata::services::kExitUsage;
   }
-  std::vector<char*> prepared;
-  for (std::string& arg : args) prepared.push_back(arg.data());
-  prepared.push_back(nullptr);
-  const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
+  const std::vector<std::string>& positional = *parsed;
   if (absl::Status status = strata::services::CheckLogLevel(absl::GetFlag(FLAGS_log_level)); !status.ok()) {
     std::cerr << "strata-pack: error: " << status.message() << " (see strata-pack --help)\n";
     return strata::services::kExitUsage;

@@ -55,13 +55,11 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  if (absl::Status status = strata::services::PrepareFlagArgs(&args); !status.ok()) {
-    return UsageError(status.message());
+  absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
+  if (!parsed.ok()) {
+    return UsageError(parsed.status().message());
   }
-  std::vector<char*> prepared;
-  for (std::string& arg : args) prepared.push_back(arg.data());
-  prepared.push_back(nullptr);
-  const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
+  const std::vector<std::string>& positional = *parsed;
   if (positional.size() > 1) return UsageError(std::string("unexpected argument '") + positional[1] + "'");
   if (absl::GetFlag(FLAGS_data_root).empty()) return UsageError("--data-root is required");
   if (absl::Status status = strata::services::CheckLogLevel(absl::GetFlag(FLAGS_log_level)); !status.ok()) {

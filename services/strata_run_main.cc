@@ -56,14 +56,12 @@ int main(int argc, char** argv) {
                  "       strata-run --tokenize (--pack DIR | --gguf FILE) \"text\"\n";
     return 0;
   }
-  if (absl::Status status = strata::services::PrepareFlagArgs(&args); !status.ok()) {
-    std::cerr << "strata-run: error: " << status.message() << " (see strata-run --help)\n";
+  absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
+  if (!parsed.ok()) {
+    std::cerr << "strata-run: error: " << parsed.status().message() << " (see strata-run --help)\n";
     return 2;
   }
-  std::vector<char*> prepared;
-  for (std::string& arg : args) prepared.push_back(arg.data());
-  prepared.push_back(nullptr);
-  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
+  const std::vector<std::string>& positional = *parsed;
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
   strata::services::RunOptions o;
   o.pack_dir = absl::GetFlag(FLAGS_pack);

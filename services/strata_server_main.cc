@@ -91,13 +91,11 @@ int main(int argc, char** argv) {
       "strata-server --pack DIR [--listen HOST:PORT] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N] "
       "[--expert-source arena|mmap] [--verify]");
   std::vector<std::string> args(argv, argv + argc);
-  if (absl::Status status = strata::services::PrepareFlagArgs(&args); !status.ok()) {
-    return UsageError(std::string(status.message()));
+  absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
+  if (!parsed.ok()) {
+    return UsageError(std::string(parsed.status().message()));
   }
-  std::vector<char*> prepared;
-  for (std::string& arg : args) prepared.push_back(arg.data());
-  prepared.push_back(nullptr);
-  const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), prepared.data());
+  const std::vector<std::string>& positional = *parsed;
   if (positional.size() > 1) return UsageError(std::string("unexpected argument '") + positional[1] + "'");
 
   strata::runtime::EngineOptions options;
