@@ -1,5 +1,7 @@
 #include "services/inference_service.h"
 
+#include "services/stream_writer.h"
+
 #include <chrono>
 #include <string>
 #include <utility>
@@ -44,7 +46,8 @@ class RefusedGenerate final : public grpc::ServerWriteReactor<v1::GenerateRespon
 // engine never calls into a deleted reactor; the reactor deletes itself in OnDone.
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(runtime::Engine* engine, Clock::time_point deadline) : engine_(engine), deadline_(deadline) {}
+  GenerateReactor(runtime::Engine* engine, Clock::time_point deadline, StreamWriterThread* writer)
+      : engine_(engine), deadline_(deadline), writer_(writer) {}
 
   // Submits the request; a refusal ends the call with the engine's status. Called once, before the reactor
   // is returned to gRPC (so OnDone cannot run before Start returns).
@@ -109,7 +112,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       }
       op = NextOpLocked();
     }
-    Run(op);
+    RunOnWriter(op);
   }
 
   // Scheduler thread; the engine's last call.
@@ -139,7 +142,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       if (cancel_ != Cancel::kNone) has_pending_ = false;  // nobody is listening
       op = NextOpLocked();
     }
-    Run(op);
+    RunOnWriter(op);
   }
 
   void CancelLocked(Cancel why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -166,6 +169,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     return op;
   }
 
+  // Run, on the writer thread: the scheduler thread only queues. The reactor stays alive until the task
+  // runs, because the claimed write or finish is what gRPC waits for before OnDone.
+  void RunOnWriter(const Op& op) {
+    if (op.kind == Op::kNone) return;
+    writer_->Post([this, op] { Run(op); });
+  }
+
   // The last thing a caller does with the reactor: after it, OnDone may already have deleted it.
   void Run(const Op& op) {
     if (op.kind == Op::kWrite) StartWrite(&writing_);  // writing_ is left alone until OnWriteDone
@@ -174,6 +184,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   runtime::Engine* const engine_;
   const Clock::time_point deadline_;
+  StreamWriterThread* const writer_;
 
   absl::Mutex mu_;
   std::shared_ptr<runtime::RequestHandle> handle_ ABSL_GUARDED_BY(mu_);
@@ -201,7 +212,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceServiceImpl::Generate(g
                                                                               const v1::GenerateRequest* request) {
   runtime::Engine* engine = this->engine();
   if (engine == nullptr) return new RefusedGenerate(NotLoaded());
-  auto* reactor = new GenerateReactor(engine, context->deadline());
+  auto* reactor = new GenerateReactor(engine, context->deadline(), &writer_);
   reactor->Start(GenerateRequestFromProto(*request));
   return reactor;
 }

@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "engine/runtime/engine.h"
+#include "services/stream_writer.h"
 #include "grpcpp/server.h"
 #include "strata/v1/inference.grpc.pb.h"
 
@@ -48,6 +49,8 @@ class InferenceServiceImpl final : public v1::Inference::CallbackService {
                                      v1::EngineStats* response) override;
 
  private:
+  // Declared first so it is destroyed last: it may still be finishing streams while the engine goes.
+  StreamWriterThread writer_;
   std::unique_ptr<runtime::Engine> owned_engine_;  // written once, by AttachEngine, before engine_
   std::atomic<runtime::Engine*> engine_{nullptr};
 };

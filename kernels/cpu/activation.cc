@@ -1,17 +1,12 @@
 // QuantizeActivation and its block-range form (contract in scheme.h).
 
-#include <cmath>
+#include <emmintrin.h>
+
+#include <cstring>
 
 #include "kernels/cpu/scheme.h"
 
 namespace strata::kernels {
-namespace {
-
-// Round half to even for |v| <= 2^22 under the default rounding mode, without libm: adding 1.5 * 2^23
-// leaves no fraction bits (the compiler may not fold the pair without -ffast-math).
-inline float RoundHalfEven(float v) { return (v + 12582912.0f) - 12582912.0f; }
-
-}  // namespace
 
 void ResizeActivation(int64_t n, QuantizedActivation* out) {
   out->n = n;
@@ -21,26 +16,42 @@ void ResizeActivation(int64_t n, QuantizedActivation* out) {
   out->sum.resize(n / kActBlock);
 }
 
+// SSE2 (part of x86-64) does the definition in scheme.h exactly: divps is IEEE division, maxps/minps
+// with the constant second return it for NaN (so NaN gives -127 and amax skips NaN), and cvtps2dq rounds
+// half to even under the default rounding mode.
 void QuantizeActivationBlocks(int64_t block_begin, int64_t block_end, QuantizedActivation* out) {
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
+  const __m128 lo = _mm_set1_ps(-127.0f), hi = _mm_set1_ps(127.0f);
   for (int64_t b = block_begin; b < block_end; ++b) {
     const float* x = out->f32.data() + b * kActBlock;
     int8_t* q = out->q.data() + b * kActBlock;
-    float amax = 0.0f;
-    for (int i = 0; i < kActBlock; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    const float scale = amax / 127.0f;
-    int32_t sum = 0;
-    if (scale == 0.0f) {
-      for (int i = 0; i < kActBlock; ++i) q[i] = 0;
-    } else {
-      for (int i = 0; i < kActBlock; ++i) {
-        // fmax/fmin first: NaN becomes -127 and the conversion is always in range.
-        const float v = std::fmin(std::fmax(x[i] / scale, -127.0f), 127.0f);
-        q[i] = static_cast<int8_t>(static_cast<int>(RoundHalfEven(v)));
-        sum += q[i];
-      }
+    __m128 v[8];
+    __m128 amax4 = _mm_setzero_ps();
+    for (int i = 0; i < 8; ++i) {
+      v[i] = _mm_loadu_ps(x + 4 * i);
+      amax4 = _mm_max_ps(_mm_and_ps(v[i], abs_mask), amax4);
     }
+    amax4 = _mm_max_ps(amax4, _mm_shuffle_ps(amax4, amax4, _MM_SHUFFLE(1, 0, 3, 2)));
+    amax4 = _mm_max_ps(amax4, _mm_shuffle_ps(amax4, amax4, _MM_SHUFFLE(2, 3, 0, 1)));
+    const float scale = _mm_cvtss_f32(amax4) / 127.0f;
     out->scale[b] = scale;
-    out->sum[b] = sum;
+    if (scale == 0.0f) {
+      std::memset(q, 0, kActBlock);
+      out->sum[b] = 0;
+      continue;
+    }
+    const __m128 s4 = _mm_set1_ps(scale);
+    __m128i sum4 = _mm_setzero_si128();
+    for (int i = 0; i < 8; i += 2) {
+      const __m128i q0 = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(_mm_div_ps(v[i], s4), lo), hi));
+      const __m128i q1 = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(_mm_div_ps(v[i + 1], s4), lo), hi));
+      sum4 = _mm_add_epi32(sum4, _mm_add_epi32(q0, q1));
+      const __m128i q16 = _mm_packs_epi32(q0, q1);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + 4 * i), _mm_packs_epi16(q16, q16));
+    }
+    sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, _MM_SHUFFLE(1, 0, 3, 2)));
+    sum4 = _mm_add_epi32(sum4, _mm_shuffle_epi32(sum4, _MM_SHUFFLE(2, 3, 0, 1)));
+    out->sum[b] = _mm_cvtsi128_si32(sum4);
   }
 }
 

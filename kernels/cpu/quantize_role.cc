@@ -1,5 +1,7 @@
 // QuantizeRole and DequantizeRole for every scheme (layout in scheme.h).
 
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -23,42 +25,65 @@ struct GroupFit {
 // Codes are assigned by multiplying with a reciprocal and rounding by truncation; the result only has to
 // be deterministic, and weights that are exactly representable still get their own codes.
 
+// Assigns codes -127..127 for w = d*q (rounding half away from zero) and returns the squared error.
+// SSE2, n a multiple of 4.
+double AssignS8(const float* w, int n, float d, int8_t* q) {
+  const __m128 inv = _mm_set1_ps(d == 0.0f ? 0.0f : 1.0f / d), d4 = _mm_set1_ps(d);
+  const __m128 lo = _mm_set1_ps(-127.0f), hi = _mm_set1_ps(127.0f), half = _mm_set1_ps(0.5f);
+  const __m128 sign_mask = _mm_set1_ps(-0.0f);
+  __m128 sse = _mm_setzero_ps();
+  for (int i = 0; i < n; i += 4) {
+    const __m128 x = _mm_loadu_ps(w + i);
+    const __m128 t = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x, inv), lo), hi);
+    const __m128i qi = _mm_cvttps_epi32(_mm_add_ps(t, _mm_or_ps(half, _mm_and_ps(t, sign_mask))));
+    const __m128 e = _mm_sub_ps(_mm_mul_ps(d4, _mm_cvtepi32_ps(qi)), x);
+    sse = _mm_add_ps(sse, _mm_mul_ps(e, e));
+    alignas(16) int32_t v[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(v), qi);
+    for (int j = 0; j < 4; ++j) q[i + j] = static_cast<int8_t>(v[j]);
+  }
+  alignas(16) float p[4];
+  _mm_store_ps(p, sse);
+  return (double(p[0]) + p[1]) + (double(p[2]) + p[3]);
+}
+
 // s8: symmetric int8, a few candidate scales at and below amax / 127.
 GroupFit FitS8(const float* w, int n, uint8_t* q_out) {
   float amax = 0.0f;
   for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(w[i]));
   GroupFit best;
   best.sse = -1.0;
-  int8_t q[64], best_q[64] = {};
+  int8_t q[64];
   for (int k = 0; k < 8; ++k) {
     const float d = RoundHalf(amax / 127.0f * (1.0f - 0.004f * static_cast<float>(k)));
-    const float inv = d == 0.0f ? 0.0f : 1.0f / d;
-    float sse = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      const float t = std::clamp(w[i] * inv, -127.0f, 127.0f);
-      q[i] = static_cast<int8_t>(t + (t >= 0.0f ? 0.5f : -0.5f));
-      const float e = d * q[i] - w[i];
-      sse += e * e;
-    }
+    const double sse = AssignS8(w, n, d, q);
     if (best.sse < 0.0 || sse < best.sse) {
       best = {d, 0.0f, sse};
-      std::memcpy(best_q, q, n);
+      std::memcpy(q_out, q, n);
     }
   }
-  std::memcpy(q_out, best_q, n);
   return best;
 }
 
 // Assigns codes 0..15 for w = d*q + m and returns the squared error.
+// Four weights at a time with SSE2 (part of x86-64); n is a multiple of 4.
 double AssignS4(const float* w, int n, float d, float m, uint8_t* q) {
-  const float inv = d == 0.0f ? 0.0f : 1.0f / d;
-  float sse = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    q[i] = static_cast<uint8_t>(std::clamp((w[i] - m) * inv, 0.0f, 15.0f) + 0.5f);
-    const float e = d * q[i] + m - w[i];
-    sse += e * e;
+  const __m128 inv = _mm_set1_ps(d == 0.0f ? 0.0f : 1.0f / d), d4 = _mm_set1_ps(d), m4 = _mm_set1_ps(m);
+  const __m128 lo = _mm_setzero_ps(), hi = _mm_set1_ps(15.0f), half = _mm_set1_ps(0.5f);
+  __m128 sse = _mm_setzero_ps();
+  for (int i = 0; i < n; i += 4) {
+    const __m128 x = _mm_loadu_ps(w + i);
+    const __m128 t = _mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_sub_ps(x, m4), inv), lo), hi);
+    const __m128i qi = _mm_cvttps_epi32(_mm_add_ps(t, half));
+    const __m128 e = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(d4, _mm_cvtepi32_ps(qi)), m4), x);
+    sse = _mm_add_ps(sse, _mm_mul_ps(e, e));
+    alignas(16) int32_t v[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(v), qi);
+    for (int j = 0; j < 4; ++j) q[i + j] = static_cast<uint8_t>(v[j]);
   }
-  return sse;
+  alignas(16) float p[4];
+  _mm_store_ps(p, sse);
+  return (double(p[0]) + p[1]) + (double(p[2]) + p[3]);
 }
 
 // s4: affine; candidates from shrunken min/max ranges, each refined by a least-squares fit of d and m to
@@ -81,13 +106,15 @@ GroupFit FitS4(const float* w, int n, uint8_t* q_out) {
     float d = RoundHalf((chi - clo) / 15.0f), m = RoundHalf(clo);
     AssignS4(w, n, d, m, q);
     // Least squares of w ~ d*q + m for these codes.
-    double sq = 0, sqq = 0, sw = 0, sqw = 0;
+    int isq = 0, isqq = 0;
+    float fsw = 0.0f, fsqw = 0.0f;
     for (int i = 0; i < n; ++i) {
-      sq += q[i];
-      sqq += static_cast<double>(q[i]) * q[i];
-      sw += w[i];
-      sqw += static_cast<double>(q[i]) * w[i];
+      isq += q[i];
+      isqq += q[i] * q[i];
+      fsw += w[i];
+      fsqw += static_cast<float>(q[i]) * w[i];
     }
+    const double sq = isq, sqq = isqq, sw = fsw, sqw = fsqw;
     const double det = n * sqq - sq * sq;
     if (det > 0.0) {
       d = RoundHalf(static_cast<float>((n * sqw - sq * sw) / det));
@@ -104,16 +131,25 @@ GroupFit FitS4(const float* w, int n, uint8_t* q_out) {
 }
 
 // Assigns codes 0..3 for w = d*(2q-3) and returns the squared error.
+// Thresholds at -2d, 0, 2d; the clamp keeps the truncation a floor. SSE2, n a multiple of 4.
 double AssignS2(const float* w, int n, float d, uint8_t* q) {
-  // Thresholds at -2d, 0, 2d; the clamp keeps the truncation a floor.
-  const float inv = d == 0.0f ? 0.0f : 0.5f / d;
-  float sse = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    q[i] = static_cast<uint8_t>(std::clamp(w[i] * inv + 2.0f, 0.0f, 3.0f));
-    const float e = d * static_cast<float>(2 * q[i] - 3) - w[i];
-    sse += e * e;
+  const __m128 inv = _mm_set1_ps(d == 0.0f ? 0.0f : 0.5f / d), d4 = _mm_set1_ps(d);
+  const __m128 lo = _mm_setzero_ps(), hi = _mm_set1_ps(3.0f), two = _mm_set1_ps(2.0f);
+  const __m128i three = _mm_set1_epi32(3);
+  __m128 sse = _mm_setzero_ps();
+  for (int i = 0; i < n; i += 4) {
+    const __m128 x = _mm_loadu_ps(w + i);
+    const __m128i qi = _mm_cvttps_epi32(_mm_min_ps(_mm_max_ps(_mm_add_ps(_mm_mul_ps(x, inv), two), lo), hi));
+    const __m128i level = _mm_sub_epi32(_mm_add_epi32(qi, qi), three);
+    const __m128 e = _mm_sub_ps(_mm_mul_ps(d4, _mm_cvtepi32_ps(level)), x);
+    sse = _mm_add_ps(sse, _mm_mul_ps(e, e));
+    alignas(16) int32_t v[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(v), qi);
+    for (int j = 0; j < 4; ++j) q[i + j] = static_cast<uint8_t>(v[j]);
   }
-  return sse;
+  alignas(16) float p[4];
+  _mm_store_ps(p, sse);
+  return (double(p[0]) + p[1]) + (double(p[2]) + p[3]);
 }
 
 // s2: symmetric levels +-d, +-3d; candidate scales from amax/3 down to amax/6, each refined by the
@@ -136,13 +172,14 @@ GroupFit FitS2(const float* w, int n, uint8_t* q_out) {
       best = {d, 0.0f, sse};
       std::memcpy(q_out, q, n);
     }
-    double sl = 0, sll = 0;
+    float sl = 0.0f;
+    int sll = 0;
     for (int i = 0; i < n; ++i) {
       const int l = 2 * q[i] - 3;
-      sl += static_cast<double>(l) * w[i];
+      sl += static_cast<float>(l) * w[i];
       sll += l * l;
     }
-    d = RoundHalf(static_cast<float>(sl / sll));
+    d = RoundHalf(sl / static_cast<float>(sll));
     if (!(d > 0.0f)) continue;
     sse = AssignS2(w, n, d, q);
     if (sse < best.sse) {

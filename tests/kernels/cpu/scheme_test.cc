@@ -289,6 +289,25 @@ TEST(ActivationTest, RandomBlocksMatchDefinition) {
   EXPECT_EQ(parts.sum, q.sum);
 }
 
+TEST(ActivationTest, NonFiniteInputsFollowDefinition) {
+  std::vector<float> x(96, 0.5f);
+  x[3] = NAN;            // block 0: skipped by amax, coded -127
+  x[40] = INFINITY;      // block 1: scale inf, finite values code 0, inf/inf is NaN: -127
+  x[70] = -1e-40f;       // block 2: a subnormal among ordinary values
+  QuantizedActivation q;
+  QuantizeActivation(x.data(), 96, &q);
+  EXPECT_EQ(q.scale[0], 0.5f / 127.0f);
+  EXPECT_EQ(q.q[3], -127);
+  EXPECT_EQ(q.q[4], 127);
+  EXPECT_EQ(q.sum[0], 31 * 127 - 127);
+  EXPECT_EQ(q.scale[1], INFINITY);
+  EXPECT_EQ(q.q[40], -127);
+  EXPECT_EQ(q.q[41], 0);
+  EXPECT_EQ(q.sum[1], -127);
+  EXPECT_EQ(q.q[70], 0);
+  EXPECT_EQ(q.q[71], 127);
+}
+
 TEST(ReferenceTest, DotMatchesDequantizedProduct) {
   const int64_t rows = 32, cols = 256;
   const std::vector<float> w = Gaussian(rows * cols, 11);
