@@ -14,6 +14,8 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "kernels/cpu/role_gemv_internal.h"
 #include "kernels/cpu/role_layout.h"
 
@@ -25,6 +27,15 @@ namespace {
 inline __m512i Dot(__m512i acc, __m512i u8, const int8_t* x4) {
   asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*reinterpret_cast<const int8_t(*)[4]>(x4)));
   return acc;
+}
+
+// Weights are prefetched this far ahead of use: on many-core hosts the hardware prefetchers alone leave
+// a core short of misses in flight (s2 went from 76 to 94 GB/s on 16 cores of an EPYC host).
+constexpr uintptr_t kPrefetchBytes = 4096;
+
+inline void Prefetch(const uint8_t* p) {
+  // Integer arithmetic: the address may lie past the role, which a prefetch tolerates.
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + kPrefetchBytes), _MM_HINT_T0);
 }
 
 inline __m512 LoadHalves16(const uint8_t* p) {
@@ -54,9 +65,12 @@ void TileS2(const uint8_t* codes, const uint8_t* scales, int64_t cols, const Tok
   const __m512i m3 = _mm512_set1_epi8(3), m6 = _mm512_set1_epi8(6);
   for (int64_t g = 0; g < cols / 64; ++g) {
     const __m512 d = LoadHalves16(scales + g * 32);
+    if (g % 2 == 0) Prefetch(scales + g * 32);
     for (int h = 0; h < 2; ++h) {
       const int64_t b = 2 * g + h;
       const uint8_t* chunk = codes + (4 * g + 2 * h) * 64;
+      Prefetch(chunk);
+      Prefetch(chunk + 64);
       __m512i isum[T];
       if constexpr (T <= 3) {
         // a[p] = 4^p * sum q_p x; isum = 2 * sum_p (a[p] >> 2p) - 3 * sum x.
@@ -117,6 +131,8 @@ void TileS4(const uint8_t* codes, const uint8_t* scales, int64_t cols, const Tok
   for (int64_t b = 0; b < cols / 32; ++b) {
     const __m512 d = LoadHalves16(scales + b * 64);
     const __m512 m = LoadHalves16(scales + b * 64 + 32);
+    for (int k = 0; k < 4; ++k) Prefetch(codes + (4 * b + k) * 64);
+    Prefetch(scales + b * 64);
     __m512i isum[T];
     if constexpr (T <= 3) {
       // hi = 16 * sum q_hi x.
@@ -166,6 +182,8 @@ void TileS8(const uint8_t* codes, const uint8_t* scales, int64_t cols, const Tok
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < cols / 32; ++b) {
     const __m512 d = LoadHalves16(scales + b * 32);
+    for (int k = 0; k < 8; ++k) Prefetch(codes + (8 * b + k) * 64);
+    if (b % 2 == 0) Prefetch(scales + b * 32);
     __m512i isum[T];
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-128 * x.sum[t][b]);
@@ -214,6 +232,7 @@ void RowF16(const uint8_t* role, int64_t cols, int64_t r, const QuantizedActivat
   __m512 acc0[T], acc1[T];
   for (int t = 0; t < T; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
   for (int64_t c = 0; c < cols; c += 32) {
+    Prefetch(w + 2 * c);
     const __m512 w0 = LoadHalves16(w + 2 * c);
     const __m512 w1 = LoadHalves16(w + 2 * c + 32);
 #pragma GCC unroll 4
