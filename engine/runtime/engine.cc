@@ -201,9 +201,12 @@ void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
   u.expert_bytes = static_cast<uint64_t>(seq->expert_bytes);
   u.dense_bytes = static_cast<uint64_t>(seq->dense_bytes);
   seq->cache.reset();
+  {
+    // Counted before on_done, so a client that reads the stats after its result sees itself finished.
+    absl::MutexLock lock(&mu_);
+    ++stats_.requests_finished;
+  }
   if (seq->callbacks.on_done) seq->callbacks.on_done(r);
-  absl::MutexLock lock(&mu_);
-  ++stats_.requests_finished;
 }
 
 void Engine::ProcessLogits(Sequence* seq, const float* logits) {
