@@ -1,5 +1,7 @@
 #include "services/cli_flags.h"
 
+#include <csignal>
+
 #include "absl/flags/parse.h"
 
 #include <string_view>
@@ -79,6 +81,21 @@ absl::StatusOr<std::vector<std::string>> ParseFlags(std::vector<std::string> arg
   argv.push_back(nullptr);
   const std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), argv.data());
   return std::vector<std::string>(positional.begin(), positional.end());
+}
+
+namespace {
+std::atomic<bool> g_cancel_requested{false};
+void OnCancelSignal(int) { g_cancel_requested.store(true); }
+}  // namespace
+
+const std::atomic<bool>* CancelOnSignal() {
+  struct sigaction action = {};
+  action.sa_handler = OnCancelSignal;
+  action.sa_flags = SA_RESETHAND;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  return &g_cancel_requested;
 }
 
 }  // namespace strata::services

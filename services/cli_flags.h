@@ -6,6 +6,7 @@
 // against absl's registry, so an unknown flag or a bad value becomes a usage error the binary reports in
 // its own words (absl would print its message and exit(1)). Thread-compatible: call from main().
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ absl::Status PrepareFlagArgs(std::vector<std::string>* args);
 // PrepareFlagArgs, then absl::ParseCommandLine over the rewritten arguments. Returns the positional
 // arguments, the program name first; INVALID_ARGUMENT naming the flag for a usage error.
 absl::StatusOr<std::vector<std::string>> ParseFlags(std::vector<std::string> args);
+
+// Installs SIGINT/SIGTERM handlers: the first signal sets the returned flag (the CLI cancels its call), a
+// second one ends the process at once. Call once, from main().
+const std::atomic<bool>* CancelOnSignal();
 
 // True when the command line asks for help: "--help", "-h" or "-help" before any "--".
 bool WantsHelp(const std::vector<std::string>& args);

@@ -1,8 +1,6 @@
 // strata: the command-line client of strata-server (see services/generate_client.h).
 
-#include <signal.h>
 
-#include <atomic>
 #include <cstdint>
 #include <iostream>
 #include <optional>
@@ -41,24 +39,6 @@ ABSL_FLAG(bool, add_special, true, "add BOS/EOS to a text prompt as the vocabula
 ABSL_FLAG(bool, parse_special, false, "recognise control tokens written in the text");
 ABSL_FLAG(bool, render_special, false, "detokenize: write control tokens as their text");
 ABSL_FLAG(bool, quiet, false, "generate: print only the summary");
-
-namespace {
-
-std::atomic<bool> g_cancel{false};
-
-void OnSignal(int) { g_cancel.store(true); }
-
-// The first SIGINT/SIGTERM cancels the call; a second one ends the process at once.
-void InstallSignalHandlers() {
-  struct sigaction action = {};
-  action.sa_handler = OnSignal;
-  action.sa_flags = SA_RESETHAND;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using strata::services::kExitUsage;
@@ -111,11 +91,10 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
-  InstallSignalHandlers();
   strata::services::ClientIo io;
   io.out = &std::cout;
   io.err = &std::cerr;
-  io.cancel = &g_cancel;
+  io.cancel = strata::services::CancelOnSignal();
   const std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
   return strata::services::RunClient(std::vector<std::string>(positional.begin() + 1, positional.end()), options,

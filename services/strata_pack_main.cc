@@ -1,9 +1,7 @@
 // strata-pack: synthesizes, converts, validates and inspects packs (see services/pack_cli.h).
 
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdint>
 #include <iostream>
 #include <optional>
@@ -40,24 +38,6 @@ ABSL_FLAG(bool, pack_only, false, "synth: write a pack directly instead of a GGU
 ABSL_FLAG(std::string, scheme, "s4", "convert, synth --pack-only: expert scheme (f16, s8, s4 or s2)");
 ABSL_FLAG(int, threads, 0, "worker threads; 0: all cores (or the server's default)");
 ABSL_FLAG(bool, quick, false, "validate: skip the per-expert checksums");
-
-namespace {
-
-std::atomic<bool> g_cancel{false};
-
-void OnSignal(int) { g_cancel.store(true); }
-
-// The first SIGINT/SIGTERM asks the job to stop and clean up; a second one ends the process at once.
-void InstallSignalHandlers() {
-  struct sigaction action = {};
-  action.sa_handler = OnSignal;
-  action.sa_flags = SA_RESETHAND;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("strata-pack <synth|convert|validate|inspect> [arguments] [flags]");
@@ -102,11 +82,10 @@ int main(int argc, char** argv) {
   options.threads = absl::GetFlag(FLAGS_threads);
   options.quick = absl::GetFlag(FLAGS_quick);
 
-  InstallSignalHandlers();
   strata::services::CliIo io;
   io.out = &std::cout;
   io.err = &std::cerr;
   io.err_is_terminal = isatty(STDERR_FILENO) == 1;
-  io.cancel = &g_cancel;
+  io.cancel = strata::services::CancelOnSignal();
   return strata::services::RunPackCli(std::vector<std::string>(positional.begin() + 1, positional.end()), options, io);
 }

@@ -98,7 +98,7 @@ void Model::Project(const DenseMatrix& m, const float* x, int n, float* y, Forwa
 
 void Model::Attention(int64_t layer, std::span<const ForwardToken> tokens) {
   const ModelConfig& c = config_;
-  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  const int64_t q_dim = c.n_head * c.head_dim;
   const int64_t group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   auto task = [&](int64_t i) {
@@ -131,7 +131,6 @@ void Model::Attention(int64_t layer, std::span<const ForwardToken> tokens) {
     }
   };
   const int64_t n_tasks = static_cast<int64_t>(tokens.size()) * c.n_head;
-  (void)kv_dim;
   if (pool_ == nullptr) {
     for (int64_t i = 0; i < n_tasks; ++i) task(i);
   } else {

@@ -70,10 +70,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (options.max_seqs < 1) return absl::InvalidArgumentError("max_seqs: must be at least 1");
   if (options.max_queue < 0) return absl::InvalidArgumentError("max_queue: must not be negative");
   int64_t max_ctx = options.max_ctx > 0 ? options.max_ctx : std::min<int64_t>(c.n_ctx_train, 8192);
-  e->kv_pool_ = std::make_unique<KvCachePool>(c.n_layer, c.n_head_kv * c.head_dim, 0);
+  const int64_t kv_dim = c.n_head_kv * c.head_dim;
   uint64_t budget = options.kv_budget_bytes;
-  if (budget == 0) budget = std::min<uint64_t>(e->kv_pool_->BytesFor(max_ctx) * options.max_seqs, uint64_t{8} << 30);
-  e->kv_pool_ = std::make_unique<KvCachePool>(c.n_layer, c.n_head_kv * c.head_dim, budget);
+  if (budget == 0) {
+    budget = std::min<uint64_t>(KvCachePool::BytesFor(c.n_layer, kv_dim, max_ctx) * options.max_seqs, uint64_t{8} << 30);
+  }
+  e->kv_pool_ = std::make_unique<KvCachePool>(c.n_layer, kv_dim, budget);
 
   EngineInfo& info = e->info_;
   info.config = c;

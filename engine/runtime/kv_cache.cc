@@ -22,8 +22,8 @@ KvCache::~KvCache() { pool_->in_use_.fetch_sub(bytes_); }
 KvCachePool::KvCachePool(int64_t n_layer, int64_t kv_dim, uint64_t budget_bytes)
     : n_layer_(n_layer), kv_dim_(kv_dim), budget_(budget_bytes) {}
 
-uint64_t KvCachePool::BytesFor(int64_t positions) const {
-  return static_cast<uint64_t>(2 * n_layer_ * RoundPositions(positions) * kv_dim_) * sizeof(float);
+uint64_t KvCachePool::BytesFor(int64_t n_layer, int64_t kv_dim, int64_t positions) {
+  return static_cast<uint64_t>(2 * n_layer * RoundPositions(positions) * kv_dim) * sizeof(float);
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCachePool::Allocate(int64_t positions) {

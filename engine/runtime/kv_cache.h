@@ -53,7 +53,8 @@ class KvCachePool {
   // A cache for `positions` positions (rounded up to a multiple of 64).
   absl::StatusOr<std::unique_ptr<KvCache>> Allocate(int64_t positions);
 
-  uint64_t BytesFor(int64_t positions) const;
+  uint64_t BytesFor(int64_t positions) const { return BytesFor(n_layer_, kv_dim_, positions); }
+  static uint64_t BytesFor(int64_t n_layer, int64_t kv_dim, int64_t positions);
   uint64_t budget() const { return budget_; }
   uint64_t in_use() const { return in_use_.load(); }
 
