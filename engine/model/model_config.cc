@@ -66,6 +66,17 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
     return absl::UnimplementedError(absl::StrCat(p, "attention.value_length ", value_dim, " differs from key_length ",
                                                  c.head_dim, "; Strata needs them equal"));
   }
+  // Hyper-parameters the forward pass does not implement are refused, never ignored.
+  ASSIGN_OR_RETURN(const double rope_scale, m.GetFloatOr(p + "rope.scaling.factor", 1.0));
+  if (rope_scale != 1.0 && rope_scale != 0.0) {
+    return absl::UnimplementedError(absl::StrCat(p, "rope.scaling.factor is ", rope_scale,
+                                                 "; Strata does not implement RoPE scaling (expected 1)"));
+  }
+  ASSIGN_OR_RETURN(const uint64_t rope_dim, m.GetUintOr(p + "rope.dimension_count", c.head_dim));
+  if (static_cast<int64_t>(rope_dim) != c.head_dim) {
+    return absl::UnimplementedError(absl::StrCat(p, "rope.dimension_count ", rope_dim, " differs from the head size ",
+                                                 c.head_dim, "; Strata rotates whole heads"));
+  }
   if (c.n_expert_used > c.n_expert) {
     return absl::InvalidArgumentError(absl::StrCat(p, "expert_used_count ", c.n_expert_used, " exceeds expert_count ",
                                                    c.n_expert));
