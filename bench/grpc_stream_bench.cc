@@ -1,10 +1,22 @@
-// strata-grpc-stream-bench: what streaming through gRPC costs. Decode throughput (completion tokens per
-// second over all streams) and time to first token, through strata.v1.Inference on a loopback TCP
-// connection, beside the same engine called directly (Engine::Submit with callbacks), in one run, at each
-// stream count. The same greedy requests run both ways, alternating, and the best of --repeats is kept.
+// strata-grpc-stream-bench: what streaming through gRPC costs. Decode speed and time to first token
+// through strata.v1.Inference on a loopback TCP connection (the client in this process), beside the same
+// engine called directly (Engine::Submit with callbacks), in one run, at each stream count. Decode speed
+// is each stream's tokens after the first over the time from its first token to its last (as the client
+// sees them), summed over streams; the rate of all tokens over the wall time, prefill included, is
+// reported beside it.
+//
+// The same greedy requests run both ways in a chain D G D G ... D of --rounds gRPC runs, each between two
+// direct runs: a round's overhead is 1 - G / mean(D before, D after), which cancels drift of the machine's
+// speed, and the median over rounds is reported with its quartiles. The chain also gives a control: the
+// change between consecutive direct runs (D after / D before - 1), i.e. what the measurement reads when
+// nothing differs, so an overhead can be told from noise.
 //
 //   strata-grpc-stream-bench [--pack=DIR | --dir=/tmp/strata-grpc-stream-bench] [--streams=1,16]
-//                            [--tokens=64] [--prompt-tokens=16] [--threads=<cores>] [--repeats=2]
+//                            [--tokens=128] [--prompt-tokens=16] [--threads=<cores>] [--rounds=9]
+//                            [--server-threads=<--threads>]
+//
+// --server-threads gives the engine behind the server its own thread count (a second engine), to compare a
+// server that leaves cores to its network threads with the engine called directly on every core.
 //
 // Without --pack a `small`-like qwen3moe pack (s4) is synthesized into --dir once and reused.
 
@@ -34,21 +46,58 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: strata-grpc-stream-bench [--pack=DIR | --dir=/tmp/strata-grpc-stream-bench] [--streams=1,16]\n"
-    "  [--tokens=64] [--prompt-tokens=16] [--threads=<cores>] [--repeats=2]";
+    "  [--tokens=128] [--prompt-tokens=16] [--threads=<cores>] [--rounds=9] [--server-threads=<--threads>]";
 
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// When one stream's tokens arrived, in seconds from the start of the run.
+struct StreamTimes {
+  double first = 0, last = 0;
+  int64_t tokens = 0;
+
+  void Add(int64_t n, double now) {
+    if (n == 0) return;
+    if (tokens == 0) first = now;
+    last = now;
+    tokens += n;
+  }
+};
+
 struct Result {
-  double tokens_per_second = 0;  // completion tokens of all streams over the wall time of the batch
-  double ttft_seconds = 0;       // mean over streams, from the request to its first tokens
+  double tokens_per_second = 0;   // completion tokens of all streams over the wall time of the run
+  double decode_per_second = 0;   // sum over streams of (tokens - 1) / (last token - first token)
+  double ttft_seconds = 0;        // mean over streams, from the start of the run to its first tokens
   int64_t tokens = 0;
 };
 
-// Keeps the faster of two measurements of the same thing.
-void KeepBest(const Result& r, Result* best) {
-  if (r.tokens_per_second > best->tokens_per_second) *best = r;
+Result Summarize(const std::vector<StreamTimes>& streams, double wall) {
+  Result r;
+  const double n = static_cast<double>(streams.size());
+  for (const StreamTimes& s : streams) {
+    r.tokens += s.tokens;
+    r.ttft_seconds += s.first / n;
+    if (s.tokens > 1 && s.last > s.first) r.decode_per_second += static_cast<double>(s.tokens - 1) / (s.last - s.first);
+  }
+  r.tokens_per_second = static_cast<double>(r.tokens) / wall;
+  return r;
+}
+
+// Median and quartiles of a sample (linear interpolation between order statistics).
+struct Spread {
+  double q1 = 0, median = 0, q3 = 0;
+};
+
+Spread SpreadOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const double x = q * static_cast<double>(v.size() - 1);
+    const size_t i = static_cast<size_t>(x);
+    const double f = x - static_cast<double>(i);
+    return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+  };
+  return {at(0.25), at(0.5), at(0.75)};
 }
 
 std::vector<std::vector<int32_t>> Prompts(int streams, int length, int n_vocab) {
@@ -63,8 +112,8 @@ Result RunDirect(runtime::Engine& engine, const std::vector<std::vector<int32_t>
   const int n = static_cast<int>(prompts.size());
   absl::Mutex mu;
   int done = 0;
-  int64_t total = 0;
-  std::vector<double> first(n, 0);
+  // Written by the callbacks, which the engine runs one at a time; read after the last on_done.
+  std::vector<StreamTimes> times(n);
   const auto t0 = Clock::now();
   for (int i = 0; i < n; ++i) {
     runtime::GenerateRequest r;
@@ -73,13 +122,12 @@ Result RunDirect(runtime::Engine& engine, const std::vector<std::vector<int32_t>
     r.sampling.max_tokens = tokens;
     r.sampling.ignore_eos = true;
     runtime::GenerateCallbacks cb;
-    // Called on the scheduler thread, as the service's callbacks are.
+    // Called where the service's callbacks are: on an engine thread between parallel jobs.
     cb.on_tokens = [&, i, t0](const runtime::TokenEvent& e) {
-      if (!e.tokens.empty() && first[i] == 0) first[i] = Since(t0);
+      times[i].Add(static_cast<int64_t>(e.tokens.size()), Since(t0));
     };
-    cb.on_done = [&](const runtime::GenerationResult& result) {
+    cb.on_done = [&](const runtime::GenerationResult&) {
       absl::MutexLock lock(&mu);
-      total += static_cast<int64_t>(result.tokens.size());
       ++done;
     };
     auto handle = engine.Submit(std::move(r), std::move(cb));
@@ -88,23 +136,15 @@ Result RunDirect(runtime::Engine& engine, const std::vector<std::vector<int32_t>
       std::exit(1);
     }
   }
-  {
-    absl::MutexLock lock(&mu);
-    auto all_done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done == n; };
-    mu.Await(absl::Condition(&all_done));
-  }
-  Result r;
-  const double wall = Since(t0);
-  r.tokens = total;
-  r.tokens_per_second = static_cast<double>(total) / wall;
-  for (double f : first) r.ttft_seconds += f / n;
-  return r;
+  absl::MutexLock lock(&mu);
+  auto all_done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done == n; };
+  mu.Await(absl::Condition(&all_done));
+  return Summarize(times, Since(t0));
 }
 
 Result RunGrpc(v1::Inference::Stub& stub, const std::vector<std::vector<int32_t>>& prompts, int tokens) {
   const int n = static_cast<int>(prompts.size());
-  std::vector<double> first(n, 0);
-  std::vector<int64_t> counts(n, 0);
+  std::vector<StreamTimes> times(n);  // element i written by thread i only
   std::vector<std::thread> threads;
   absl::Notification go;
   Clock::time_point t0;
@@ -119,10 +159,7 @@ Result RunGrpc(v1::Inference::Stub& stub, const std::vector<std::vector<int32_t>
       go.WaitForNotification();
       auto reader = stub.Generate(&context, request);
       v1::GenerateResponse message;
-      while (reader->Read(&message)) {
-        if (message.tokens_size() > 0 && counts[i] == 0) first[i] = Since(t0);
-        counts[i] += message.tokens_size();
-      }
+      while (reader->Read(&message)) times[i].Add(message.tokens_size(), Since(t0));
       const grpc::Status status = reader->Finish();
       if (!status.ok()) {
         std::fprintf(stderr, "error: stream %d: %s\n", i, status.error_message().c_str());
@@ -133,14 +170,7 @@ Result RunGrpc(v1::Inference::Stub& stub, const std::vector<std::vector<int32_t>
   t0 = Clock::now();
   go.Notify();
   for (auto& t : threads) t.join();
-  Result r;
-  const double wall = Since(t0);
-  for (int i = 0; i < n; ++i) {
-    r.tokens += counts[i];
-    r.ttft_seconds += first[i] / n;
-  }
-  r.tokens_per_second = static_cast<double>(r.tokens) / wall;
-  return r;
+  return Summarize(times, Since(t0));
 }
 
 std::string MakeDefaultPack(const std::string& dir) {
@@ -167,13 +197,14 @@ int Main(int argc, char** argv) {
   std::string pack = flags.String("pack", "");
   const std::string dir = flags.String("dir", "/tmp/strata-grpc-stream-bench");
   const std::vector<int64_t> stream_counts = flags.IntList("streams", {1, 16});
-  const int tokens = static_cast<int>(flags.Int("tokens", 64));
+  const int tokens = static_cast<int>(flags.Int("tokens", 128));
   const int prompt_tokens = static_cast<int>(flags.Int("prompt-tokens", 16));
   const int threads = static_cast<int>(flags.Int("threads", 0));
-  const int repeats = static_cast<int>(flags.Int("repeats", 2));
+  const int server_threads = static_cast<int>(flags.Int("server-threads", threads));
+  const int rounds = static_cast<int>(flags.Int("rounds", 9));
   flags.CheckNoUnknown();
-  if (tokens < 2 || prompt_tokens < 1 || repeats < 1 || stream_counts.empty()) {
-    std::fprintf(stderr, "error: --tokens >= 2, --prompt-tokens >= 1, --repeats >= 1 and --streams needed\n%s\n",
+  if (tokens < 2 || prompt_tokens < 1 || rounds < 1 || stream_counts.empty()) {
+    std::fprintf(stderr, "error: --tokens >= 2, --prompt-tokens >= 1, --rounds >= 1 and --streams needed\n%s\n",
                  kUsage);
     return 2;
   }
@@ -184,16 +215,28 @@ int Main(int argc, char** argv) {
   options.threads = threads;
   options.max_seqs = static_cast<int>(*std::max_element(stream_counts.begin(), stream_counts.end()));
   options.max_ctx = prompt_tokens + tokens + 8;
-  auto engine = runtime::Engine::Create(options);
-  if (!engine.ok()) {
-    std::fprintf(stderr, "error: %s\n", engine.status().ToString().c_str());
+  auto direct_engine = runtime::Engine::Create(options);
+  if (!direct_engine.ok()) {
+    std::fprintf(stderr, "error: %s\n", direct_engine.status().ToString().c_str());
     return 1;
   }
-  const runtime::EngineInfo info = (*engine)->info();
+  runtime::Engine& direct = **direct_engine;
+  const runtime::EngineInfo info = direct.info();
   const int n_vocab = static_cast<int>(info.config.n_vocab);
+  // The service gets the same engine unless it is to run with another thread count; a second engine has
+  // its own pool and arena (the idle one's workers sleep).
   services::InferenceServiceImpl service;
-  service.AttachEngine(*std::move(engine));
-  runtime::Engine& direct = *service.engine();
+  if (server_threads != threads) {
+    options.threads = server_threads;
+    auto created = runtime::Engine::Create(options);
+    if (!created.ok()) {
+      std::fprintf(stderr, "error: %s\n", created.status().ToString().c_str());
+      return 1;
+    }
+    service.AttachEngine(*std::move(created));
+  } else {
+    service.AttachEngine(*std::move(direct_engine));
+  }
   services::ServerConfig config;
   config.listen_address = "127.0.0.1:0";
   auto started = services::StartServer(config, {{&service, v1::Inference::service_full_name()}});
@@ -205,44 +248,76 @@ int Main(int argc, char** argv) {
   auto stub = v1::Inference::NewStub(channel);
 
   std::printf("%s\n", flags.command_line().c_str());
-  std::printf("pack %s: %s, %lld layers, %lld experts (top-%lld), n_embd %lld, scheme %s; %d threads\n", pack.c_str(),
+  std::printf("pack %s: %s, %lld layers, %lld experts (top-%lld), n_embd %lld, scheme %s\n", pack.c_str(),
               info.config.arch.c_str(), static_cast<long long>(info.config.n_layer),
               static_cast<long long>(info.config.n_expert), static_cast<long long>(info.config.n_expert_used),
-              static_cast<long long>(info.config.n_embd), info.scheme.c_str(), info.threads);
-  std::printf("%d prompt tokens, %d generated tokens per stream, greedy; gRPC over loopback TCP, best of %d\n",
-              prompt_tokens, tokens, repeats);
+              static_cast<long long>(info.config.n_embd), info.scheme.c_str());
+  std::printf("compute threads: %d direct, %d behind the server (of %u cores)\n", info.threads,
+              service.engine()->info().threads, std::thread::hardware_concurrency());
+  std::printf("%d prompt tokens, %d generated tokens per stream, greedy; gRPC over loopback TCP; %d rounds "
+              "D G D G ... D\n",
+              prompt_tokens, tokens, rounds);
   // Warm up both paths (page faults, thread start-up, the channel's connection).
   RunDirect(direct, Prompts(1, prompt_tokens, n_vocab), 4);
   RunGrpc(*stub, Prompts(1, prompt_tokens, n_vocab), 4);
+  RunDirect(direct, Prompts(1, prompt_tokens, n_vocab), 4);
 
   struct Row {
     int streams;
-    Result direct, grpc;
+    Spread decode_overhead, decode_control, overall_overhead, direct_decode, grpc_decode, direct_ttft, grpc_ttft;
   };
   std::vector<Row> rows;
   for (int64_t streams : stream_counts) {
     const auto prompts = Prompts(static_cast<int>(streams), prompt_tokens, n_vocab);
-    Row row{static_cast<int>(streams), {}, {}};
-    for (int r = 0; r < repeats; ++r) {
-      KeepBest(RunDirect(direct, prompts, tokens), &row.direct);
-      KeepBest(RunGrpc(*stub, prompts, tokens), &row.grpc);
+    std::vector<double> decode_overhead, decode_control, overall_overhead, direct_decode, grpc_decode, direct_ttft,
+        grpc_ttft;
+    Result before = RunDirect(direct, prompts, tokens);
+    for (int r = 0; r < rounds; ++r) {
+      const Result via_grpc = RunGrpc(*stub, prompts, tokens);
+      const Result after = RunDirect(direct, prompts, tokens);
+      if (via_grpc.tokens != after.tokens) {
+        std::fprintf(stderr, "error: direct generated %lld tokens, gRPC %lld\n", static_cast<long long>(after.tokens),
+                     static_cast<long long>(via_grpc.tokens));
+        return 1;
+      }
+      const double decode_reference = (before.decode_per_second + after.decode_per_second) / 2;
+      const double overall_reference = (before.tokens_per_second + after.tokens_per_second) / 2;
+      decode_overhead.push_back(1 - via_grpc.decode_per_second / decode_reference);
+      decode_control.push_back(after.decode_per_second / before.decode_per_second - 1);
+      overall_overhead.push_back(1 - via_grpc.tokens_per_second / overall_reference);
+      direct_decode.push_back(decode_reference);
+      grpc_decode.push_back(via_grpc.decode_per_second);
+      direct_ttft.push_back((before.ttft_seconds + after.ttft_seconds) / 2);
+      grpc_ttft.push_back(via_grpc.ttft_seconds);
+      std::printf("  %2lld stream%s round %2d: decode direct %.1f, gRPC %.1f, direct %.1f tok/s: overhead %+.2f%%; "
+                  "with prefill %+.2f%%\n",
+                  static_cast<long long>(streams), streams > 1 ? "s" : " ", r + 1, before.decode_per_second,
+                  via_grpc.decode_per_second, after.decode_per_second, decode_overhead.back() * 100,
+                  overall_overhead.back() * 100);
+      std::fflush(stdout);
+      before = after;
     }
-    if (row.direct.tokens != row.grpc.tokens) {
-      std::fprintf(stderr, "error: direct generated %lld tokens, gRPC %lld\n", static_cast<long long>(row.direct.tokens),
-                   static_cast<long long>(row.grpc.tokens));
-      return 1;
-    }
+    Row row{static_cast<int>(streams), SpreadOf(decode_overhead), SpreadOf(decode_control),
+            SpreadOf(overall_overhead), SpreadOf(direct_decode), SpreadOf(grpc_decode), SpreadOf(direct_ttft),
+            SpreadOf(grpc_ttft)};
     const std::string name = "grpc decode, " + std::to_string(streams) + " stream" + (streams > 1 ? "s" : "");
-    PrintResult(name, row.grpc.tokens_per_second, "tok/s", row.direct.tokens_per_second, "engine direct");
+    PrintResult(name, row.grpc_decode.median, "tok/s", row.direct_decode.median, "engine direct");
     rows.push_back(row);
   }
-  std::printf("\n%-8s %14s %14s %9s %15s %15s %11s\n", "streams", "direct tok/s", "gRPC tok/s", "overhead",
-              "direct TTFT ms", "gRPC TTFT ms", "TTFT added");
+  std::printf(
+      "\nmedians over rounds [quartiles]. decode: tokens after the first over the time from first to last, summed\n"
+      "over streams; control: change between consecutive direct runs; with prefill: all tokens over the wall time\n");
+  std::printf("%-7s %9s %9s %24s %24s %24s %9s %9s\n", "streams", "direct", "gRPC", "decode overhead",
+              "control", "overhead with prefill", "TTFT ms", "gRPC TTFT");
+  auto spread = [](const Spread& s) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%+6.2f%% [%+5.2f, %+5.2f]", s.median * 100, s.q1 * 100, s.q3 * 100);
+    return std::string(buf);
+  };
   for (const Row& row : rows) {
-    std::printf("%-8d %14.1f %14.1f %8.1f%% %15.1f %15.1f %8.2f ms\n", row.streams, row.direct.tokens_per_second,
-                row.grpc.tokens_per_second, (1 - row.grpc.tokens_per_second / row.direct.tokens_per_second) * 100,
-                row.direct.ttft_seconds * 1e3, row.grpc.ttft_seconds * 1e3,
-                (row.grpc.ttft_seconds - row.direct.ttft_seconds) * 1e3);
+    std::printf("%-7d %9.1f %9.1f %24s %24s %24s %9.2f %9.2f\n", row.streams, row.direct_decode.median,
+                row.grpc_decode.median, spread(row.decode_overhead).c_str(), spread(row.decode_control).c_str(),
+                spread(row.overall_overhead).c_str(), row.direct_ttft.median * 1e3, row.grpc_ttft.median * 1e3);
   }
   started->server->Shutdown();
   started->server->Wait();

@@ -21,7 +21,8 @@ namespace strata::services {
 absl::Status PrepareFlagArgs(std::vector<std::string>* args);
 
 // PrepareFlagArgs, then absl::ParseCommandLine over the rewritten arguments. Returns the positional
-// arguments, the program name first; INVALID_ARGUMENT naming the flag for a usage error.
+// arguments, the program name first; INVALID_ARGUMENT naming the flag for a usage error. Also turns off
+// absl::Mutex deadlock detection, which Debian's Abseil leaves on (a graph update per lock).
 absl::StatusOr<std::vector<std::string>> ParseFlags(std::vector<std::string> args);
 
 // Installs SIGINT/SIGTERM handlers: the first signal sets the returned flag (the CLI cancels its call), a

@@ -1,7 +1,5 @@
 #include "services/inference_service.h"
 
-#include "services/stream_writer.h"
-
 #include <chrono>
 #include <string>
 #include <utility>
@@ -39,15 +37,14 @@ class RefusedGenerate final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void OnDone() override { delete this; }
 };
 
-// One Generate call. The engine's callbacks (scheduler thread) and gRPC's reactions (its threads) meet
+// One Generate call. The engine's callbacks (an engine thread) and gRPC's reactions (its threads) meet
 // under mu_: each updates the state and, in the same critical section, decides the next stream operation
 // (a write of everything pending, or the finish), which it starts after unlocking as the last thing it
 // does. Finish is called exactly once, after the engine's on_done and with no write in flight, so the
 // engine never calls into a deleted reactor; the reactor deletes itself in OnDone.
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(runtime::Engine* engine, Clock::time_point deadline, StreamWriterThread* writer)
-      : engine_(engine), deadline_(deadline), writer_(writer) {}
+  GenerateReactor(runtime::Engine* engine, Clock::time_point deadline) : engine_(engine), deadline_(deadline) {}
 
   // Submits the request; a refusal ends the call with the engine's status. Called once, before the reactor
   // is returned to gRPC (so OnDone cannot run before Start returns).
@@ -100,7 +97,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     grpc::Status status;  // for kFinish
   };
 
-  // Scheduler thread.
+  // Engine callback.
   void OnTokens(const runtime::TokenEvent& event) {
     Op op;
     {
@@ -112,10 +109,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       }
       op = NextOpLocked();
     }
-    RunOnWriter(op);
+    Run(op);
   }
 
-  // Scheduler thread; the engine's last call.
+  // Engine callback; the engine's last call.
   void OnFinished(const runtime::GenerationResult& result) {
     Op op;
     {
@@ -142,7 +139,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       if (cancel_ != Cancel::kNone) has_pending_ = false;  // nobody is listening
       op = NextOpLocked();
     }
-    RunOnWriter(op);
+    Run(op);
   }
 
   void CancelLocked(Cancel why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -169,13 +166,6 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     return op;
   }
 
-  // Run, on the writer thread: the scheduler thread only queues. The reactor stays alive until the task
-  // runs, because the claimed write or finish is what gRPC waits for before OnDone.
-  void RunOnWriter(const Op& op) {
-    if (op.kind == Op::kNone) return;
-    writer_->Post([this, op] { Run(op); });
-  }
-
   // The last thing a caller does with the reactor: after it, OnDone may already have deleted it.
   void Run(const Op& op) {
     if (op.kind == Op::kWrite) StartWrite(&writing_);  // writing_ is left alone until OnWriteDone
@@ -184,7 +174,6 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   runtime::Engine* const engine_;
   const Clock::time_point deadline_;
-  StreamWriterThread* const writer_;
 
   absl::Mutex mu_;
   std::shared_ptr<runtime::RequestHandle> handle_ ABSL_GUARDED_BY(mu_);
@@ -212,7 +201,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceServiceImpl::Generate(g
                                                                               const v1::GenerateRequest* request) {
   runtime::Engine* engine = this->engine();
   if (engine == nullptr) return new RefusedGenerate(NotLoaded());
-  auto* reactor = new GenerateReactor(engine, context->deadline(), &writer_);
+  auto* reactor = new GenerateReactor(engine, context->deadline());
   reactor->Start(GenerateRequestFromProto(*request));
   return reactor;
 }

@@ -7,8 +7,9 @@
 // starts, so health checks can see NOT_SERVING meanwhile); until AttachEngine every call is UNAVAILABLE.
 // Generate hands the request to Engine::Submit, whose status (INVALID_ARGUMENT naming the field,
 // RESOURCE_EXHAUSTED when the queue is full) ends the call at once when it refuses. Otherwise the
-// engine's callbacks, on its scheduler thread, only queue messages in the call's reactor and start a
-// write when none is in flight; events that arrive during a write go out together in the next message.
+// engine's callbacks (run by a compute thread between parallel jobs, off the decode's critical path)
+// queue messages in the call's reactor and start a write when none is in flight; events that arrive
+// during a write go out together in the next message.
 // A client cancellation or a passed deadline cancels the engine's sequence, which frees it at its next
 // step; the call then ends with CANCELLED or DEADLINE_EXCEEDED.
 //
@@ -19,7 +20,6 @@
 #include <memory>
 
 #include "engine/runtime/engine.h"
-#include "services/stream_writer.h"
 #include "grpcpp/server.h"
 #include "strata/v1/inference.grpc.pb.h"
 
@@ -49,8 +49,6 @@ class InferenceServiceImpl final : public v1::Inference::CallbackService {
                                      v1::EngineStats* response) override;
 
  private:
-  // Declared first so it is destroyed last: it may still be finishing streams while the engine goes.
-  StreamWriterThread writer_;
   std::unique_ptr<runtime::Engine> owned_engine_;  // written once, by AttachEngine, before engine_
   std::atomic<runtime::Engine*> engine_{nullptr};
 };

@@ -22,7 +22,8 @@ double Since(Clock::time_point a, Clock::time_point b) { return std::chrono::dur
 
 struct Engine::Sequence {
   GenerateRequest request;
-  GenerateCallbacks callbacks;
+  // Shared with the deliveries posted to the pool, which may run after the sequence is gone.
+  std::shared_ptr<const GenerateCallbacks> callbacks;
   std::shared_ptr<RequestHandle> handle;
   std::vector<int32_t> prompt;
   int64_t positions = 0;  // KV positions this sequence needs
@@ -146,7 +147,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(GenerateRequest re
   seq->stop = std::make_unique<StopMatcher>(request.sampling.stop);
   seq->decoder = std::make_unique<tokenizer::StreamingDecoder>(tokenizer_.get());
   seq->request = std::move(request);
-  seq->callbacks = std::move(callbacks);
+  seq->callbacks = std::make_shared<const GenerateCallbacks>(std::move(callbacks));
   seq->handle = std::make_shared<RequestHandle>();
   seq->submitted = Clock::now();
   seq->result.usage.prompt_tokens = n_prompt;
@@ -186,7 +187,7 @@ void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
       tail.text = seq->stop->Push(seq->decoder->Flush()).emit;
       if (!seq->stop->stopped()) tail.text += seq->stop->Flush();
     }
-    if (!tail.text.empty() && seq->callbacks.on_tokens) seq->callbacks.on_tokens(tail);
+    if (!tail.text.empty()) DeliverTokens(seq, std::move(tail));
   }
   GenerationResult& r = seq->result;
   r.reason = reason;
@@ -208,7 +209,14 @@ void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
     absl::MutexLock lock(&mu_);
     ++stats_.requests_finished;
   }
-  if (seq->callbacks.on_done) seq->callbacks.on_done(r);
+  if (seq->callbacks->on_done) {
+    pool_->Post([callbacks = seq->callbacks, result = std::move(r)] { callbacks->on_done(result); });
+  }
+}
+
+void Engine::DeliverTokens(Sequence* seq, TokenEvent event) {
+  if (!seq->callbacks->on_tokens) return;
+  pool_->Post([callbacks = seq->callbacks, event = std::move(event)] { callbacks->on_tokens(event); });
 }
 
 void Engine::ProcessLogits(Sequence* seq, const float* logits) {
@@ -236,7 +244,7 @@ void Engine::ProcessLogits(Sequence* seq, const float* logits) {
     event.text = std::move(sr.emit);
     stopped = sr.stopped;
   }
-  if (seq->callbacks.on_tokens) seq->callbacks.on_tokens(event);
+  DeliverTokens(seq, std::move(event));
   if (eos) return Finish(seq, FinishReason::kEos, absl::OkStatus());
   if (stop_id || stopped) return Finish(seq, FinishReason::kStop, absl::OkStatus());
   if (static_cast<int64_t>(seq->result.tokens.size()) >= p.max_tokens || seq->n_past >= seq->cache->capacity() ||
@@ -369,6 +377,7 @@ void Engine::SchedulerLoop() {
     rest.swap(queue_);
   }
   for (auto& seq : rest) Finish(seq.get(), FinishReason::kCancelled, absl::OkStatus());
+  pool_->RunPosted();  // every on_done has run before the destructor returns
 }
 
 }  // namespace strata::runtime

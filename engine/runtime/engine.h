@@ -6,7 +6,8 @@
 // Requests are queued by Submit (any thread) and run by one scheduler thread the engine owns. Between
 // decode steps sequences join (after their KV cache is allocated) and leave (finished, cancelled or
 // failed); each step runs the prompt chunks of joining sequences and one token of every decoding sequence
-// through the model as one batch. Results arrive through the request's callbacks on the scheduler thread.
+// through the model as one batch. Results arrive through the request's callbacks, which the scheduler posts
+// to the compute pool so that a compute thread between parallel jobs runs them (see GenerateCallbacks).
 
 #include <atomic>
 #include <cstdint>
@@ -111,6 +112,8 @@ class Engine {
   void Admit();
   void Finish(Sequence* seq, FinishReason reason, absl::Status status);
   void ProcessLogits(Sequence* seq, const float* logits);
+  // Posts the request's on_tokens call to the pool, to run off the decode's critical path.
+  void DeliverTokens(Sequence* seq, TokenEvent event);
 
   EngineOptions options_;
   EngineInfo info_;

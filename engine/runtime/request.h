@@ -50,8 +50,11 @@ struct GenerationResult {
   std::vector<float> prompt_logits;  // [prompt_tokens][n_vocab] when asked for
 };
 
-// Called on the engine's scheduler thread; they must not block for long and must not call back into the
-// engine except RequestHandle::Cancel.
+// Called on one of the engine's compute threads while it is between parallel jobs (or on the scheduler
+// thread when the engine runs single-threaded), one call at a time over all requests, in the order the
+// scheduler produced them: a request's on_tokens calls, then its on_done. They must not block for long
+// (a blocked callback holds back every later one) and must not call back into the engine except
+// RequestHandle::Cancel.
 struct GenerateCallbacks {
   std::function<void(const TokenEvent&)> on_tokens;     // may be empty
   std::function<void(const GenerationResult&)> on_done;  // called exactly once

@@ -32,10 +32,64 @@ ThreadPool::ThreadPool(int num_threads, int spin_us) : spin_ns_(int64_t{spin_us}
 }
 
 ThreadPool::~ThreadPool() {
-  stop_.store(true, std::memory_order_release);
+  RunPosted();
+  stop_.store(true, std::memory_order_seq_cst);
   generation_.fetch_add(2, std::memory_order_seq_cst);
-  generation_.notify_all();
+  WakeSleepers(/*all=*/true);
   for (std::thread& w : workers_) w.join();
+}
+
+void ThreadPool::WakeSleepers(bool all) {
+  // Pairs with the sleepers' increment of sleepers_ and their loads of wakeups_ (all seq_cst): a worker
+  // that counted itself before this load is woken; one that counts itself after will see the new state.
+  if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  wakeups_.fetch_add(1, std::memory_order_seq_cst);
+  if (all) {
+    wakeups_.notify_all();
+  } else {
+    wakeups_.notify_one();
+  }
+}
+
+void ThreadPool::Post(std::function<void()> work) {
+  {
+    absl::MutexLock lock(&posted_mu_);
+    posted_.push_back(std::move(work));
+    has_posted_.store(true, std::memory_order_seq_cst);
+  }
+  if (workers_.empty()) {
+    TryRunPosted();
+  } else {
+    WakeSleepers(/*all=*/false);
+  }
+}
+
+void ThreadPool::TryRunPosted() {
+  if (running_posted_.exchange(true, std::memory_order_acquire)) return;
+  for (;;) {
+    std::function<void()> work;
+    {
+      absl::MutexLock lock(&posted_mu_);
+      if (posted_.empty()) {
+        has_posted_.store(false, std::memory_order_seq_cst);
+        break;
+      }
+      work = std::move(posted_.front());
+      posted_.pop_front();
+    }
+    work();
+  }
+  running_posted_.store(false, std::memory_order_release);
+  // Work posted between the empty check and the release above found running_posted_ held and left it
+  // queued: whoever sees has_posted_ next runs it (waiting workers check it, RunPosted loops on it).
+}
+
+void ThreadPool::RunPosted() {
+  // Done when nothing is queued and nobody runs an item; an item posted by the last one keeps it going.
+  WaitUntil([this] {
+    if (has_posted_.load(std::memory_order_seq_cst)) TryRunPosted();
+    return !has_posted_.load(std::memory_order_seq_cst) && !running_posted_.load(std::memory_order_acquire);
+  });
 }
 
 void ThreadPool::RunTasks() {
@@ -50,21 +104,31 @@ void ThreadPool::RunTasks() {
 
 void ThreadPool::WorkerLoop() {
   uint32_t seen = 0;
+  auto no_job = [&seen](uint32_t g) { return g == seen || (g & 1) != 0; };
   for (;;) {
-    // Wait for a published job newer than the last one seen: spin, then sleep.
+    // Wait for a published job newer than the last one seen, running posted work meanwhile: spin, then
+    // sleep.
     uint32_t g = generation_.load(std::memory_order_acquire);
-    const int64_t spin_until = NowNs() + spin_ns_;
-    for (int i = 1; g == seen || (g & 1) != 0; ++i) {
+    int64_t spin_until = NowNs() + spin_ns_;
+    for (int i = 1; no_job(g); ++i) {
+      if (has_posted_.load(std::memory_order_relaxed)) {
+        TryRunPosted();
+        spin_until = NowNs() + spin_ns_;
+      }
       if ((i & 63) == 0 && NowNs() > spin_until) break;
       CpuRelax();
       g = generation_.load(std::memory_order_acquire);
     }
-    if (g == seen || (g & 1) != 0) {
+    if (no_job(g)) {
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
-      while ((g = generation_.load(std::memory_order_seq_cst)) == seen || (g & 1) != 0) {
-        generation_.wait(g, std::memory_order_seq_cst);
+      for (;;) {
+        const uint32_t w = wakeups_.load(std::memory_order_seq_cst);
+        g = generation_.load(std::memory_order_seq_cst);
+        if (!no_job(g) || has_posted_.load(std::memory_order_seq_cst)) break;
+        wakeups_.wait(w, std::memory_order_seq_cst);
       }
       sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      if (no_job(g)) continue;  // woken for posted work: the spin loop runs it
     }
     seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
@@ -104,7 +168,7 @@ void ThreadPool::ParallelFor(int64_t n_tasks, absl::FunctionRef<void(int64_t)> f
   next_task_.store(0, std::memory_order_relaxed);
   done_tasks_.store(0, std::memory_order_relaxed);
   generation_.store(g + 2, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+  WakeSleepers(/*all=*/true);
 
   RunTasks();
   WaitUntil([this, n_tasks] { return done_tasks_.load(std::memory_order_acquire) == n_tasks; });

@@ -7,17 +7,25 @@
 // ParallelFor runs on num_threads threads: the calling thread plus num_threads - 1 workers the pool owns.
 // Tasks are handed out one at a time from a shared counter, so uneven tasks balance. Idle workers spin for
 // spin_us after their last job, then sleep on a futex until the next one. ParallelFor may be called from
-// one thread at a time (any thread, but never concurrently and never from inside a task); the pool is
-// otherwise not thread-safe. The destructor joins the workers and must not race a ParallelFor.
+// one thread at a time (any thread, but never concurrently and never from inside a task).
+//
+// Post queues side work (e.g. handing results to a network stack) that a worker runs between jobs, off
+// the critical path: the job goes on without that worker instead of waiting for a thread the side work
+// displaced mid-task. Post and RunPosted may be called from any thread, including from posted work.
+// The destructor runs what is still posted, then joins the workers; it must not race a ParallelFor.
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace strata::kernels {
 
@@ -37,6 +45,15 @@ class ThreadPool {
   // Tasks must not throw.
   void ParallelFor(int64_t n_tasks, absl::FunctionRef<void(int64_t)> fn);
 
+  // Queues work to run soon on a worker that is between jobs (waking one if all sleep). Posted work runs
+  // one item at a time, in the order posted, never inside a ParallelFor task. A pool without workers runs
+  // it on the caller, at once or (when called from posted work) right after the current item.
+  void Post(std::function<void()> work);
+
+  // Returns once everything posted before the call has run, running queued items on the calling thread
+  // and waiting for one that a worker is running.
+  void RunPosted();
+
  private:
   ThreadPool(int num_threads, int spin_us);
   void WorkerLoop();
@@ -45,6 +62,10 @@ class ThreadPool {
   // Spins until pred() holds, yielding the core once the spin budget is spent.
   template <typename Pred>
   void WaitUntil(Pred pred) const;
+  // Runs posted work until the queue is empty, unless another thread is already running it.
+  void TryRunPosted();
+  // Wakes sleeping workers (all, or one) after a job was published or work posted.
+  void WakeSleepers(bool all);
 
   const int64_t spin_ns_;
   std::vector<std::thread> workers_;
@@ -60,7 +81,15 @@ class ThreadPool {
   alignas(64) std::atomic<int64_t> done_tasks_{0};
   alignas(64) std::atomic<int> active_{0};    // workers inside a job
   alignas(64) std::atomic<int> sleepers_{0};  // workers asleep or about to be
+  alignas(64) std::atomic<uint32_t> wakeups_{0};  // sleeping workers wait for this to change
   std::atomic<bool> stop_{false};
+
+  // Posted work. has_posted_ mirrors !posted_.empty() for lock-free checks in the workers' wait loop;
+  // running_posted_ is held by the one thread running posted work.
+  alignas(64) std::atomic<bool> has_posted_{false};
+  std::atomic<bool> running_posted_{false};
+  absl::Mutex posted_mu_;
+  std::deque<std::function<void()>> posted_ ABSL_GUARDED_BY(posted_mu_);
 };
 
 }  // namespace strata::kernels

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <string>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -94,6 +95,108 @@ TEST(ThreadPoolTest, UsableFromAnotherThreadAndDestroyedIdle) {
   pool.reset();
   // A pool that never ran anything shuts down too.
   MakePool(4).reset();
+}
+
+TEST(ThreadPoolTest, PostedWorkRunsInOrderOnAWorker) {
+  for (int spin_us : {0, 50}) {  // 0: the workers sleep, so Post has to wake one
+    std::unique_ptr<ThreadPool> pool = MakePool(3, spin_us);
+    ASSERT_NE(pool, nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::vector<int> order;  // written only by posted work, which never runs concurrently
+    std::atomic<int> on_caller{0};
+    std::atomic<bool> done{false};
+    const std::thread::id caller = std::this_thread::get_id();
+    for (int i = 0; i < 200; ++i) {
+      pool->Post([&, i] {
+        if (std::this_thread::get_id() == caller) on_caller.fetch_add(1);
+        order.push_back(i);
+        if (i == 199) done.store(true);
+      });
+    }
+    // Nothing else drives the pool: the workers alone must run it.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    ASSERT_TRUE(done.load()) << "spin_us " << spin_us;
+    pool->RunPosted();
+    ASSERT_EQ(order.size(), 200u);
+    for (int i = 0; i < 200; ++i) ASSERT_EQ(order[i], i);
+    EXPECT_EQ(on_caller.load(), 0);
+  }
+}
+
+TEST(ThreadPoolTest, PostedWorkNeverOverlapsAndInterleavesWithJobs) {
+  std::unique_ptr<ThreadPool> pool = MakePool(4);
+  ASSERT_NE(pool, nullptr);
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  std::atomic<int> ran{0};
+  std::vector<int64_t> out(64);
+  for (int iter = 0; iter < 500; ++iter) {
+    pool->Post([&] {
+      if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      inside.fetch_sub(1);
+      ran.fetch_add(1);
+    });
+    pool->ParallelFor(64, [&](int64_t i) { out[i] = i + iter; });
+    for (int64_t i = 0; i < 64; ++i) ASSERT_EQ(out[i], i + iter);
+  }
+  pool->RunPosted();
+  EXPECT_EQ(ran.load(), 500);
+  EXPECT_EQ(overlaps.load(), 0);
+}
+
+TEST(ThreadPoolTest, WorkPostedFromPostedWorkRunsAfterIt) {
+  for (int threads : {1, 3}) {
+    std::unique_ptr<ThreadPool> pool = MakePool(threads);
+    ASSERT_NE(pool, nullptr);
+    std::vector<std::string> log;
+    pool->Post([&] {
+      log.push_back("a");
+      pool->Post([&] { log.push_back("c"); });
+      log.push_back("b");
+    });
+    pool->RunPosted();
+    EXPECT_EQ(log, (std::vector<std::string>{"a", "b", "c"})) << threads << " threads";
+  }
+}
+
+TEST(ThreadPoolTest, WithoutWorkersPostRunsOnTheCaller) {
+  std::unique_ptr<ThreadPool> pool = MakePool(1);
+  ASSERT_NE(pool, nullptr);
+  std::thread::id ran_on;
+  pool->Post([&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+}
+
+TEST(ThreadPoolTest, RunPostedWaitsForWorkAWorkerIsRunning) {
+  std::unique_ptr<ThreadPool> pool = MakePool(2);
+  ASSERT_NE(pool, nullptr);
+  std::atomic<bool> started{false};
+  std::atomic<bool> finished{false};
+  pool->Post([&] {
+    started.store(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    finished.store(true);
+  });
+  while (!started.load()) std::this_thread::yield();
+  pool->RunPosted();
+  EXPECT_TRUE(finished.load());
+}
+
+TEST(ThreadPoolTest, DestructorRunsWhatIsStillPosted) {
+  std::atomic<int> ran{0};
+  {
+    std::unique_ptr<ThreadPool> pool = MakePool(3, 0);
+    ASSERT_NE(pool, nullptr);
+    for (int i = 0; i < 50; ++i) {
+      pool->Post([&] {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        ran.fetch_add(1);
+      });
+    }
+  }
+  EXPECT_EQ(ran.load(), 50);
 }
 
 }  // namespace
