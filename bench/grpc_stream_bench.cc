@@ -55,6 +55,7 @@ double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 // When one stream's tokens arrived, in seconds from the start of the run.
 struct StreamTimes {
   double first = 0, last = 0;
+  double engine_ttft = 0;  // the engine's own submission-to-first-token time, when known
   int64_t tokens = 0;
 
   void Add(int64_t n, double now) {
@@ -69,6 +70,7 @@ struct Result {
   double tokens_per_second = 0;   // completion tokens of all streams over the wall time of the run
   double decode_per_second = 0;   // sum over streams of (tokens - 1) / (last token - first token)
   double ttft_seconds = 0;        // mean over streams, from the start of the run to its first tokens
+  double engine_ttft_seconds = 0;  // mean over streams of the engine's submission-to-first-token time
   int64_t tokens = 0;
 };
 
@@ -78,6 +80,7 @@ Result Summarize(const std::vector<StreamTimes>& streams, double wall) {
   for (const StreamTimes& s : streams) {
     r.tokens += s.tokens;
     r.ttft_seconds += s.first / n;
+    r.engine_ttft_seconds += s.engine_ttft / n;
     if (s.tokens > 1 && s.last > s.first) r.decode_per_second += static_cast<double>(s.tokens - 1) / (s.last - s.first);
   }
   r.tokens_per_second = static_cast<double>(r.tokens) / wall;
@@ -126,7 +129,8 @@ Result RunDirect(runtime::Engine& engine, const std::vector<std::vector<int32_t>
     cb.on_tokens = [&, i, t0](const runtime::TokenEvent& e) {
       times[i].Add(static_cast<int64_t>(e.tokens.size()), Since(t0));
     };
-    cb.on_done = [&](const runtime::GenerationResult&) {
+    cb.on_done = [&, i](const runtime::GenerationResult& result) {
+      times[i].engine_ttft = result.usage.time_to_first_token;
       absl::MutexLock lock(&mu);
       ++done;
     };
@@ -159,7 +163,10 @@ Result RunGrpc(v1::Inference::Stub& stub, const std::vector<std::vector<int32_t>
       go.WaitForNotification();
       auto reader = stub.Generate(&context, request);
       v1::GenerateResponse message;
-      while (reader->Read(&message)) times[i].Add(message.tokens_size(), Since(t0));
+      while (reader->Read(&message)) {
+        times[i].Add(message.tokens_size(), Since(t0));
+        if (message.has_usage()) times[i].engine_ttft = message.usage().time_to_first_token();
+      }
       const grpc::Status status = reader->Finish();
       if (!status.ok()) {
         std::fprintf(stderr, "error: stream %d: %s\n", i, status.error_message().c_str());
@@ -264,13 +271,14 @@ int Main(int argc, char** argv) {
 
   struct Row {
     int streams;
-    Spread decode_overhead, decode_control, overall_overhead, direct_decode, grpc_decode, direct_ttft, grpc_ttft;
+    Spread decode_overhead, decode_control, overall_overhead, direct_decode, grpc_decode, direct_ttft, grpc_ttft,
+        grpc_engine_ttft;
   };
   std::vector<Row> rows;
   for (int64_t streams : stream_counts) {
     const auto prompts = Prompts(static_cast<int>(streams), prompt_tokens, n_vocab);
     std::vector<double> decode_overhead, decode_control, overall_overhead, direct_decode, grpc_decode, direct_ttft,
-        grpc_ttft;
+        grpc_ttft, grpc_engine_ttft;
     Result before = RunDirect(direct, prompts, tokens);
     for (int r = 0; r < rounds; ++r) {
       const Result via_grpc = RunGrpc(*stub, prompts, tokens);
@@ -289,6 +297,7 @@ int Main(int argc, char** argv) {
       grpc_decode.push_back(via_grpc.decode_per_second);
       direct_ttft.push_back((before.ttft_seconds + after.ttft_seconds) / 2);
       grpc_ttft.push_back(via_grpc.ttft_seconds);
+      grpc_engine_ttft.push_back(via_grpc.engine_ttft_seconds);
       std::printf("  %2lld stream%s round %2d: decode direct %.1f, gRPC %.1f, direct %.1f tok/s: overhead %+.2f%%; "
                   "with prefill %+.2f%%\n",
                   static_cast<long long>(streams), streams > 1 ? "s" : " ", r + 1, before.decode_per_second,
@@ -299,25 +308,28 @@ int Main(int argc, char** argv) {
     }
     Row row{static_cast<int>(streams), SpreadOf(decode_overhead), SpreadOf(decode_control),
             SpreadOf(overall_overhead), SpreadOf(direct_decode), SpreadOf(grpc_decode), SpreadOf(direct_ttft),
-            SpreadOf(grpc_ttft)};
+            SpreadOf(grpc_ttft), SpreadOf(grpc_engine_ttft)};
     const std::string name = "grpc decode, " + std::to_string(streams) + " stream" + (streams > 1 ? "s" : "");
     PrintResult(name, row.grpc_decode.median, "tok/s", row.direct_decode.median, "engine direct");
     rows.push_back(row);
   }
   std::printf(
       "\nmedians over rounds [quartiles]. decode: tokens after the first over the time from first to last, summed\n"
-      "over streams; control: change between consecutive direct runs; with prefill: all tokens over the wall time\n");
-  std::printf("%-7s %9s %9s %24s %24s %24s %9s %9s\n", "streams", "direct", "gRPC", "decode overhead",
-              "control", "overhead with prefill", "TTFT ms", "gRPC TTFT");
+      "over streams; control: change between consecutive direct runs; with prefill: all tokens over the wall time.\n"
+      "TTFT in ms: direct; through gRPC as the client sees it; through gRPC as the engine measured it (from\n"
+      "Submit to the token's sampling: what is left of the client's figure is transport)\n");
+  std::printf("%-7s %9s %9s %24s %24s %24s %7s %7s %7s\n", "streams", "direct", "gRPC", "decode overhead",
+              "control", "overhead with prefill", "TTFT", "gRPC", "engine");
   auto spread = [](const Spread& s) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%+6.2f%% [%+5.2f, %+5.2f]", s.median * 100, s.q1 * 100, s.q3 * 100);
     return std::string(buf);
   };
   for (const Row& row : rows) {
-    std::printf("%-7d %9.1f %9.1f %24s %24s %24s %9.2f %9.2f\n", row.streams, row.direct_decode.median,
+    std::printf("%-7d %9.1f %9.1f %24s %24s %24s %7.2f %7.2f %7.2f\n", row.streams, row.direct_decode.median,
                 row.grpc_decode.median, spread(row.decode_overhead).c_str(), spread(row.decode_control).c_str(),
-                spread(row.overall_overhead).c_str(), row.direct_ttft.median * 1e3, row.grpc_ttft.median * 1e3);
+                spread(row.overall_overhead).c_str(), row.direct_ttft.median * 1e3, row.grpc_ttft.median * 1e3,
+                row.grpc_engine_ttft.median * 1e3);
   }
   started->server->Shutdown();
   started->server->Wait();

@@ -115,7 +115,13 @@ void ThreadPool::WorkerLoop() {
         TryRunPosted();
         spin_until = NowNs() + spin_ns_;
       }
-      if ((i & 63) == 0 && NowNs() > spin_until) break;
+      if ((i & 63) == 0) {
+        if (NowNs() > spin_until) break;
+        // Every few microseconds without a job, let a thread the kernel queued on this core run (e.g. a
+        // gRPC thread woken while every core spins). Otherwise it waits for the end of this thread's time
+        // slice (milliseconds), or preempts it later in the middle of a task, which stalls the whole job.
+        std::this_thread::yield();
+      }
       CpuRelax();
       g = generation_.load(std::memory_order_acquire);
     }

@@ -6,7 +6,8 @@
 //
 // ParallelFor runs on num_threads threads: the calling thread plus num_threads - 1 workers the pool owns.
 // Tasks are handed out one at a time from a shared counter, so uneven tasks balance. Idle workers spin for
-// spin_us after their last job, then sleep on a futex until the next one. ParallelFor may be called from
+// spin_us after their last job (yielding the core every few microseconds to any other thread queued on
+// it), then sleep on a futex until the next one. ParallelFor may be called from
 // one thread at a time (any thread, but never concurrently and never from inside a task).
 //
 // Post queues side work (e.g. handing results to a network stack) that a worker runs between jobs, off
