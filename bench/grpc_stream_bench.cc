@@ -1,6 +1,7 @@
 // strata-grpc-stream-bench: what streaming through gRPC costs. Decode speed and time to first token
-// through strata.v1.Inference on a loopback TCP connection (the client in this process), beside the same
-// engine called directly (Engine::Submit with callbacks), in one run, at each stream count. Decode speed
+// through strata.v1.Inference on a loopback TCP connection (the client in this process, reading with the
+// callback API), beside the same engine called directly (Engine::Submit with callbacks), in one run, at
+// each stream count. Decode speed
 // is each stream's tokens after the first over the time from its first token to its last (as the client
 // sees them), summed over streams; the rate of all tokens over the wall time, prefill included, is
 // reported beside it.
@@ -30,7 +31,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "bench/bench_util.h"
 #include "engine/runtime/engine.h"
 #include "grpcpp/client_context.h"
@@ -146,38 +147,67 @@ Result RunDirect(runtime::Engine& engine, const std::vector<std::vector<int32_t>
   return Summarize(times, Since(t0));
 }
 
+// One streamed Generate call read with the callback API, the way a client that serves many streams reads:
+// each message is handled on the gRPC thread that received it, with no extra thread to wake per message.
+class StreamReader final : public grpc::ClientReadReactor<v1::GenerateResponse> {
+ public:
+  StreamReader(v1::GenerateRequest request, Clock::time_point t0, StreamTimes* times, absl::BlockingCounter* done)
+      : request_(std::move(request)), t0_(t0), times_(times), done_(done) {}
+
+  void Start(v1::Inference::Stub& stub) {
+    stub.async()->Generate(&context_, &request_, this);
+    StartRead(&message_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended; OnDone follows
+    times_->Add(message_.tokens_size(), Since(t0_));
+    if (message_.has_usage()) times_->engine_ttft = message_.usage().time_to_first_token();
+    StartRead(&message_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    status_ = status;
+    done_->DecrementCount();
+  }
+
+  const grpc::Status& status() const { return status_; }
+
+ private:
+  const v1::GenerateRequest request_;
+  const Clock::time_point t0_;
+  StreamTimes* const times_;  // written by this stream's reactions only, which gRPC runs one at a time
+  absl::BlockingCounter* const done_;
+  grpc::ClientContext context_;
+  v1::GenerateResponse message_;
+  grpc::Status status_;
+};
+
 Result RunGrpc(v1::Inference::Stub& stub, const std::vector<std::vector<int32_t>>& prompts, int tokens) {
   const int n = static_cast<int>(prompts.size());
-  std::vector<StreamTimes> times(n);  // element i written by thread i only
-  std::vector<std::thread> threads;
-  absl::Notification go;
-  Clock::time_point t0;
+  std::vector<StreamTimes> times(n);
+  absl::BlockingCounter done(n);
+  std::vector<std::unique_ptr<StreamReader>> readers;
+  const Clock::time_point t0 = Clock::now();
   for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      v1::GenerateRequest request;
-      request.mutable_tokens()->mutable_ids()->Add(prompts[i].begin(), prompts[i].end());
-      request.mutable_sampling()->set_temperature(0);
-      request.mutable_sampling()->set_max_tokens(tokens);
-      request.mutable_sampling()->set_ignore_eos(true);
-      grpc::ClientContext context;
-      go.WaitForNotification();
-      auto reader = stub.Generate(&context, request);
-      v1::GenerateResponse message;
-      while (reader->Read(&message)) {
-        times[i].Add(message.tokens_size(), Since(t0));
-        if (message.has_usage()) times[i].engine_ttft = message.usage().time_to_first_token();
-      }
-      const grpc::Status status = reader->Finish();
-      if (!status.ok()) {
-        std::fprintf(stderr, "error: stream %d: %s\n", i, status.error_message().c_str());
-        std::exit(1);
-      }
-    });
+    v1::GenerateRequest request;
+    request.mutable_tokens()->mutable_ids()->Add(prompts[i].begin(), prompts[i].end());
+    request.mutable_sampling()->set_temperature(0);
+    request.mutable_sampling()->set_max_tokens(tokens);
+    request.mutable_sampling()->set_ignore_eos(true);
+    readers.push_back(std::make_unique<StreamReader>(std::move(request), t0, &times[i], &done));
+    readers.back()->Start(stub);
   }
-  t0 = Clock::now();
-  go.Notify();
-  for (auto& t : threads) t.join();
-  return Summarize(times, Since(t0));
+  done.Wait();
+  const double wall = Since(t0);
+  for (int i = 0; i < n; ++i) {
+    if (!readers[i]->status().ok()) {
+      std::fprintf(stderr, "error: stream %d: %s\n", i, readers[i]->status().error_message().c_str());
+      std::exit(1);
+    }
+  }
+  return Summarize(times, wall);
 }
 
 std::string MakeDefaultPack(const std::string& dir) {

@@ -1,5 +1,7 @@
 #include "engine/runtime/engine.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -290,6 +292,69 @@ TEST_F(EngineTest, CancelFreesTheSequence) {
   auto next = (*engine)->Generate(Greedy({4, 5}, 3));
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->result.tokens.size(), 3u);
+}
+
+TEST_F(EngineTest, CallbacksRunOneAtATimeInOrderAndAllBeforeTheEngineIsGone) {
+  constexpr int kRequests = 4;
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  std::atomic<int> out_of_order{0};
+  std::atomic<int> second_batch_events{0};
+  std::vector<int64_t> tokens_seen(2 * kRequests, 0);  // touched by callbacks only, one at a time
+  std::vector<bool> finished(2 * kRequests, false);
+  std::vector<std::atomic<int>> done_calls(2 * kRequests);
+  std::vector<GenerationResult> results(2 * kRequests);
+  auto callbacks = [&](int i) {
+    GenerateCallbacks cb;
+    cb.on_tokens = [&, i](const TokenEvent& e) {
+      if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+      if (finished[i]) out_of_order.fetch_add(1);
+      tokens_seen[i] += static_cast<int64_t>(e.tokens.size());
+      if (i >= kRequests) second_batch_events.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // widen any window for overlap
+      inside.fetch_sub(1);
+    };
+    cb.on_done = [&, i](const GenerationResult& r) {
+      if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+      finished[i] = true;
+      results[i] = r;
+      done_calls[i].fetch_add(1);
+      inside.fetch_sub(1);
+    };
+    return cb;
+  };
+  {
+    EngineOptions o = Options(*pack_, kRequests);
+    o.threads = 3;  // workers exist, so callbacks run as posted work
+    auto engine = Engine::Create(o);
+    ASSERT_TRUE(engine.ok());
+    for (int i = 0; i < kRequests; ++i) {
+      ASSERT_TRUE((*engine)->Submit(Greedy({static_cast<int32_t>(i + 1), 2, 3}, 12), callbacks(i)).ok());
+    }
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    auto all_done = [&] {
+      for (int i = 0; i < kRequests; ++i) {
+        if (done_calls[i].load() == 0) return false;
+      }
+      return true;
+    };
+    while (!all_done() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    ASSERT_TRUE(all_done());
+    // A second batch is still running when the engine goes: each gets its on_done before the destructor
+    // returns.
+    for (int i = kRequests; i < 2 * kRequests; ++i) {
+      ASSERT_TRUE((*engine)->Submit(Greedy({static_cast<int32_t>(i + 1), 5}, 200), callbacks(i)).ok());
+    }
+    while (second_batch_events.load() == 0) std::this_thread::yield();
+  }
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(out_of_order.load(), 0);
+  for (int i = 0; i < 2 * kRequests; ++i) {
+    EXPECT_EQ(done_calls[i].load(), 1) << "request " << i;
+    EXPECT_EQ(tokens_seen[i], static_cast<int64_t>(results[i].tokens.size())) << "request " << i;
+  }
+  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(results[i].reason, FinishReason::kLength);
+  for (int i = kRequests; i < 2 * kRequests; ++i) EXPECT_EQ(results[i].reason, FinishReason::kCancelled);
 }
 
 TEST_F(EngineTest, FullQueueIsResourceExhausted) {
