@@ -113,7 +113,6 @@ class Sampler {
   // is the whole context), and how often each token occurs in the window.
   std::vector<int32_t> window_;
   size_t window_next_ = 0;
-  bool window_full_ = false;
   absl::flat_hash_map<int32_t, int32_t> counts_;
   std::vector<int32_t> suppressed_;
 
