@@ -64,8 +64,14 @@ void ThreadPool::Post(std::function<void()> work) {
   }
 }
 
-void ThreadPool::TryRunPosted() {
-  if (running_posted_.exchange(true, std::memory_order_acquire)) return;
+namespace {
+// The pool whose posted work the current thread is running, if any.
+thread_local const ThreadPool* t_running_posted_of = nullptr;
+}  // namespace
+
+void ThreadPool::RunQueuedPosted() {
+  const ThreadPool* outer = t_running_posted_of;
+  t_running_posted_of = this;
   for (;;) {
     std::function<void()> work;
     {
@@ -79,12 +85,32 @@ void ThreadPool::TryRunPosted() {
     }
     work();
   }
-  running_posted_.store(false, std::memory_order_release);
-  // Work posted between the empty check and the release above found running_posted_ held and left it
-  // queued: whoever sees has_posted_ next runs it (waiting workers check it, RunPosted loops on it).
+  t_running_posted_of = outer;
+}
+
+bool ThreadPool::TryRunPosted() {
+  bool ran = false;
+  // The load first keeps waiting workers from hammering the flag's cache line while another thread runs.
+  // It is seq_cst (a plain load on x86) so that a Post that finds the flag held is ordered before the
+  // holder's release below, like a failed exchange.
+  while (!running_posted_.load(std::memory_order_seq_cst) &&
+         !running_posted_.exchange(true, std::memory_order_seq_cst)) {
+    ran = true;
+    RunQueuedPosted();
+    running_posted_.store(false, std::memory_order_seq_cst);
+    // A Post between the empty check and the release found the flag held and left its work queued; its
+    // has_posted_ store precedes its failed exchange, so it is seen here (all seq_cst) and run now.
+    if (!has_posted_.load(std::memory_order_seq_cst)) break;
+  }
+  return ran;
 }
 
 void ThreadPool::RunPosted() {
+  if (t_running_posted_of == this) {
+    // Called from posted work, which holds running_posted_: waiting would wait for itself.
+    RunQueuedPosted();
+    return;
+  }
   // Done when nothing is queued and nobody runs an item; an item posted by the last one keeps it going.
   WaitUntil([this] {
     if (has_posted_.load(std::memory_order_seq_cst)) TryRunPosted();
@@ -110,11 +136,8 @@ void ThreadPool::WorkerLoop() {
     // sleep.
     uint32_t g = generation_.load(std::memory_order_acquire);
     int64_t spin_until = NowNs() + spin_ns_;
-    for (int i = 1; no_job(g); ++i) {
-      if (has_posted_.load(std::memory_order_relaxed)) {
-        TryRunPosted();
-        spin_until = NowNs() + spin_ns_;
-      }
+    for (uint64_t i = 1; no_job(g); ++i) {
+      if (has_posted_.load(std::memory_order_relaxed) && TryRunPosted()) spin_until = NowNs() + spin_ns_;
       if ((i & 63) == 0) {
         if (NowNs() > spin_until) break;
         // Every few microseconds without a job, let a thread the kernel queued on this core run (e.g. a
@@ -130,7 +153,12 @@ void ThreadPool::WorkerLoop() {
       for (;;) {
         const uint32_t w = wakeups_.load(std::memory_order_seq_cst);
         g = generation_.load(std::memory_order_seq_cst);
-        if (!no_job(g) || has_posted_.load(std::memory_order_seq_cst)) break;
+        // Posted work that a thread is running already is that thread's to finish (it runs the queue
+        // empty and looks again after letting go), so only unclaimed work keeps this worker up.
+        if (!no_job(g) || (has_posted_.load(std::memory_order_seq_cst) &&
+                           !running_posted_.load(std::memory_order_seq_cst))) {
+          break;
+        }
         wakeups_.wait(w, std::memory_order_seq_cst);
       }
       sleepers_.fetch_sub(1, std::memory_order_relaxed);
@@ -149,7 +177,7 @@ void ThreadPool::WorkerLoop() {
 template <typename Pred>
 void ThreadPool::WaitUntil(Pred pred) const {
   const int64_t spin_until = NowNs() + spin_ns_;
-  for (int i = 1; !pred(); ++i) {
+  for (uint64_t i = 1; !pred(); ++i) {
     // Past the spin budget the thread we wait for is probably descheduled: give it the core.
     if ((i & 63) == 0 && NowNs() > spin_until) {
       std::this_thread::yield();

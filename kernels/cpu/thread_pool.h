@@ -48,11 +48,13 @@ class ThreadPool {
 
   // Queues work to run soon on a worker that is between jobs (waking one if all sleep). Posted work runs
   // one item at a time, in the order posted, never inside a ParallelFor task. A pool without workers runs
-  // it on the caller, at once or (when called from posted work) right after the current item.
+  // it on the posting threads: on the caller before Post returns, unless a thread (the caller itself, when
+  // posting from posted work) is running posted work already; that thread then runs it before it is done.
   void Post(std::function<void()> work);
 
   // Returns once everything posted before the call has run, running queued items on the calling thread
-  // and waiting for one that a worker is running.
+  // and waiting for one that a worker is running. Called from posted work, it runs the items queued so far
+  // there and then, nested in the current one.
   void RunPosted();
 
  private:
@@ -63,8 +65,11 @@ class ThreadPool {
   // Spins until pred() holds, yielding the core once the spin budget is spent.
   template <typename Pred>
   void WaitUntil(Pred pred) const;
-  // Runs posted work until the queue is empty, unless another thread is already running it.
-  void TryRunPosted();
+  // Runs posted work until the queue is empty, unless another thread is already running it; true if it
+  // ran any.
+  bool TryRunPosted();
+  // Pops and runs posted work until the queue is empty. The caller holds running_posted_.
+  void RunQueuedPosted();
   // Wakes sleeping workers (all, or one) after a job was published or work posted.
   void WakeSleepers(bool all);
 
@@ -89,7 +94,7 @@ class ThreadPool {
   // running_posted_ is held by the one thread running posted work.
   alignas(64) std::atomic<bool> has_posted_{false};
   std::atomic<bool> running_posted_{false};
-  absl::Mutex posted_mu_;
+  alignas(64) absl::Mutex posted_mu_;
   std::deque<std::function<void()>> posted_ ABSL_GUARDED_BY(posted_mu_);
 };
 

@@ -161,6 +161,37 @@ TEST(ThreadPoolTest, WorkPostedFromPostedWorkRunsAfterIt) {
   }
 }
 
+TEST(ThreadPoolTest, RunPostedFromPostedWorkRunsWhatIsQueued) {
+  for (int threads : {1, 3}) {
+    std::unique_ptr<ThreadPool> pool = MakePool(threads);
+    ASSERT_NE(pool, nullptr);
+    std::vector<std::string> log;
+    pool->Post([&] {
+      log.push_back("a");
+      pool->Post([&] { log.push_back("b"); });
+      pool->RunPosted();  // would wait for itself if it waited for the running item
+      log.push_back("c");
+    });
+    pool->RunPosted();
+    EXPECT_EQ(log, (std::vector<std::string>{"a", "b", "c"})) << threads << " threads";
+  }
+}
+
+TEST(ThreadPoolTest, WithoutWorkersPostFromManyThreadsLeavesNothingQueued) {
+  std::unique_ptr<ThreadPool> pool = MakePool(1);
+  ASSERT_NE(pool, nullptr);
+  std::atomic<int> ran{0};
+  std::vector<std::thread> posters;
+  for (int t = 0; t < 4; ++t) {
+    posters.emplace_back([&] {
+      for (int i = 0; i < 2000; ++i) pool->Post([&] { ran.fetch_add(1); });
+    });
+  }
+  for (std::thread& t : posters) t.join();
+  // Every Post has returned and nothing else drives the pool: all of it must have run already.
+  EXPECT_EQ(ran.load(), 8000);
+}
+
 TEST(ThreadPoolTest, WithoutWorkersPostRunsOnTheCaller) {
   std::unique_ptr<ThreadPool> pool = MakePool(1);
   ASSERT_NE(pool, nullptr);
