@@ -50,7 +50,9 @@ TEST(PackFormatTest, RolesAreAlignedAndDoNotOverlap) {
     ASSERT_TRUE(layout.ok()) << layout.status();
     for (int r = 0; r < 3; ++r) {
       EXPECT_EQ(layout->role_offset[r] % kRoleAlignment, 0u);
-      if (r > 0) EXPECT_GE(layout->role_offset[r], layout->role_offset[r - 1] + layout->role_bytes[r - 1]);
+      if (r > 0) {
+        EXPECT_GE(layout->role_offset[r], layout->role_offset[r - 1] + layout->role_bytes[r - 1]);
+      }
     }
     EXPECT_LE(layout->role_offset[2] + layout->role_bytes[2], layout->blob_bytes);
     EXPECT_EQ(layout->blob_bytes % kBlobAlignment, 0u);

@@ -146,34 +146,26 @@ TEST(ThreadPoolTest, PostedWorkNeverOverlapsAndInterleavesWithJobs) {
   EXPECT_EQ(overlaps.load(), 0);
 }
 
-TEST(ThreadPoolTest, WorkPostedFromPostedWorkRunsAfterIt) {
-  for (int threads : {1, 3}) {
-    std::unique_ptr<ThreadPool> pool = MakePool(threads);
-    ASSERT_NE(pool, nullptr);
-    std::vector<std::string> log;
-    pool->Post([&] {
-      log.push_back("a");
-      pool->Post([&] { log.push_back("c"); });
-      log.push_back("b");
-    });
-    pool->RunPosted();
-    EXPECT_EQ(log, (std::vector<std::string>{"a", "b", "c"})) << threads << " threads";
-  }
-}
-
-TEST(ThreadPoolTest, RunPostedFromPostedWorkRunsWhatIsQueued) {
-  for (int threads : {1, 3}) {
-    std::unique_ptr<ThreadPool> pool = MakePool(threads);
-    ASSERT_NE(pool, nullptr);
-    std::vector<std::string> log;
-    pool->Post([&] {
-      log.push_back("a");
-      pool->Post([&] { log.push_back("b"); });
-      pool->RunPosted();  // would wait for itself if it waited for the running item
-      log.push_back("c");
-    });
-    pool->RunPosted();
-    EXPECT_EQ(log, (std::vector<std::string>{"a", "b", "c"})) << threads << " threads";
+// Work posted from posted work runs after it; RunPosted called there runs it at once instead of waiting
+// for the item it is called from.
+TEST(ThreadPoolTest, PostAndRunPostedFromPostedWork) {
+  for (bool run_posted_inside : {false, true}) {
+    for (int threads : {1, 3}) {
+      std::unique_ptr<ThreadPool> pool = MakePool(threads);
+      ASSERT_NE(pool, nullptr);
+      std::vector<std::string> log;
+      pool->Post([&] {
+        log.push_back("outer begins");
+        pool->Post([&] { log.push_back("inner"); });
+        if (run_posted_inside) pool->RunPosted();
+        log.push_back("outer ends");
+      });
+      pool->RunPosted();
+      const std::vector<std::string> expected =
+          run_posted_inside ? std::vector<std::string>{"outer begins", "inner", "outer ends"}
+                            : std::vector<std::string>{"outer begins", "outer ends", "inner"};
+      EXPECT_EQ(log, expected) << threads << " threads, RunPosted inside: " << run_posted_inside;
+    }
   }
 }
 
