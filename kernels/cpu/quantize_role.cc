@@ -15,7 +15,7 @@ namespace {
 
 inline float RoundHalf(float v) { return HalfToFloat(FloatToHalf(v)); }
 
-// Sum of squared errors of a symmetric or affine code assignment; `level(q)` is the integer level.
+// A group's fitted scale d (and offset m, affine schemes only) and the squared error of its codes.
 struct GroupFit {
   float d = 0.0f;
   float m = 0.0f;
@@ -24,6 +24,21 @@ struct GroupFit {
 
 // Codes are assigned by multiplying with a reciprocal and rounding by truncation; the result only has to
 // be deterministic, and weights that are exactly representable still get their own codes.
+
+// Writes four int32 lanes, each already in T's range, to q[0..3].
+template <typename T>
+inline void StoreCodes(__m128i codes, T* q) {
+  alignas(16) int32_t v[4];
+  _mm_store_si128(reinterpret_cast<__m128i*>(v), codes);
+  for (int j = 0; j < 4; ++j) q[j] = static_cast<T>(v[j]);
+}
+
+// The four lanes summed in double, in a fixed order.
+inline double SumLanes(__m128 x) {
+  alignas(16) float p[4];
+  _mm_store_ps(p, x);
+  return (double(p[0]) + p[1]) + (double(p[2]) + p[3]);
+}
 
 // Assigns codes -127..127 for w = d*q (rounding half away from zero) and returns the squared error.
 // SSE2, n a multiple of 4.
@@ -38,13 +53,9 @@ double AssignS8(const float* w, int n, float d, int8_t* q) {
     const __m128i qi = _mm_cvttps_epi32(_mm_add_ps(t, _mm_or_ps(half, _mm_and_ps(t, sign_mask))));
     const __m128 e = _mm_sub_ps(_mm_mul_ps(d4, _mm_cvtepi32_ps(qi)), x);
     sse = _mm_add_ps(sse, _mm_mul_ps(e, e));
-    alignas(16) int32_t v[4];
-    _mm_store_si128(reinterpret_cast<__m128i*>(v), qi);
-    for (int j = 0; j < 4; ++j) q[i + j] = static_cast<int8_t>(v[j]);
+    StoreCodes(qi, q + i);
   }
-  alignas(16) float p[4];
-  _mm_store_ps(p, sse);
-  return (double(p[0]) + p[1]) + (double(p[2]) + p[3]);
+  return SumLanes(sse);
 }
 
 // s8: symmetric int8, a few candidate scales at and below amax / 127.
@@ -77,13 +88,9 @@ double AssignS4(const float* w, int n, float d, float m, uint8_t* q) {
     const __m128i qi = _mm_cvttps_epi32(_mm_add_ps(t, half));
     const __m128 e = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(d4, _mm_cvtepi32_ps(qi)), m4), x);
     sse = _mm_add_ps(sse, _mm_mul_ps(e, e));
-    alignas(16) int32_t v[4];
-    _mm_store_si128(reinterpret_cast<__m128i*>(v), qi);
-    for (int j = 0; j < 4; ++j) q[i + j] = static_cast<uint8_t>(v[j]);
+    StoreCodes(qi, q + i);
   }
-  alignas(16) float p[4];
-  _mm_store_ps(p, sse);
-  return (double(p[0]) + p[1]) + (double(p[2]) + p[3]);
+  return SumLanes(sse);
 }
 
 // s4: affine; candidates from shrunken min/max ranges, each refined by a least-squares fit of d and m to
@@ -143,13 +150,9 @@ double AssignS2(const float* w, int n, float d, uint8_t* q) {
     const __m128i level = _mm_sub_epi32(_mm_add_epi32(qi, qi), three);
     const __m128 e = _mm_sub_ps(_mm_mul_ps(d4, _mm_cvtepi32_ps(level)), x);
     sse = _mm_add_ps(sse, _mm_mul_ps(e, e));
-    alignas(16) int32_t v[4];
-    _mm_store_si128(reinterpret_cast<__m128i*>(v), qi);
-    for (int j = 0; j < 4; ++j) q[i + j] = static_cast<uint8_t>(v[j]);
+    StoreCodes(qi, q + i);
   }
-  alignas(16) float p[4];
-  _mm_store_ps(p, sse);
-  return (double(p[0]) + p[1]) + (double(p[2]) + p[3]);
+  return SumLanes(sse);
 }
 
 // s2: symmetric levels +-d, +-3d; candidate scales from amax/3 down to amax/6, each refined by the
