@@ -81,31 +81,6 @@ class Cursor {
   uint64_t pos_ = 0;
 };
 
-// Fewest bytes one value of `type` occupies in a file.
-uint64_t MinValueBytes(ValueType type) {
-  switch (type) {
-    case ValueType::kUint8:
-    case ValueType::kInt8:
-    case ValueType::kBool:
-      return 1;
-    case ValueType::kUint16:
-    case ValueType::kInt16:
-      return 2;
-    case ValueType::kUint32:
-    case ValueType::kInt32:
-    case ValueType::kFloat32:
-      return 4;
-    case ValueType::kUint64:
-    case ValueType::kInt64:
-    case ValueType::kFloat64:
-    case ValueType::kString:
-      return 8;
-    case ValueType::kArray:
-      return 4 + 8;
-  }
-  return 1;
-}
-
 absl::StatusOr<ValueType> ReadValueType(Cursor& cursor) {
   const uint64_t at = cursor.offset();
   uint32_t id = 0;
@@ -138,7 +113,7 @@ absl::Status ReadArray(Cursor& cursor, int depth, Value* out) {
   const uint64_t at = cursor.offset();
   uint64_t count = 0;
   RETURN_IF_ERROR(Annotate(cursor.Read(&count), "array length"));
-  const uint64_t min_bytes = MinValueBytes(*element_type);
+  const uint64_t min_bytes = MinEncodedBytes(*element_type);
   if (count > cursor.remaining() / min_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "array length %d at offset %d cannot fit: %s elements take at least %d bytes each and %d bytes are left",

@@ -43,6 +43,10 @@ enum class ValueType : uint32_t {
 
 std::string_view ValueTypeName(ValueType type);
 
+// Fewest bytes one value of `type` takes in a file (without its type tag): a scalar's size, 8 for a
+// string (its length, before the bytes) and 12 for an array (element type and count, before the elements).
+uint64_t MinEncodedBytes(ValueType type);
+
 struct Value;
 
 // An array value: all elements share `element_type` (which may itself be kArray).

@@ -93,6 +93,30 @@ const Array* AsArray(const Value& v) {
 
 }  // namespace
 
+uint64_t MinEncodedBytes(ValueType type) {
+  switch (type) {
+    case ValueType::kUint8:
+    case ValueType::kInt8:
+    case ValueType::kBool:
+      return 1;
+    case ValueType::kUint16:
+    case ValueType::kInt16:
+      return 2;
+    case ValueType::kUint32:
+    case ValueType::kInt32:
+    case ValueType::kFloat32:
+      return 4;
+    case ValueType::kUint64:
+    case ValueType::kInt64:
+    case ValueType::kFloat64:
+    case ValueType::kString:
+      return 8;
+    case ValueType::kArray:
+      return 4 + 8;
+  }
+  return 1;
+}
+
 std::string_view ValueTypeName(ValueType type) {
   switch (type) {
     case ValueType::kUint8: return "uint8";

@@ -122,35 +122,14 @@ class Encoder {
 
 // Bytes PutValue writes for `v` (without the type tag).
 uint64_t EncodedBytes(const Value& v) {
-  switch (v.type) {
-    case ValueType::kUint8:
-    case ValueType::kInt8:
-    case ValueType::kBool:
-      return 1;
-    case ValueType::kUint16:
-    case ValueType::kInt16:
-      return 2;
-    case ValueType::kUint32:
-    case ValueType::kInt32:
-    case ValueType::kFloat32:
-      return 4;
-    case ValueType::kUint64:
-    case ValueType::kInt64:
-    case ValueType::kFloat64:
-      return 8;
-    case ValueType::kString: {
-      const std::string* s = std::get_if<std::string>(&v.data);
-      return 8 + (s == nullptr ? 0 : s->size());
-    }
-    case ValueType::kArray: {
-      uint64_t size = 4 + 8;
-      if (const Array* array = std::get_if<Array>(&v.data)) {
-        for (const Value& e : array->elements) size += EncodedBytes(e);
-      }
-      return size;
-    }
+  uint64_t size = MinEncodedBytes(v.type);
+  if (const std::string* s = std::get_if<std::string>(&v.data); v.type == ValueType::kString && s != nullptr) {
+    size += s->size();
   }
-  return 0;
+  if (const Array* array = std::get_if<Array>(&v.data); v.type == ValueType::kArray && array != nullptr) {
+    for (const Value& e : array->elements) size += EncodedBytes(e);
+  }
+  return size;
 }
 
 absl::Status WriteAll(int fd, const void* data, size_t size) {
