@@ -140,7 +140,9 @@ absl::Status Dequantize(GgmlType type, const void* src, float* dst, int64_t n) {
   absl::StatusOr<uint64_t> bytes = RowBytes(type, n);
   if (!bytes.ok()) return bytes.status();
   if (n == 0) return absl::OkStatus();
-  internal::DequantizeBlocks(type, static_cast<const uint8_t*>(src), dst, n / info->block_size);
+  if (!internal::DequantizeBlocks(type, static_cast<const uint8_t*>(src), dst, n / info->block_size)) {
+    return absl::InternalError(absl::StrCat("no decoder for ggml type ", std::string(info->name)));
+  }
   return absl::OkStatus();
 }
 
@@ -170,7 +172,9 @@ absl::Status Quantize(GgmlType type, const float* src, void* dst, int64_t n) {
     }
   }
   if (n == 0) return absl::OkStatus();
-  internal::QuantizeBlocks(type, src, static_cast<uint8_t*>(dst), n / info->block_size);
+  if (!internal::QuantizeBlocks(type, src, static_cast<uint8_t*>(dst), n / info->block_size)) {
+    return absl::InternalError(absl::StrCat("no encoder for ggml type ", std::string(info->name)));
+  }
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -22,6 +23,10 @@ constexpr uint64_t kDefaultAlignment = 32;
 constexpr int kMaxDims = 4;
 // Arrays of arrays are allowed; this bounds the recursion a hostile file can cause.
 constexpr int kMaxArrayDepth = 8;
+// Array elements a file may hold in all. Each is held as a Value (tens of bytes, against 1-8 in the file),
+// so a corrupted count must not turn a multi-GB file into a many-times larger allocation; real files hold
+// a few million at most (vocabulary, scores, types, merges).
+constexpr uint64_t kMaxArrayElements = uint64_t{1} << 24;
 // Fewest bytes a metadata entry (key length, empty key, type, one-byte value) and a tensor info (name
 // length, empty name, n_dims, one dimension, type, offset) can occupy: counts are checked against them
 // before anything is allocated.
@@ -52,6 +57,13 @@ class Cursor {
   uint64_t offset() const { return pos_; }
   uint64_t remaining() const { return bytes_.size() - pos_; }
 
+  // Takes `count` elements from the file's budget of array elements; false once it is spent.
+  bool TakeArrayElements(uint64_t count) {
+    if (count > array_elements_left_) return false;
+    array_elements_left_ -= count;
+    return true;
+  }
+
   template <typename T>
   absl::Status Read(T* out) {
     if (remaining() < sizeof(T)) {
@@ -79,6 +91,7 @@ class Cursor {
  private:
   std::span<const uint8_t> bytes_;
   uint64_t pos_ = 0;
+  uint64_t array_elements_left_ = kMaxArrayElements;
 };
 
 absl::StatusOr<ValueType> ReadValueType(Cursor& cursor) {
@@ -118,6 +131,10 @@ absl::Status ReadArray(Cursor& cursor, int depth, Value* out) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "array length %d at offset %d cannot fit: %s elements take at least %d bytes each and %d bytes are left",
         count, at, ValueTypeName(*element_type), min_bytes, cursor.remaining()));
+  }
+  if (!cursor.TakeArrayElements(count)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "array length %d at offset %d takes the file past %d array elements in all", count, at, kMaxArrayElements));
   }
   Array array;
   array.element_type = *element_type;
@@ -286,6 +303,21 @@ absl::Status PlaceTensors(uint64_t header_end, std::span<const uint8_t> bytes, H
           Quoted(t.name), t.offset, t.bytes, data_size, h->data_offset));
     }
     t.data = bytes.data() + h->data_offset + t.offset;
+  }
+  // Tensors must not share bytes: a corrupted offset that lands on another tensor would otherwise read
+  // that tensor's data without complaint.
+  std::vector<size_t> by_offset(h->tensors.size());
+  for (size_t i = 0; i < by_offset.size(); ++i) by_offset[i] = i;
+  std::sort(by_offset.begin(), by_offset.end(),
+            [h](size_t a, size_t b) { return h->tensors[a].offset < h->tensors[b].offset; });
+  for (size_t k = 1; k < by_offset.size(); ++k) {
+    const TensorInfo& prev = h->tensors[by_offset[k - 1]];
+    const TensorInfo& t = h->tensors[by_offset[k]];
+    if (t.offset < prev.offset + prev.bytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tensor %d %s at offset %d overlaps tensor %d %s (offset %d, %d bytes)", by_offset[k], Quoted(t.name),
+          t.offset, by_offset[k - 1], Quoted(prev.name), prev.offset, prev.bytes));
+    }
   }
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -176,6 +177,14 @@ absl::StatusOr<std::unique_ptr<ExpertSource>> OpenExpertSource(const Pack& pack,
     const std::string path = pack.experts_path();
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
+    // Pack::Open checked the size by path; this is the file being mapped, and reading past its end would
+    // be a SIGBUS, so check again.
+    struct stat st;
+    if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != bytes) {
+      close(fd);
+      return absl::DataLossError(absl::StrCat(path, ": size changed since the pack was opened (expected ", bytes,
+                                              " bytes)"));
+    }
     void* map = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (map == MAP_FAILED) return absl::UnavailableError(absl::StrCat(path, ": mmap: ", std::strerror(errno)));

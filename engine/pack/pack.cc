@@ -26,7 +26,12 @@ absl::StatusOr<std::unique_ptr<Pack>> Pack::Open(const std::string& dir) {
                                             " x ", g.n_expert(), " x ", p->manifest_.blob_bytes(), " = ",
                                             p->manifest_.experts_bytes()));
   }
-  ASSIGN_OR_RETURN(p->dense_, gguf::GgufFile::Open(absl::StrCat(dir, "/", kDenseFile)));
+  const std::string dense = absl::StrCat(dir, "/", kDenseFile);
+  ASSIGN_OR_RETURN(p->dense_, gguf::GgufFile::Open(dense));
+  if (p->manifest_.dense_bytes() != 0 && p->dense_->file_size() != p->manifest_.dense_bytes()) {
+    return absl::DataLossError(absl::StrCat(dense, ": size ", p->dense_->file_size(), " bytes, the manifest says ",
+                                            p->manifest_.dense_bytes(), " (dense_bytes)"));
+  }
   p->blob_hashes_.reserve(p->manifest_.blob_xxh3_size());
   for (const std::string& h : p->manifest_.blob_xxh3()) p->blob_hashes_.push_back(*ParseHashHex(h));
   return p;

@@ -303,6 +303,29 @@ TEST(GgufFile, OffsetsChecked) {
                            "model.gguf: tensor 3 'blk.0.attn_q.weight': offset 1234 is not a multiple of the alignment 32"));
 }
 
+TEST(GgufFile, OverlappingTensorsAreRefused) {
+  // Tensor 1's offset points into tensor 0 (f32, 32 elements = 128 bytes): it would read tensor 0's bytes.
+  Bytes b;
+  b.Header(2, 0).TensorInfo("a", {32}, 0, 0).TensorInfo("b", {8}, 0, 96).PadTo(32).Fill(256, 0);
+  EXPECT_THAT(ParseBytes(b).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument,
+                           "tensor 1 'b' at offset 96 overlaps tensor 0 'a' (offset 0, 128 bytes)"));
+  // Gaps between tensors and any declaration order are fine.
+  Bytes ok;
+  ok.Header(2, 0).TensorInfo("a", {8}, 0, 128).TensorInfo("b", {8}, 0, 0).PadTo(32).Fill(256, 0);
+  EXPECT_TRUE(ParseBytes(ok).ok());
+}
+
+TEST(GgufFile, ArrayElementsInAllAreBounded) {
+  // A uint8 array one element past the budget: the bytes are there, but holding them as values would take
+  // tens of times the file's size.
+  const uint64_t count = (uint64_t{1} << 24) + 1;
+  Bytes b;
+  b.Header(0, 1).Key("big", ValueType::kArray).U32(0).U64(count).Fill(count, 7);
+  EXPECT_THAT(ParseBytes(b).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "past 16777216 array elements in all"));
+}
+
 TEST(GgufFile, DuplicateTensorNames) {
   Bytes b;
   b.Header(2, 0).TensorInfo("w", {8}, 0, 0).TensorInfo("w", {8}, 0, 32).PadTo(32).Fill(64, 0);

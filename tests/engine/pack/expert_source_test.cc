@@ -106,6 +106,25 @@ TEST_F(ExpertSourceTest, CorruptionPackOpenRefusesAWrongSizedExpertsFile) {
   EXPECT_THAT(Pack::Open(dir_.Join("pack")).status(), StatusIs(absl::StatusCode::kNotFound));
 }
 
+TEST_F(ExpertSourceTest, CorruptionMmapRefusesAnExpertsFileThatChangedSinceOpen) {
+  auto pack = OpenPack();
+  ASSERT_NE(pack, nullptr);
+  std::filesystem::resize_file(dir_.Join("pack/experts.bin"), experts_.size() - 4096);
+  EXPECT_THAT(OpenExpertSource(*pack, {"mmap", false, 1}, nullptr).status(),
+              StatusIsWith(absl::StatusCode::kDataLoss, "size changed since the pack was opened"));
+}
+
+TEST_F(ExpertSourceTest, CorruptionPackOpenRefusesADenseFileOfAnotherSize) {
+  // A dense.gguf that still parses (trailing bytes) but is not the one the manifest describes.
+  std::vector<uint8_t> dense = ReadFileBytes(dir_.Join("pack/dense.gguf"));
+  const size_t size = dense.size();
+  dense.resize(size + 64, 0);
+  WriteFileBytes(dir_.Join("pack/dense.gguf"), dense);
+  EXPECT_THAT(Pack::Open(dir_.Join("pack")).status(),
+              StatusIsWith(absl::StatusCode::kDataLoss,
+                           absl::StrCat("dense.gguf: size ", size + 64, " bytes, the manifest says ", size)));
+}
+
 TEST_F(ExpertSourceTest, UnknownKindIsRefused) {
   auto pack = OpenPack();
   EXPECT_THAT(OpenExpertSource(*pack, {"disk", false, 1}, nullptr).status(),
