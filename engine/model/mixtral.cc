@@ -9,8 +9,7 @@
 namespace strata::model {
 
 absl::Status ConfigureMixtral(const gguf::Metadata& m, ModelConfig* c) {
-  ASSIGN_OR_RETURN(const uint64_t ff, m.GetUint("llama.feed_forward_length"));
-  c->expert_ff = static_cast<int64_t>(ff);
+  ASSIGN_OR_RETURN(c->expert_ff, ReadDimension(m, "llama.feed_forward_length"));
   c->rope_style = RopeStyle::kNormal;
   c->qk_norm = false;
   return absl::OkStatus();

@@ -1,5 +1,8 @@
 #include "engine/model/model_config.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/status_macros.h"
@@ -12,6 +15,18 @@ const std::vector<Architecture>& ArchitectureTable() {
       {"llama", "Mixtral (llama with experts)", &ConfigureMixtral},
   };
   return table;
+}
+
+absl::StatusOr<int64_t> ReadDimension(const gguf::Metadata& m, const std::string& key,
+                                      std::optional<int64_t> fallback) {
+  uint64_t v = 0;
+  if (fallback.has_value()) {
+    ASSIGN_OR_RETURN(v, m.GetUintOr(key, static_cast<uint64_t>(*fallback)));
+  } else {
+    ASSIGN_OR_RETURN(v, m.GetUint(key));
+  }
+  if (v == 0 || v > (uint64_t{1} << 31)) return absl::InvalidArgumentError(absl::StrCat(key, " is ", v, ", expected 1 .. 2^31"));
+  return static_cast<int64_t>(v);
 }
 
 absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
@@ -28,27 +43,24 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
                                                  "' is not supported (supported: ", absl::StrJoin(known, ", "), ")"));
   }
   const std::string p = c.arch + ".";
-  auto get = [&](const std::string& key, int64_t* out) -> absl::Status {
-    ASSIGN_OR_RETURN(const uint64_t v, m.GetUint(p + key));
-    if (v == 0 || v > (uint64_t{1} << 31)) {
-      return absl::InvalidArgumentError(absl::StrCat(p, key, " is ", v, ", expected 1 .. 2^31"));
-    }
-    *out = static_cast<int64_t>(v);
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(get("block_count", &c.n_layer));
-  RETURN_IF_ERROR(get("embedding_length", &c.n_embd));
-  RETURN_IF_ERROR(get("attention.head_count", &c.n_head));
-  RETURN_IF_ERROR(get("context_length", &c.n_ctx_train));
-  RETURN_IF_ERROR(get("expert_count", &c.n_expert));
-  RETURN_IF_ERROR(get("expert_used_count", &c.n_expert_used));
-  ASSIGN_OR_RETURN(const uint64_t kv, m.GetUintOr(p + "attention.head_count_kv", c.n_head));
-  c.n_head_kv = static_cast<int64_t>(kv);
-  ASSIGN_OR_RETURN(const uint64_t head_dim, m.GetUintOr(p + "attention.key_length", c.n_embd / c.n_head));
-  c.head_dim = static_cast<int64_t>(head_dim);
+  ASSIGN_OR_RETURN(c.n_layer, ReadDimension(m, p + "block_count"));
+  ASSIGN_OR_RETURN(c.n_embd, ReadDimension(m, p + "embedding_length"));
+  ASSIGN_OR_RETURN(c.n_head, ReadDimension(m, p + "attention.head_count"));
+  ASSIGN_OR_RETURN(c.n_ctx_train, ReadDimension(m, p + "context_length"));
+  ASSIGN_OR_RETURN(c.n_expert, ReadDimension(m, p + "expert_count"));
+  ASSIGN_OR_RETURN(c.n_expert_used, ReadDimension(m, p + "expert_used_count"));
+  ASSIGN_OR_RETURN(c.n_head_kv, ReadDimension(m, p + "attention.head_count_kv", c.n_head));
+  ASSIGN_OR_RETURN(c.head_dim, ReadDimension(m, p + "attention.key_length", std::max<int64_t>(1, c.n_embd / c.n_head)));
   ASSIGN_OR_RETURN(const double base, m.GetFloatOr(p + "rope.freq_base", 10000.0));
+  if (!std::isfinite(base) || base <= 1.0 || base > 1e12) {
+    return absl::InvalidArgumentError(absl::StrCat(p, "rope.freq_base is ", base, ", expected a finite value above 1"));
+  }
   c.rope_freq_base = static_cast<float>(base);
   ASSIGN_OR_RETURN(const double eps, m.GetFloatOr(p + "attention.layer_norm_rms_epsilon", 1e-6));
+  if (!std::isfinite(eps) || eps <= 0.0 || eps >= 1.0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p, "attention.layer_norm_rms_epsilon is ", eps, ", expected a finite value in (0, 1)"));
+  }
   c.rms_norm_eps = static_cast<float>(eps);
   ASSIGN_OR_RETURN(const std::vector<std::string> tokens, m.GetStringArray("tokenizer.ggml.tokens"));
   c.n_vocab = static_cast<int64_t>(tokens.size());

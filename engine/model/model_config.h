@@ -6,6 +6,7 @@
 // ArchitectureTable().
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,11 @@ const std::vector<Architecture>& ArchitectureTable();
 // Reads the configuration; errors name the metadata key and what was expected. `n_vocab` is taken from
 // the tokenizer's token list.
 absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& metadata);
+
+// A size hyper-parameter: an unsigned integer in 1 .. 2^31 (so that products of two stay in int64), or
+// `fallback` when the key is absent and a fallback is given. The error names the key.
+absl::StatusOr<int64_t> ReadDimension(const gguf::Metadata& metadata, const std::string& key,
+                                      std::optional<int64_t> fallback = std::nullopt);
 
 // Defined by each architecture's file.
 absl::Status ConfigureQwen3Moe(const gguf::Metadata& metadata, ModelConfig* config);

@@ -8,8 +8,7 @@
 namespace strata::model {
 
 absl::Status ConfigureQwen3Moe(const gguf::Metadata& m, ModelConfig* c) {
-  ASSIGN_OR_RETURN(const uint64_t ff, m.GetUint("qwen3moe.expert_feed_forward_length"));
-  c->expert_ff = static_cast<int64_t>(ff);
+  ASSIGN_OR_RETURN(c->expert_ff, ReadDimension(m, "qwen3moe.expert_feed_forward_length"));
   c->rope_style = RopeStyle::kNeox;
   c->qk_norm = true;
   return absl::OkStatus();

@@ -1,5 +1,7 @@
 #include "engine/model/model_config.h"
 
+#include <cmath>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
@@ -43,6 +45,30 @@ TEST(ModelConfigTest, RefusesWhatTheForwardPassDoesNotImplement) {
   m = Qwen3Metadata();
   m.Add("qwen3moe.expert_used_count", gguf::Value::Uint32(9));
   EXPECT_THAT(ReadModelConfig(m).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "expert_used_count"));
+}
+
+TEST(ModelConfigTest, RefusesOutOfRangeHyperParametersNamingTheKey) {
+  struct Case {
+    std::string key;
+    gguf::Value value;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"qwen3moe.attention.head_count_kv", gguf::Value::Uint64(uint64_t{1} << 40),
+       "qwen3moe.attention.head_count_kv is 1099511627776, expected 1 .. 2^31"},
+      {"qwen3moe.attention.key_length", gguf::Value::Uint32(0), "qwen3moe.attention.key_length is 0"},
+      {"qwen3moe.expert_feed_forward_length", gguf::Value::Uint64(uint64_t{1} << 33),
+       "qwen3moe.expert_feed_forward_length is 8589934592"},
+      {"qwen3moe.rope.freq_base", gguf::Value::Float32(0.0f), "qwen3moe.rope.freq_base is 0"},
+      {"qwen3moe.rope.freq_base", gguf::Value::Float32(std::nanf("")), "qwen3moe.rope.freq_base is nan"},
+      {"qwen3moe.attention.layer_norm_rms_epsilon", gguf::Value::Float32(-1e-6f),
+       "qwen3moe.attention.layer_norm_rms_epsilon is -1e-06"},
+  };
+  for (const Case& c : cases) {
+    gguf::Metadata m = Qwen3Metadata();
+    m.Add(c.key, c.value);
+    EXPECT_THAT(ReadModelConfig(m).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, c.message)) << c.key;
+  }
 }
 
 }  // namespace
