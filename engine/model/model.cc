@@ -88,11 +88,7 @@ void Model::Project(const DenseMatrix& m, const float* x, int n, float* y, Forwa
     const int64_t r0 = i * chunk, r1 = std::min(m.rows, r0 + chunk);
     kernels::DenseGemv(m.type, m.data, m.cols, r0, r1, x, m.cols, n, y, m.rows);
   };
-  if (pool_ == nullptr) {
-    for (int64_t i = 0; i < n_chunks; ++i) task(i);
-  } else {
-    pool_->ParallelFor(n_chunks, task);
-  }
+  kernels::ParallelFor(pool_, n_chunks, task);
   if (stats != nullptr) stats->dense_bytes += m.bytes();
 }
 
@@ -131,11 +127,7 @@ void Model::Attention(int64_t layer, std::span<const ForwardToken> tokens) {
     }
   };
   const int64_t n_tasks = static_cast<int64_t>(tokens.size()) * c.n_head;
-  if (pool_ == nullptr) {
-    for (int64_t i = 0; i < n_tasks; ++i) task(i);
-  } else {
-    pool_->ParallelFor(n_tasks, task);
-  }
+  kernels::ParallelFor(pool_, n_tasks, task);
 }
 
 absl::Status Model::Forward(std::span<const ForwardToken> tokens, float* logits, ForwardStats* stats) {
@@ -152,6 +144,12 @@ absl::Status Model::Forward(std::span<const ForwardToken> tokens, float* logits,
     RETURN_IF_ERROR(gguf::Dequantize(w.token_embd->type, w.token_embd->data + embd_row * tokens[t].token,
                                      x_.data() + t * E, E));
   }
+  const int64_t half = c.head_dim / 2;
+  rope_cos_.resize(static_cast<size_t>(n * half));
+  rope_sin_.resize(static_cast<size_t>(n * half));
+  for (int t = 0; t < n; ++t) {
+    RopeAngles(c.head_dim, tokens[t].pos, c.rope_freq_base, rope_cos_.data() + t * half, rope_sin_.data() + t * half);
+  }
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
     for (int t = 0; t < n; ++t) RmsNorm(x_.data() + t * E, L.attn_norm.data(), E, c.rms_norm_eps, h_.data() + t * E);
@@ -159,15 +157,17 @@ absl::Status Model::Forward(std::span<const ForwardToken> tokens, float* logits,
     Project(L.wk, h_.data(), n, k_.data(), stats);
     Project(L.wv, h_.data(), n, v_.data(), stats);
     for (int t = 0; t < n; ++t) {
+      const float* cos = rope_cos_.data() + t * half;
+      const float* sin = rope_sin_.data() + t * half;
       for (int64_t hd = 0; hd < c.n_head; ++hd) {
         float* qh = q_.data() + t * q_dim + hd * c.head_dim;
         if (c.qk_norm) RmsNorm(qh, L.q_norm.data(), c.head_dim, c.rms_norm_eps, qh);
-        Rope(qh, c.head_dim, tokens[t].pos, c.rope_freq_base, c.rope_style);
+        Rope(qh, c.head_dim, cos, sin, c.rope_style);
       }
       for (int64_t hd = 0; hd < c.n_head_kv; ++hd) {
         float* kh = k_.data() + t * kv_dim + hd * c.head_dim;
         if (c.qk_norm) RmsNorm(kh, L.k_norm.data(), c.head_dim, c.rms_norm_eps, kh);
-        Rope(kh, c.head_dim, tokens[t].pos, c.rope_freq_base, c.rope_style);
+        Rope(kh, c.head_dim, cos, sin, c.rope_style);
       }
       std::copy_n(k_.data() + t * kv_dim, kv_dim, tokens[t].cache->key(l, tokens[t].pos));
       std::copy_n(v_.data() + t * kv_dim, kv_dim, tokens[t].cache->value(l, tokens[t].pos));

@@ -68,6 +68,7 @@ class Model {
   // Scratch, sized for the largest batch seen.
   int capacity_ = 0;
   std::vector<float> x_, h_, q_, k_, v_, attn_, o_, router_, weights_buf_, parts_, final_;
+  std::vector<float> rope_cos_, rope_sin_;  // per batch token: its position's rotation, head_dim / 2 each
   std::vector<int32_t> ids_;
 };
 

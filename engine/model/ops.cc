@@ -14,16 +14,22 @@ void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* o
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-void Rope(float* head, int64_t head_dim, int64_t pos, float freq_base, RopeStyle style) {
+void RopeAngles(int64_t head_dim, int64_t pos, float freq_base, float* cos, float* sin) {
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const double theta = static_cast<double>(pos) * std::pow(static_cast<double>(freq_base), -2.0 * i / head_dim);
+    cos[i] = static_cast<float>(std::cos(theta));
+    sin[i] = static_cast<float>(std::sin(theta));
+  }
+}
+
+void Rope(float* head, int64_t head_dim, const float* cos, const float* sin, RopeStyle style) {
   const int64_t half = head_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
-    const double theta = static_cast<double>(pos) * std::pow(static_cast<double>(freq_base), -2.0 * i / head_dim);
-    const float c = static_cast<float>(std::cos(theta)), s = static_cast<float>(std::sin(theta));
     const int64_t a = style == RopeStyle::kNeox ? i : 2 * i;
     const int64_t b = style == RopeStyle::kNeox ? i + half : 2 * i + 1;
     const float x0 = head[a], x1 = head[b];
-    head[a] = x0 * c - x1 * s;
-    head[b] = x0 * s + x1 * c;
+    head[a] = x0 * cos[i] - x1 * sin[i];
+    head[b] = x0 * sin[i] + x1 * cos[i];
   }
 }
 
@@ -37,10 +43,6 @@ void Softmax(float* x, int64_t n) {
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-}
-
-void SwiGlu(const float* a, const float* b, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
 }
 
 void TopK(const float* x, int64_t n, int64_t k, int32_t* ids) {

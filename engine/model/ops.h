@@ -12,14 +12,15 @@ namespace strata::model {
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i]; out may alias x.
 void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* out);
 
-// Rotates one head of `head_dim` values in place for position `pos`.
-void Rope(float* head, int64_t head_dim, int64_t pos, float freq_base, RopeStyle style);
+// The rotation of position `pos`: cos and sin of pos * freq_base^(-2i / head_dim) for i in [0, head_dim / 2).
+// The same for every head and layer, so computed once per token.
+void RopeAngles(int64_t head_dim, int64_t pos, float freq_base, float* cos, float* sin);
+
+// Rotates one head of `head_dim` values in place by the angles RopeAngles gave.
+void Rope(float* head, int64_t head_dim, const float* cos, const float* sin, RopeStyle style);
 
 // In-place softmax of x[0..n).
 void Softmax(float* x, int64_t n);
-
-// silu(a) * b, elementwise into out.
-void SwiGlu(const float* a, const float* b, int64_t n, float* out);
 
 // The k largest of x[0..n) (ties: lower index first), in descending order.
 void TopK(const float* x, int64_t n, int64_t k, int32_t* ids);

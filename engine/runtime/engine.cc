@@ -235,7 +235,7 @@ void Engine::ProcessLogits(Sequence* seq, const float* logits) {
   const SamplingParams& p = seq->request.sampling;
   TokenEvent event;
   event.tokens.push_back(token);
-  if (p.logprobs) event.logprobs.push_back(*sampled);
+  if (p.logprobs) event.logprobs.push_back(*std::move(sampled));
   const bool eos = !p.ignore_eos && tokenizer_->IsEog(token);
   const bool stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
   bool stopped = false;
@@ -286,11 +286,12 @@ void Engine::Admit() {
 }
 
 bool Engine::Step() {
-  Admit();
+  // Free the slots of finished and cancelled sequences first, so that waiting requests take them now.
   for (auto& seq : active_) {
     if (seq->handle->cancelled()) Finish(seq.get(), FinishReason::kCancelled, absl::OkStatus());
   }
   std::erase_if(active_, [](const std::unique_ptr<Sequence>& s) { return s->finished; });
+  Admit();
   {
     absl::MutexLock lock(&mu_);
     active_count_ = static_cast<int>(active_.size());
@@ -299,7 +300,8 @@ bool Engine::Step() {
 
   // Build the batch: one token of each decoding sequence, then prompt chunks within the prefill budget.
   batch_.clear();
-  std::vector<std::pair<Sequence*, int>> owners;  // per batch entry: sequence, prompt index or -1
+  std::vector<std::pair<Sequence*, int>>& owners = batch_owners_;
+  owners.clear();
   int64_t prefill_budget = std::max(1, options_.prefill_chunk);
   for (auto& seq : active_) {
     const int64_t n_prompt = static_cast<int64_t>(seq->prompt.size());

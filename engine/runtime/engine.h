@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -133,6 +134,7 @@ class Engine {
   // Scheduler thread only.
   std::vector<std::unique_ptr<Sequence>> active_;
   std::vector<model::ForwardToken> batch_;
+  std::vector<std::pair<Sequence*, int>> batch_owners_;  // per batch_ entry: its sequence, prompt index or -1
   std::vector<float> logits_;
   std::thread scheduler_;
 };

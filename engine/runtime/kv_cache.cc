@@ -14,8 +14,8 @@ KvCache::KvCache(KvCachePool* pool, int64_t n_layer, int64_t capacity, int64_t k
       capacity_(capacity),
       kv_dim_(kv_dim),
       bytes_(static_cast<uint64_t>(2 * n_layer * capacity * kv_dim) * sizeof(float)),
-      keys_(static_cast<size_t>(n_layer * capacity * kv_dim)),
-      values_(static_cast<size_t>(n_layer * capacity * kv_dim)) {}
+      keys_(std::make_unique_for_overwrite<float[]>(static_cast<size_t>(n_layer * capacity * kv_dim))),
+      values_(std::make_unique_for_overwrite<float[]>(static_cast<size_t>(n_layer * capacity * kv_dim))) {}
 
 KvCache::~KvCache() { pool_->in_use_.fetch_sub(bytes_); }
 

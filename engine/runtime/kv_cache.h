@@ -28,11 +28,11 @@ class KvCache {
   int64_t capacity() const { return capacity_; }
   int64_t kv_dim() const { return kv_dim_; }
   // kv_dim floats for (layer, pos); pos < capacity.
-  float* key(int64_t layer, int64_t pos) { return keys_.data() + (layer * capacity_ + pos) * kv_dim_; }
-  float* value(int64_t layer, int64_t pos) { return values_.data() + (layer * capacity_ + pos) * kv_dim_; }
-  const float* key(int64_t layer, int64_t pos) const { return keys_.data() + (layer * capacity_ + pos) * kv_dim_; }
+  float* key(int64_t layer, int64_t pos) { return keys_.get() + (layer * capacity_ + pos) * kv_dim_; }
+  float* value(int64_t layer, int64_t pos) { return values_.get() + (layer * capacity_ + pos) * kv_dim_; }
+  const float* key(int64_t layer, int64_t pos) const { return keys_.get() + (layer * capacity_ + pos) * kv_dim_; }
   const float* value(int64_t layer, int64_t pos) const {
-    return values_.data() + (layer * capacity_ + pos) * kv_dim_;
+    return values_.get() + (layer * capacity_ + pos) * kv_dim_;
   }
   uint64_t bytes() const { return bytes_; }
 
@@ -43,7 +43,9 @@ class KvCache {
   int64_t capacity_;
   int64_t kv_dim_;
   uint64_t bytes_;
-  std::vector<float> keys_, values_;
+  // Not zeroed: attention reads positions up to the one being written, all written before. Zeroing a
+  // large cache would also touch every page on the scheduler thread, stalling the other sequences.
+  std::unique_ptr<float[]> keys_, values_;
 };
 
 class KvCachePool {

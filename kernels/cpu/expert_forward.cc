@@ -99,18 +99,11 @@ void ExpertForward(const ExpertLayout& layout, absl::Span<const ExpertJob> jobs,
   }
 
   const int threads = pool == nullptr ? 1 : pool->num_threads();
-  auto parallel_for = [pool](int64_t n, absl::FunctionRef<void(int64_t)> fn) {
-    if (pool == nullptr) {
-      for (int64_t i = 0; i < n; ++i) fn(i);
-    } else {
-      pool->ParallelFor(n, fn);
-    }
-  };
 
   // Gate and up rows, then h = silu(gate) * up for those rows, quantized block by block.
   const int64_t rows1 = RowsPerTask(ff, jobs.size(), threads, kActBlock);
   const int64_t chunks1 = (ff + rows1 - 1) / rows1;
-  parallel_for(static_cast<int64_t>(jobs.size()) * chunks1, [&](int64_t task) {
+  ParallelFor(pool, static_cast<int64_t>(jobs.size()) * chunks1, [&](int64_t task) {
     const size_t j = static_cast<size_t>(task / chunks1);
     const ExpertJob& job = jobs[j];
     const int64_t r0 = task % chunks1 * rows1, r1 = std::min(ff, r0 + rows1);
@@ -131,7 +124,7 @@ void ExpertForward(const ExpertLayout& layout, absl::Span<const ExpertJob> jobs,
   // Down rows.
   const int64_t rows2 = RowsPerTask(n_embd, jobs.size(), threads, kRowTile);
   const int64_t chunks2 = (n_embd + rows2 - 1) / rows2;
-  parallel_for(static_cast<int64_t>(jobs.size()) * chunks2, [&](int64_t task) {
+  ParallelFor(pool, static_cast<int64_t>(jobs.size()) * chunks2, [&](int64_t task) {
     const size_t j = static_cast<size_t>(task / chunks2);
     const ExpertJob& job = jobs[j];
     const int64_t r0 = task % chunks2 * rows2, r1 = std::min(n_embd, r0 + rows2);

@@ -208,4 +208,12 @@ void ThreadPool::ParallelFor(int64_t n_tasks, absl::FunctionRef<void(int64_t)> f
   WaitUntil([this, n_tasks] { return done_tasks_.load(std::memory_order_acquire) == n_tasks; });
 }
 
+void ParallelFor(ThreadPool* pool, int64_t n_tasks, absl::FunctionRef<void(int64_t)> fn) {
+  if (pool == nullptr) {
+    for (int64_t i = 0; i < n_tasks; ++i) fn(i);
+  } else {
+    pool->ParallelFor(n_tasks, fn);
+  }
+}
+
 }  // namespace strata::kernels

@@ -98,6 +98,9 @@ class ThreadPool {
   std::deque<std::function<void()>> posted_ ABSL_GUARDED_BY(posted_mu_);
 };
 
+// Runs fn(i) for every i in [0, n_tasks): on `pool`, or on the caller when `pool` is null.
+void ParallelFor(ThreadPool* pool, int64_t n_tasks, absl::FunctionRef<void(int64_t)> fn);
+
 }  // namespace strata::kernels
 
 #endif  // STRATA_KERNELS_CPU_THREAD_POOL_H_
