@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace strata::runtime {
 
@@ -65,6 +66,10 @@ absl::Status ValidateSamplingParams(const SamplingParams& p, int n_vocab) {
   }
   for (size_t i = 0; i < p.stop.size(); ++i) {
     if (p.stop[i].empty()) return absl::InvalidArgumentError(absl::StrFormat("stop[%d] is empty", i));
+    // The stop matcher emits text up to a match; a match inside a character would split it.
+    if (!tokenizer::IsValidUtf8(p.stop[i])) {
+      return absl::InvalidArgumentError(absl::StrFormat("stop[%d] is not valid UTF-8", i));
+    }
     if (p.stop[i].size() > static_cast<size_t>(kMaxStopStringBytes)) {
       return absl::InvalidArgumentError(absl::StrFormat("stop[%d]: %d bytes exceed the limit of %d", i,
                                                         p.stop[i].size(), kMaxStopStringBytes));

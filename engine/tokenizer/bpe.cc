@@ -1,9 +1,13 @@
 #include "engine/tokenizer/bpe.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "engine/log.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -59,6 +63,18 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(const std::vector<std
     encoded.clear();
     ByteLevelEncode(std::string_view(&byte, 1), &encoded);
     model->byte_ids_[b] = model->Find(encoded);
+  }
+  // Text is repaired to valid UTF-8 before encoding, so only bytes valid UTF-8 can hold matter.
+  std::vector<std::string> missing;
+  for (int b = 0; b < 256; ++b) {
+    const bool in_utf8 = b != 0xC0 && b != 0xC1 && b < 0xF5;
+    if (in_utf8 && model->byte_ids_[b] < 0) missing.push_back(absl::StrFormat("0x%02X", b));
+  }
+  if (!missing.empty()) {
+    spdlog::warn("tokenizer: tokenizer.ggml.tokens has no token for byte{} {}; text holding {} is encoded as "
+                 "{}",
+                 missing.size() > 1 ? "s" : "", absl::StrJoin(missing, " "), missing.size() > 1 ? "them" : "it",
+                 unk_id >= 0 ? "the unknown token" : "nothing (dropped)");
   }
 
   model->merges_.reserve(merges.size());

@@ -1,6 +1,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -116,6 +117,11 @@ absl::Status Tokenizer::Init(TokenizerVocab vocab) {
   attrs_.assign(n, kAttrNormal);
   index_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
+    if (std::isnan(scores_[i])) {
+      // Merge priorities compare scores; a NaN would leave their order undefined.
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer metadata: tokenizer.ggml.scores[", i, "] is NaN, expected a number"));
+    }
     if (!vocab.token_types.empty()) {
       const int32_t type = vocab.token_types[i];
       if (type < 0 || type > static_cast<int32_t>(TokenType::kByte)) {
@@ -242,7 +248,13 @@ void Tokenizer::InitEog(const TokenizerVocab& vocab) {
   for (std::string_view text : kFimEogTexts) mark_text(text);
   const std::optional<int64_t>* fim_ids[] = {&vocab.fim_pad_id, &vocab.fim_rep_id, &vocab.fim_sep_id};
   for (const auto* fim : fim_ids) {
-    if (fim->has_value()) mark(static_cast<int32_t>(**fim < n_vocab() ? **fim : -1));
+    if (!fim->has_value()) continue;
+    if (**fim >= 0 && **fim < n_vocab()) {
+      mark(static_cast<int32_t>(**fim));
+    } else {
+      spdlog::warn("tokenizer: a FIM token id {} is outside the vocabulary ({} tokens); ignoring it", **fim,
+                   n_vocab());
+    }
   }
   mark(eos_);
   mark(eot_);

@@ -619,6 +619,7 @@ TEST(ValidateSamplingParams, EachErrorNamesItsField) {
       {"last_n", [](SamplingParams& p) { p.penalty_last_n = -2; }, "penalty_last_n: -2"},
       {"max_tokens", [](SamplingParams& p) { p.max_tokens = 0; }, "max_tokens: 0 must be >= 1"},
       {"empty stop", [](SamplingParams& p) { p.stop = {"a", ""}; }, "stop[1] is empty"},
+      {"stop not UTF-8", [](SamplingParams& p) { p.stop = {"\xBF"}; }, "stop[0] is not valid UTF-8"},
       {"long stop", [](SamplingParams& p) { p.stop = {std::string(600, 'x')}; }, "stop[0]: 600 bytes"},
       {"many stops", [](SamplingParams& p) { p.stop.assign(17, "x"); }, "stop: 17 strings"},
       {"stop id", [](SamplingParams& p) { p.stop_token_ids = {1, 2, 999999}; },

@@ -3,6 +3,7 @@
 
 #include "engine/tokenizer/tokenizer.h"
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -256,6 +257,11 @@ TEST(TokenizerErrorsTest, InvalidVocabulariesAreRejectedNamingTheKey) {
   vocab.scores.push_back(0);
   EXPECT_THAT(error_of(vocab), StatusIsWith(absl::StatusCode::kInvalidArgument, "tokenizer.ggml.scores has"));
 
+  vocab = SpmVocab({{"a", -1}});
+  vocab.scores[1] = std::nanf("");
+  EXPECT_THAT(error_of(vocab),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "tokenizer.ggml.scores[1] is NaN"));
+
   vocab = BpeVocab({{"a", "b"}}, {"ab"});
   vocab.eos_id = 100000;
   EXPECT_THAT(error_of(vocab),
@@ -274,9 +280,14 @@ TEST(TokenizerErrorsTest, InvalidVocabulariesAreRejectedNamingTheKey) {
 TEST(TokenizerErrorsTest, OutOfRangeOptionalIdsAreIgnored) {
   TokenizerVocab vocab = BpeVocab({{"a", "b"}}, {"ab"});
   vocab.pad_id = 1 << 20;
+  // A negative FIM id must not wrap around onto a real token and end generations there.
+  vocab.fim_pad_id = -4294967295LL;
   auto tokenizer = Make(vocab);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->pad(), -1);
+  for (int32_t id = 0; id < tokenizer->n_vocab(); ++id) {
+    EXPECT_EQ(tokenizer->IsEog(id), id == tokenizer->eos() || id == tokenizer->eot()) << "token " << id;
+  }
 }
 
 TEST(TokenizerMetadataTest, ReadsTheGgufKeys) {
