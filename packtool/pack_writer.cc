@@ -128,12 +128,12 @@ int ResolveThreads(int threads) {
 absl::Status CheckOutputFree(const std::string& output_dir) {
   std::error_code ec;
   if (fs::exists(fs::symlink_status(output_dir, ec))) {
-    return absl::AlreadyExistsError(absl::StrCat(output_dir, ": already exists; choose another output directory"));
+    return absl::AlreadyExistsError(absl::StrCat(output_dir, ": already exists; choose another output"));
   }
   const std::string partial = output_dir + ".partial";
   if (fs::exists(fs::symlink_status(partial, ec))) {
     return absl::FailedPreconditionError(absl::StrCat(
-        partial, ": exists: another conversion is writing it, or one was interrupted (remove it by hand)"));
+        partial, ": exists: another job is writing it, or one was interrupted (remove it by hand)"));
   }
   return absl::OkStatus();
 }

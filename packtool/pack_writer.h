@@ -43,9 +43,12 @@ struct PackWriteJob {
 absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const ConvertProgressFn& progress,
                                              const std::atomic<bool>* cancel);
 
-// Fails with ALREADY_EXISTS when `output_dir` exists and FAILED_PRECONDITION when `<output_dir>.partial`
-// does (another conversion is writing it, or one was killed: remove it by hand).
-absl::Status CheckOutputFree(const std::string& output_dir);
+// Fails with ALREADY_EXISTS when `output` (a pack directory or a file) exists and FAILED_PRECONDITION when
+// `<output>.partial` does (another job is writing it, or one was killed: remove it by hand).
+absl::Status CheckOutputFree(const std::string& output);
+
+// Most threads a conversion or validation may ask for; each holds a blob's worth of buffers.
+inline constexpr int kMaxThreads = 1024;
 
 int ResolveThreads(int threads);
 

@@ -1,6 +1,7 @@
 #include "packtool/synth.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -166,9 +167,19 @@ absl::Status SynthesizeGguf(const SynthOptions& options) {
   ASSIGN_OR_RETURN(VocabMetadata vocab, LoadVocab(options));
   SynthGeometry g = options.geometry;
   g.n_vocab = vocab.n_tokens;
+  // Never truncate an existing file: write beside it and rename once complete.
+  RETURN_IF_ERROR(CheckOutputFree(options.output));
   gguf::GgufWriter writer;
   RETURN_IF_ERROR(BuildModel(options, g, vocab, /*include_experts=*/true, &writer));
-  return writer.WriteFile(options.output);
+  const std::string partial = options.output + ".partial";
+  RETURN_IF_ERROR(writer.WriteFile(partial));
+  std::error_code ec;
+  std::filesystem::rename(partial, options.output, ec);
+  if (ec) {
+    std::filesystem::remove(partial, ec);
+    return absl::InternalError(absl::StrCat(options.output, ": rename from ", partial, " failed: ", ec.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, const ConvertProgressFn& progress,

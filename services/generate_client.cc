@@ -14,6 +14,7 @@
 #include "services/grpc_status.h"
 #include "services/inference_protos.h"
 #include "services/pack_cli.h"
+#include "services/progress_printer.h"
 #include "services/run_cli.h"
 #include "strata/v1/inference.grpc.pb.h"
 
@@ -65,14 +66,6 @@ class CancelWatcher {
   absl::Notification done_;
   std::thread thread_;
 };
-
-std::string FormatBytes(uint64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (b >= 1e9) return absl::StrFormat("%.2f GB", b / 1e9);
-  if (b >= 1e6) return absl::StrFormat("%.1f MB", b / 1e6);
-  if (b >= 1e3) return absl::StrFormat("%.1f kB", b / 1e3);
-  return absl::StrCat(bytes, " B");
-}
 
 std::string PrintablePiece(const std::string& piece) {
   std::string out;

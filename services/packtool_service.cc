@@ -13,6 +13,7 @@
 #include "kernels/cpu/scheme.h"
 #include "packtool/convert.h"
 #include "packtool/inspect.h"
+#include "packtool/pack_writer.h"
 #include "packtool/validate.h"
 #include "services/grpc_status.h"
 #include "services/packtool_protos.h"
@@ -23,7 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint32_t kMaxThreads = 1024;
+constexpr uint32_t kMaxThreads = packtool::kMaxThreads;
 
 bool PathExists(const std::string& path) {
   std::error_code ec;

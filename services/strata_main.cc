@@ -1,6 +1,7 @@
 // strata: the command-line client of strata-server (see services/generate_client.h).
 
 
+#include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <optional>
@@ -63,6 +64,11 @@ int main(int argc, char** argv) {
   strata::services::ClientOptions options;
   options.server = absl::GetFlag(FLAGS_server);
   options.timeout_seconds = absl::GetFlag(FLAGS_timeout);
+  // A deadline is held in microseconds of int64; a year is far more than any call needs.
+  if (!std::isfinite(options.timeout_seconds) || options.timeout_seconds < 0 || options.timeout_seconds > 3.2e7) {
+    std::cerr << "strata: --timeout: " << options.timeout_seconds << " is not a number of seconds in 0 .. 3.2e7\n";
+    return kExitUsage;
+  }
   strata::v1::SamplingParams& s = options.sampling;
   if (auto v = absl::GetFlag(FLAGS_max_tokens)) s.set_max_tokens(*v);
   if (auto v = absl::GetFlag(FLAGS_temperature)) s.set_temperature(static_cast<float>(*v));

@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::vector<std::string>& positional = *parsed;
+  if (absl::Status status = strata::services::CheckLogLevel(absl::GetFlag(FLAGS_log_level)); !status.ok()) {
+    std::cerr << "strata-run: error: " << status.message() << "\n";
+    return 2;
+  }
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
   strata::services::RunOptions o;
   o.pack_dir = absl::GetFlag(FLAGS_pack);
@@ -73,6 +77,10 @@ int main(int argc, char** argv) {
   if (positional.size() == 2) o.prompt = positional[1];
   if (const std::string t = absl::GetFlag(FLAGS_tokens); !t.empty() && !strata::services::ParseTokenList(t, &o.tokens)) {
     std::cerr << "strata-run: --tokens: expected comma-separated integers, got '" << t << "'\n";
+    return 2;
+  }
+  if (!o.prompt.empty() && !o.tokens.empty()) {
+    std::cerr << "strata-run: give a prompt or --tokens, not both\n";
     return 2;
   }
   o.tokenize_only = absl::GetFlag(FLAGS_tokenize);

@@ -40,6 +40,13 @@ struct Engine::Sequence {
 };
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  if (options.threads < 0 || options.threads > kernels::ThreadPool::kMaxThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads: ", options.threads, " is not in 0 (all cores) .. ", kernels::ThreadPool::kMaxThreads));
+  }
+  if (options.max_ctx < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_ctx: ", options.max_ctx, " must not be negative"));
+  }
   std::unique_ptr<Engine> e(new Engine());
   e->options_ = options;
   const auto start = Clock::now();

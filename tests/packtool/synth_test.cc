@@ -1,6 +1,8 @@
 #include "packtool/synth.h"
 
 #include <cmath>
+#include <filesystem>
+#include <vector>
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/pack/pack_format.h"
@@ -32,6 +34,16 @@ TEST(SynthTest, SameOptionsGiveTheSameBytesAndAnotherSeedDoesNot) {
   ASSERT_THAT(SynthesizeGguf(c), IsOk());
   EXPECT_EQ(ReadFileBytes(a.output), ReadFileBytes(b.output));
   EXPECT_NE(ReadFileBytes(a.output), ReadFileBytes(c.output));
+}
+
+TEST(SynthTest, AnExistingOutputIsNeverOverwritten) {
+  ScratchDir dir;
+  const SynthOptions o = TinyOptions(dir.Join("model.gguf"), gguf::GgmlType::kF16);
+  const std::vector<uint8_t> precious = {1, 2, 3};
+  strata::testing::WriteFileBytes(o.output, precious);
+  EXPECT_THAT(SynthesizeGguf(o), StatusIsWith(absl::StatusCode::kAlreadyExists, "model.gguf: already exists"));
+  EXPECT_EQ(ReadFileBytes(o.output), precious);
+  EXPECT_FALSE(std::filesystem::exists(o.output + ".partial"));
 }
 
 TEST(SynthTest, Qwen3MoeHasLlamaCppTensorNamesShapesAndKeys) {

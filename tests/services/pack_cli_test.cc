@@ -87,6 +87,13 @@ TEST_F(PackCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "--scheme");
   EXPECT_FALSE(fs::exists(root_ + "/out"));
+
+  options = PackCliOptions();
+  options.threads = 5000;
+  run = RunCli({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "--threads: 5000 is not in 0 .. 1024");
+  EXPECT_FALSE(fs::exists(root_ + "/out.partial"));
 }
 
 TEST_F(PackCliTest, SynthUsageErrors) {

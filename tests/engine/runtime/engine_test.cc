@@ -213,6 +213,15 @@ TEST_F(EngineTest, SameSeedSameTokensAndStopRules) {
   EXPECT_EQ(c->result.tokens.back(), a->result.tokens[4]);
 }
 
+TEST_F(EngineTest, BadOptionsAreRefusedNamingTheField) {
+  EngineOptions o = Options(*pack_);
+  o.threads = -4;
+  EXPECT_THAT(Engine::Create(o).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "threads: -4"));
+  o = Options(*pack_);
+  o.max_ctx = -1;
+  EXPECT_THAT(Engine::Create(o).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "max_ctx: -1"));
+}
+
 TEST_F(EngineTest, BadRequestsAreRefusedNamingTheField) {
   auto engine = Engine::Create(Options(*pack_));
   ASSERT_TRUE(engine.ok());
