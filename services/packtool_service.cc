@@ -246,8 +246,9 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
   } else if (PathExists(*output)) {
     refused = absl::AlreadyExistsError(absl::StrCat("output_dir: '", request->output_dir(), "' already exists"));
   } else if (PathExists(partial)) {
-    refused = absl::AlreadyExistsError(absl::StrCat("output_dir: '", request->output_dir(),
-                                                    ".partial' exists (an interrupted conversion?); remove it"));
+    // The same codes as packtool::CheckOutputFree, with the names the client gave (the root stays hidden).
+    refused = absl::FailedPreconditionError(absl::StrCat("output_dir: '", request->output_dir(),
+                                                         ".partial' exists (an interrupted conversion?); remove it"));
   }
   if (!refused.ok()) {
     ReleaseOutput(*output);
@@ -269,6 +270,9 @@ grpc::ServerUnaryReactor* PackToolServiceImpl::Validate(grpc::CallbackServerCont
   absl::StatusOr<std::string> dir = root_->Resolve(request->pack_dir(), "pack_dir");
   absl::StatusOr<int> threads = Threads(request->threads());
   absl::Status status = !dir.ok() ? dir.status() : threads.status();
+  if (status.ok() && !PathExists(*dir)) {
+    status = absl::NotFoundError(absl::StrCat("pack_dir: '", request->pack_dir(), "' does not exist"));
+  }
   if (!status.ok()) {
     reactor->Finish(ToGrpcStatus(status));
     return reactor;

@@ -139,6 +139,13 @@ TEST_F(PackToolServiceTest, ValidateGoodPack) {
   EXPECT_GT(report.bytes_checked(), 0u);
 }
 
+TEST_F(PackToolServiceTest, ValidateAMissingPackNamesTheFieldNotTheRoot) {
+  v1::ValidateReport report;
+  const grpc::Status status = RunValidate(server_->stub(), "no-such-pack", &report);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(status.error_message(), "pack_dir: 'no-such-pack' does not exist");
+}
+
 TEST_F(PackToolServiceTest, ValidateBadPackListsTheProblem) {
   CopyTree(root_ + "/tiny-pack", root_ + "/bad-pack");
   {
@@ -211,7 +218,7 @@ TEST_F(PackToolServiceTest, PathsOutsideTheRootAreDeniedAndTouchNothing) {
   // A dangling .partial symlink pointing outside: the conversion would write through it.
   fs::create_symlink(outside_ + "/planted", root_ + "/packs/d.partial");
   const ConvertResult planted = RunConvert(server_->stub(), MakeConvert("tiny.gguf", "packs/d"));
-  EXPECT_EQ(planted.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(planted.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 
   EXPECT_EQ(OutsideListing(), before);
   EXPECT_FALSE(fs::exists(root_ + "/packs/a"));
@@ -235,7 +242,7 @@ TEST_F(PackToolServiceTest, BadArgumentsNameTheField) {
       {MakeConvert("missing.gguf", "packs/x"), grpc::StatusCode::NOT_FOUND, "input"},
       {MakeConvert("tiny.gguf", "packs/existing"), grpc::StatusCode::ALREADY_EXISTS, "output_dir"},
       {MakeConvert("tiny.gguf", "tiny-pack"), grpc::StatusCode::ALREADY_EXISTS, "output_dir"},
-      {MakeConvert("tiny.gguf", "packs/stale"), grpc::StatusCode::ALREADY_EXISTS, ".partial"},
+      {MakeConvert("tiny.gguf", "packs/stale"), grpc::StatusCode::FAILED_PRECONDITION, ".partial"},
       {MakeConvert("tiny.gguf", "."), grpc::StatusCode::INVALID_ARGUMENT, "output_dir"},
   };
   for (const Case& c : cases) {
