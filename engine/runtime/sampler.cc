@@ -98,13 +98,6 @@ void Sampler::Accept(int32_t token) {
   window_next_ = (window_next_ + 1) % window;
 }
 
-void Sampler::Suppress(int32_t token) {
-  if (token < 0 || token >= n_vocab_) return;
-  if (std::find(suppressed_.begin(), suppressed_.end(), token) == suppressed_.end()) {
-    suppressed_.push_back(token);
-  }
-}
-
 void Sampler::ApplyPenalties() {
   const float rep = params_.repetition_penalty;
   for (const auto& [token, count] : counts_) {
@@ -357,7 +350,12 @@ absl::Status Sampler::LoadLogits(std::span<const float> logits) {
   work_.resize(n_vocab_);
   std::memcpy(work_.data(), logits.data(), logits.size() * sizeof(float));
   bool bad = false;
-  for (float v : work_) bad |= !(v < kInf);  // NaN or +inf; no early exit, so this can vectorize
+  float max = -kInf;
+  for (float v : work_) {  // no early exit, so this can vectorize
+    bad |= !(v < kInf);    // NaN or +inf
+    max = std::max(max, v);
+  }
+  raw_max_ = max;
   if (bad) {
     for (size_t i = 0; i < logits.size(); ++i) {
       if (!(logits[i] < kInf)) {
@@ -374,25 +372,25 @@ absl::StatusOr<SampleResult> Sampler::Sample(std::span<const float> logits) {
   SampleResult result;
   double log_z = 0;
   if (params_.logprobs) {
-    float max_logit = -kInf;
-    for (float v : logits) max_logit = std::max(max_logit, v);
     double z = 0;
-    for (float v : logits) z += std::exp(v - max_logit);
-    log_z = static_cast<double>(max_logit) + std::log(z);
+    for (float v : logits) z += std::exp(v - raw_max_);
+    log_z = static_cast<double>(raw_max_) + std::log(z);
   }
 
   if (penalties_on()) ApplyPenalties();
-  for (int32_t token : suppressed_) work_[token] = -kInf;
 
   if (params_.temperature == 0) {
     result.token = Greedy();
   } else {
-    float max_logit = -kInf;
-    for (float v : work_) max_logit = std::max(max_logit, v);
+    float max_logit = raw_max_;
+    if (penalties_on()) {
+      max_logit = -kInf;
+      for (float v : work_) max_logit = std::max(max_logit, v);
+    }
     if (max_logit != -kInf) result.token = SampleFiltered(max_logit);
   }
   if (result.token < 0) {
-    return absl::InvalidArgumentError("logits: no token has a finite logit after penalties and suppression");
+    return absl::InvalidArgumentError("logits: no token has a finite logit after penalties");
   }
 
   if (params_.logprobs) {

@@ -62,13 +62,8 @@ class Sampler {
   // token it returns: the caller accepts the tokens it keeps. Ids outside [0, n_vocab) are ignored.
   void Accept(int32_t token);
 
-  // Makes `token` impossible to sample (logit -inf after penalties), e.g. to ban end-of-generation
-  // tokens, llama.cpp's reading of ignore_eos. Reported logprobs are unchanged. Ids outside [0, n_vocab)
-  // are ignored.
-  void Suppress(int32_t token);
-
   // INVALID_ARGUMENT when logits.size() != n_vocab, a logit is NaN or +inf, or no token can be chosen
-  // (every logit -inf or suppressed).
+  // (every logit -inf, before or after penalties).
   absl::StatusOr<SampleResult> Sample(std::span<const float> logits);
 
   const SamplingParams& params() const { return params_; }
@@ -114,10 +109,10 @@ class Sampler {
   std::vector<int32_t> window_;
   size_t window_next_ = 0;
   absl::flat_hash_map<int32_t, int32_t> counts_;
-  std::vector<int32_t> suppressed_;
 
   // Buffers reused across calls.
   std::vector<float> work_;  // logits after penalties, then draw weights
+  float raw_max_ = 0;        // the largest logit as given, found while LoadLogits checks them
   std::vector<Candidate> candidates_;
 };
 

@@ -463,21 +463,6 @@ TEST(SamplerPenalties, ChangeTheDistributionNotOnlyGreedy) {
   ExpectFrequencies(Histogram(sampler, logits, draws), {{0, 0.25}, {1, 0.75}}, draws);
 }
 
-TEST(Sampler, SuppressedTokensAreNeverChosen) {
-  std::vector<float> logits(20, 0.0f);
-  logits[3] = 5.0f;
-  Sampler greedy(Greedy(), 20);
-  greedy.Suppress(3);
-  greedy.Suppress(99);  // ignored
-  EXPECT_EQ(SampleOne(greedy, logits), 0);
-
-  SamplingParams params;
-  params.seed = 16;
-  Sampler sampler(params, 20);
-  sampler.Suppress(3);
-  EXPECT_EQ(Histogram(sampler, logits, 500).count(3), 0u);
-}
-
 TEST(SamplerLogprobs, MatchLogSoftmaxOfOriginalLogits) {
   const int n = 2000;
   std::mt19937 gen(17);
@@ -547,10 +532,6 @@ TEST(SamplerErrors, BadLogits) {
   EXPECT_THAT(sampler.Sample(dead).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "no token"));
   Sampler greedy(Greedy(), 10);
   EXPECT_THAT(greedy.Sample(dead).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "no token"));
-  Sampler one(Greedy(), 1);
-  one.Suppress(0);
-  EXPECT_THAT(one.Sample(std::vector<float>{1.0f}).status(),
-              StatusIsWith(absl::StatusCode::kInvalidArgument, "no token"));
 }
 
 TEST(SamplerErrors, ExtremePenaltiesStayFinite) {
