@@ -189,7 +189,7 @@ absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, co
   job.manifest.set_created_by("convert");
   *job.manifest.mutable_geometry() = src.geometry;
   for (const auto& shard : model->shards()) {
-    ASSIGN_OR_RETURN(auto hash, HashFile(shard->path()));
+    ASSIGN_OR_RETURN(auto hash, HashFile(shard->path(), cancel));
     pack::v1::SourceShard* s = job.manifest.add_sources();
     s->set_name(std::filesystem::path(shard->path()).filename().string());
     s->set_size(hash.first);

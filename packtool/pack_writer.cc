@@ -47,7 +47,7 @@ absl::Status WriteAll(int fd, const uint8_t* data, uint64_t size, uint64_t offse
 
 }  // namespace
 
-absl::StatusOr<std::pair<uint64_t, uint64_t>> HashFile(const std::string& path) {
+absl::StatusOr<std::pair<uint64_t, uint64_t>> HashFile(const std::string& path, const std::atomic<bool>* cancel) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError(absl::StrCat(path, ": open"));
   XXH3_state_t* state = XXH3_createState();
@@ -56,6 +56,10 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> HashFile(const std::string& path) 
   uint64_t total = 0;
   absl::Status status;
   for (;;) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      status = absl::CancelledError(absl::StrCat(path, ": cancelled while hashing"));
+      break;
+    }
     const ssize_t n = read(fd, buf.data(), buf.size());
     if (n < 0) {
       if (errno == EINTR) continue;

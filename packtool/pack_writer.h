@@ -53,7 +53,9 @@ inline constexpr int kMaxThreads = 1024;
 int ResolveThreads(int threads);
 
 // Size and xxh3-64 of a whole file, read with read(2) so that hashing does not grow the process's RSS.
-absl::StatusOr<std::pair<uint64_t, uint64_t>> HashFile(const std::string& path);
+// CANCELLED, between 1 MiB reads, once `cancel` (may be null) is set.
+absl::StatusOr<std::pair<uint64_t, uint64_t>> HashFile(const std::string& path,
+                                                       const std::atomic<bool>* cancel = nullptr);
 
 // Drops the pages of [data, data + size) of a read-only file mapping from this process's resident set
 // (only whole pages inside the range). Used to keep streaming conversions at bounded memory.

@@ -125,6 +125,13 @@ TEST(ConvertTest, CancelLeavesNothingBehind) {
   EXPECT_THAT(result.status(), StatusIs(absl::StatusCode::kCancelled));
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(out + ".partial"));
+
+  // Cancelled before the first expert: while the source shards are hashed.
+  cancel = true;
+  result = ConvertGguf(Options(model, out, Scheme::kS8), nullptr, &cancel);
+  EXPECT_THAT(result.status(), StatusIsWith(absl::StatusCode::kCancelled, "cancelled while hashing"));
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".partial"));
 }
 
 TEST(ConvertTest, RejectsModelsWithoutExpertsAndMissingInputs) {
