@@ -1,5 +1,7 @@
 #include "engine/runtime/engine.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -21,6 +23,7 @@ double Since(Clock::time_point a, Clock::time_point b) { return std::chrono::dur
 }  // namespace
 
 struct Engine::Sequence {
+  uint64_t id = 0;  // orders the deliveries of this request on the pool
   GenerateRequest request;
   // Shared with the deliveries posted to the pool, which may run after the sequence is gone.
   std::shared_ptr<const GenerateCallbacks> callbacks;
@@ -117,11 +120,15 @@ EngineStats Engine::stats() const {
   s.queued = static_cast<int>(queue_.size());
   s.active = active_count_;
   s.kv_bytes_in_use = kv_pool_->in_use();
+  const kernels::ThreadPool::PostedStats posted = pool_->posted_stats();  // only callbacks are posted
+  s.callbacks_run = posted.items;
+  s.callback_seconds = posted.seconds;
   return s;
 }
 
 absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(GenerateRequest request, GenerateCallbacks callbacks) {
   auto seq = std::make_unique<Sequence>();
+  seq->id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
   const int64_t n_vocab = model_->config().n_vocab;
   if (!request.prompt_tokens.empty()) {
     for (size_t i = 0; i < request.prompt_tokens.size(); ++i) {
@@ -217,13 +224,13 @@ void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
     ++stats_.requests_finished;
   }
   if (seq->callbacks->on_done) {
-    pool_->Post([callbacks = seq->callbacks, result = std::move(r)] { callbacks->on_done(result); });
+    pool_->Post(seq->id, [callbacks = seq->callbacks, result = std::move(r)] { callbacks->on_done(result); });
   }
 }
 
 void Engine::DeliverTokens(Sequence* seq, TokenEvent event) {
   if (!seq->callbacks->on_tokens) return;
-  pool_->Post([callbacks = seq->callbacks, event = std::move(event)] { callbacks->on_tokens(event); });
+  pool_->Post(seq->id, [callbacks = seq->callbacks, event = std::move(event)] { callbacks->on_tokens(event); });
 }
 
 void Engine::ProcessLogits(Sequence* seq, const float* logits) {
@@ -369,6 +376,7 @@ bool Engine::Step() {
 }
 
 void Engine::SchedulerLoop() {
+  pthread_setname_np(pthread_self(), "strata-sched");
   for (;;) {
     {
       absl::MutexLock lock(&mu_);

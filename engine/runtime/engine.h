@@ -66,6 +66,8 @@ struct EngineStats {
   uint64_t expert_bytes = 0;
   uint64_t kv_bytes_in_use = 0;
   uint64_t requests_finished = 0;
+  uint64_t callbacks_run = 0;    // on_tokens and on_done calls made
+  double callback_seconds = 0;   // time spent in them, summed over the threads that ran them
 };
 
 // Lets a client stop its request; safe from any thread, at any time, any number of times.
@@ -113,7 +115,8 @@ class Engine {
   void Admit();
   void Finish(Sequence* seq, FinishReason reason, absl::Status status);
   void ProcessLogits(Sequence* seq, const float* logits);
-  // Posts the request's on_tokens call to the pool, to run off the decode's critical path.
+  // Posts the request's on_tokens call to the pool, to run off the decode's critical path, ordered after
+  // the request's earlier deliveries.
   void DeliverTokens(Sequence* seq, TokenEvent event);
 
   EngineOptions options_;
@@ -125,6 +128,7 @@ class Engine {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<KvCachePool> kv_pool_;
 
+  std::atomic<uint64_t> next_request_id_{0};
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<Sequence>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

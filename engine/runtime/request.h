@@ -51,10 +51,10 @@ struct GenerationResult {
 };
 
 // Called on one of the engine's compute threads while it is between parallel jobs (or on the scheduler
-// thread when the engine runs single-threaded), one call at a time over all requests, in the order the
-// scheduler produced them: a request's on_tokens calls, then its on_done. They must not block for long
-// (a blocked callback holds back every later one) and must not call back into the engine except
-// RequestHandle::Cancel.
+// thread when the engine runs single-threaded). A request's calls come one at a time, in the order the
+// scheduler produced them: its on_tokens calls, then its on_done; calls of different requests may run at
+// the same time on different threads. They must not block for long (a blocked callback keeps a compute
+// thread out of the decode) and must not call back into the engine except RequestHandle::Cancel.
 struct GenerateCallbacks {
   std::function<void(const TokenEvent&)> on_tokens;     // may be empty
   std::function<void(const GenerationResult&)> on_done;  // called exactly once

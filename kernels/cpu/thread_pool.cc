@@ -1,5 +1,7 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <pthread.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -51,71 +53,87 @@ void ThreadPool::WakeSleepers(bool all) {
   }
 }
 
-void ThreadPool::Post(std::function<void()> work) {
-  {
-    absl::MutexLock lock(&posted_mu_);
-    posted_.push_back(std::move(work));
-    has_posted_.store(true, std::memory_order_seq_cst);
-  }
-  if (workers_.empty()) {
-    TryRunPosted();
-  } else {
-    WakeSleepers(/*all=*/false);
-  }
-}
-
 namespace {
 // The pool whose posted work the current thread is running, if any.
 thread_local const ThreadPool* t_running_posted_of = nullptr;
 }  // namespace
 
-void ThreadPool::RunQueuedPosted() {
-  const ThreadPool* outer = t_running_posted_of;
-  t_running_posted_of = this;
-  for (;;) {
-    std::function<void()> work;
-    {
-      absl::MutexLock lock(&posted_mu_);
-      if (posted_.empty()) {
-        has_posted_.store(false, std::memory_order_seq_cst);
-        break;
-      }
-      work = std::move(posted_.front());
-      posted_.pop_front();
+void ThreadPool::Post(uint64_t order, std::function<void()> work) {
+  {
+    absl::MutexLock lock(&posted_mu_);
+    OrderedQueue& queue = posted_[order];
+    queue.items.push_back(std::move(work));
+    if (!queue.running && queue.items.size() == 1) {
+      ready_.push_back(order);
+      has_posted_.store(true, std::memory_order_seq_cst);
     }
-    work();
   }
-  t_running_posted_of = outer;
+  if (!workers_.empty()) {
+    WakeSleepers(/*all=*/false);
+  } else if (t_running_posted_of != this) {
+    RunReadyPosted();
+  }
 }
 
-bool ThreadPool::TryRunPosted() {
+bool ThreadPool::RunReadyPosted() {
+  const ThreadPool* outer = t_running_posted_of;
+  t_running_posted_of = this;
   bool ran = false;
-  // The load first keeps waiting workers from hammering the flag's cache line while another thread runs.
-  // It is seq_cst (a plain load on x86) so that a Post that finds the flag held is ordered before the
-  // holder's release below, like a failed exchange.
-  while (!running_posted_.load(std::memory_order_seq_cst) &&
-         !running_posted_.exchange(true, std::memory_order_seq_cst)) {
+  uint64_t order = 0;
+  std::function<void()> work;
+  posted_mu_.Lock();
+  while (!ready_.empty()) {
+    order = ready_.front();
+    ready_.pop_front();
+    has_posted_.store(!ready_.empty(), std::memory_order_seq_cst);
+    OrderedQueue& queue = posted_[order];
+    work = std::move(queue.items.front());
+    queue.items.pop_front();
+    queue.running = true;
+    ++running_posted_;
+    posted_mu_.Unlock();
+
+    const int64_t start_ns = NowNs();
+    work();
+    work = nullptr;  // destroyed outside the lock too
+    const int64_t ns = NowNs() - start_ns;
     ran = true;
-    RunQueuedPosted();
-    running_posted_.store(false, std::memory_order_seq_cst);
-    // A Post between the empty check and the release found the flag held and left its work queued; its
-    // has_posted_ store precedes its failed exchange, so it is seen here (all seq_cst) and run now.
-    if (!has_posted_.load(std::memory_order_seq_cst)) break;
+
+    posted_mu_.Lock();
+    --running_posted_;
+    ++posted_items_run_;
+    posted_ns_ += ns;
+    auto it = posted_.find(order);
+    it->second.running = false;
+    if (it->second.items.empty()) {
+      posted_.erase(it);
+    } else {
+      ready_.push_back(order);  // behind the keys that were waiting
+      has_posted_.store(true, std::memory_order_seq_cst);
+    }
   }
+  posted_mu_.Unlock();
+  t_running_posted_of = outer;
   return ran;
 }
 
 void ThreadPool::RunPosted() {
   if (t_running_posted_of == this) {
-    // Called from posted work, which holds running_posted_: waiting would wait for itself.
-    RunQueuedPosted();
+    // Called from posted work: waiting for the running items would wait for this one.
+    RunReadyPosted();
     return;
   }
-  // Done when nothing is queued and nobody runs an item; an item posted by the last one keeps it going.
+  // Done when nothing is ready and nobody runs an item; an item posted by a running one keeps it going.
   WaitUntil([this] {
-    if (has_posted_.load(std::memory_order_seq_cst)) TryRunPosted();
-    return !has_posted_.load(std::memory_order_seq_cst) && !running_posted_.load(std::memory_order_acquire);
+    if (has_posted_.load(std::memory_order_seq_cst)) RunReadyPosted();
+    absl::MutexLock lock(&posted_mu_);
+    return ready_.empty() && running_posted_ == 0;
   });
+}
+
+ThreadPool::PostedStats ThreadPool::posted_stats() const {
+  absl::MutexLock lock(&posted_mu_);
+  return {posted_items_run_, static_cast<double>(posted_ns_) * 1e-9};
 }
 
 void ThreadPool::RunTasks() {
@@ -129,6 +147,7 @@ void ThreadPool::RunTasks() {
 }
 
 void ThreadPool::WorkerLoop() {
+  pthread_setname_np(pthread_self(), "strata-pool");  // for top, perf and the benches' accounting
   uint32_t seen = 0;
   auto no_job = [&seen](uint32_t g) { return g == seen || (g & 1) != 0; };
   for (;;) {
@@ -137,7 +156,7 @@ void ThreadPool::WorkerLoop() {
     uint32_t g = generation_.load(std::memory_order_acquire);
     int64_t spin_until = NowNs() + spin_ns_;
     for (uint64_t i = 1; no_job(g); ++i) {
-      if (has_posted_.load(std::memory_order_relaxed) && TryRunPosted()) spin_until = NowNs() + spin_ns_;
+      if (has_posted_.load(std::memory_order_relaxed) && RunReadyPosted()) spin_until = NowNs() + spin_ns_;
       if ((i & 63) == 0) {
         if (NowNs() > spin_until) break;
         // Every few microseconds without a job, let a thread the kernel queued on this core run (e.g. a
@@ -153,12 +172,8 @@ void ThreadPool::WorkerLoop() {
       for (;;) {
         const uint32_t w = wakeups_.load(std::memory_order_seq_cst);
         g = generation_.load(std::memory_order_seq_cst);
-        // Posted work that a thread is running already is that thread's to finish (it runs the queue
-        // empty and looks again after letting go), so only unclaimed work keeps this worker up.
-        if (!no_job(g) || (has_posted_.load(std::memory_order_seq_cst) &&
-                           !running_posted_.load(std::memory_order_seq_cst))) {
-          break;
-        }
+        // Only unclaimed work keeps this worker up: a running item's later items are that thread's to run.
+        if (!no_job(g) || has_posted_.load(std::memory_order_seq_cst)) break;
         wakeups_.wait(w, std::memory_order_seq_cst);
       }
       sleepers_.fetch_sub(1, std::memory_order_relaxed);

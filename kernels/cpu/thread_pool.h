@@ -10,10 +10,12 @@
 // it), then sleep on a futex until the next one. ParallelFor may be called from
 // one thread at a time (any thread, but never concurrently and never from inside a task).
 //
-// Post queues side work (e.g. handing results to a network stack) that a worker runs between jobs, off
-// the critical path: the job goes on without that worker instead of waiting for a thread the side work
-// displaced mid-task. Post and RunPosted may be called from any thread, including from posted work.
-// The destructor runs what is still posted, then joins the workers; it must not race a ParallelFor.
+// Post queues side work (e.g. handing results to a network stack) that workers run between jobs, off the
+// critical path: the job goes on without those workers instead of waiting for a thread the side work
+// displaced mid-task. Work is posted under an order key: one key's work runs one item at a time, in the
+// order posted, while different keys' work may run at the same time on different workers. Post and
+// RunPosted may be called from any thread, including from posted work. The destructor runs what is still
+// posted, then joins the workers; it must not race a ParallelFor.
 
 #include <atomic>
 #include <cstdint>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -46,16 +49,26 @@ class ThreadPool {
   // Tasks must not throw.
   void ParallelFor(int64_t n_tasks, absl::FunctionRef<void(int64_t)> fn);
 
-  // Queues work to run soon on a worker that is between jobs (waking one if all sleep). Posted work runs
-  // one item at a time, in the order posted, never inside a ParallelFor task. A pool without workers runs
-  // it on the posting threads: on the caller before Post returns, unless a thread (the caller itself, when
-  // posting from posted work) is running posted work already; that thread then runs it before it is done.
-  void Post(std::function<void()> work);
+  // Queues work to run soon on a worker that is between jobs (waking one if all sleep), never inside a
+  // ParallelFor task. Work under one `order` key runs one item at a time in the order posted; keys run in
+  // the order they became ready, one item per turn. A pool without workers runs the work on the posting
+  // threads: on the caller before Post returns, unless another thread is running that key's work (it runs
+  // the new item before it returns) or the caller is itself running posted work (it runs the item after
+  // the current one).
+  void Post(uint64_t order, std::function<void()> work);
 
-  // Returns once everything posted before the call has run, running queued items on the calling thread
-  // and waiting for one that a worker is running. Called from posted work, it runs the items queued so far
-  // there and then, nested in the current one.
+  // Returns once everything posted before the call has run, running ready items on the calling thread and
+  // waiting for those that workers are running. Called from posted work, it runs the items ready there and
+  // then, nested in the current one, without waiting for other threads' items or for later items of its
+  // own key (they wait for it).
   void RunPosted();
+
+  // Posted items run so far and the time spent in them (summed over threads).
+  struct PostedStats {
+    uint64_t items = 0;
+    double seconds = 0;
+  };
+  PostedStats posted_stats() const;
 
  private:
   ThreadPool(int num_threads, int spin_us);
@@ -65,11 +78,8 @@ class ThreadPool {
   // Spins until pred() holds, yielding the core once the spin budget is spent.
   template <typename Pred>
   void WaitUntil(Pred pred) const;
-  // Runs posted work until the queue is empty, unless another thread is already running it; true if it
-  // ran any.
-  bool TryRunPosted();
-  // Pops and runs posted work until the queue is empty. The caller holds running_posted_.
-  void RunQueuedPosted();
+  // Runs ready posted work until none is left unclaimed; true if it ran any.
+  bool RunReadyPosted();
   // Wakes sleeping workers (all, or one) after a job was published or work posted.
   void WakeSleepers(bool all);
 
@@ -90,12 +100,19 @@ class ThreadPool {
   alignas(64) std::atomic<uint32_t> wakeups_{0};  // sleeping workers wait for this to change
   std::atomic<bool> stop_{false};
 
-  // Posted work. has_posted_ mirrors !posted_.empty() for lock-free checks in the workers' wait loop;
-  // running_posted_ is held by the one thread running posted work.
+  // Posted work. A key is in ready_ (once) while it has queued items and none of its items is running;
+  // has_posted_ mirrors !ready_.empty() for lock-free checks in the workers' wait loop.
+  struct OrderedQueue {
+    std::deque<std::function<void()>> items;
+    bool running = false;
+  };
   alignas(64) std::atomic<bool> has_posted_{false};
-  std::atomic<bool> running_posted_{false};
-  alignas(64) absl::Mutex posted_mu_;
-  std::deque<std::function<void()>> posted_ ABSL_GUARDED_BY(posted_mu_);
+  alignas(64) mutable absl::Mutex posted_mu_;
+  absl::flat_hash_map<uint64_t, OrderedQueue> posted_ ABSL_GUARDED_BY(posted_mu_);
+  std::deque<uint64_t> ready_ ABSL_GUARDED_BY(posted_mu_);
+  int running_posted_ ABSL_GUARDED_BY(posted_mu_) = 0;  // items being run now
+  uint64_t posted_items_run_ ABSL_GUARDED_BY(posted_mu_) = 0;
+  int64_t posted_ns_ ABSL_GUARDED_BY(posted_mu_) = 0;
 };
 
 // Runs fn(i) for every i in [0, n_tasks): on `pool`, or on the caller when `pool` is null.

@@ -303,32 +303,33 @@ TEST_F(EngineTest, CancelFreesTheSequence) {
   EXPECT_EQ(next->result.tokens.size(), 3u);
 }
 
-TEST_F(EngineTest, CallbacksRunOneAtATimeInOrderAndAllBeforeTheEngineIsGone) {
+TEST_F(EngineTest, CallbacksOfARequestRunOneAtATimeInOrderAndAllBeforeTheEngineIsGone) {
   constexpr int kRequests = 4;
-  std::atomic<int> inside{0};
+  std::vector<std::atomic<int>> inside(2 * kRequests);  // per request
   std::atomic<int> overlaps{0};
   std::atomic<int> out_of_order{0};
   std::atomic<int> second_batch_events{0};
-  std::vector<int64_t> tokens_seen(2 * kRequests, 0);  // touched by callbacks only, one at a time
-  std::vector<bool> finished(2 * kRequests, false);
+  // Element i is touched only by request i's callbacks, which run one at a time.
+  std::vector<int64_t> tokens_seen(2 * kRequests, 0);
+  std::vector<char> finished(2 * kRequests, false);
   std::vector<std::atomic<int>> done_calls(2 * kRequests);
   std::vector<GenerationResult> results(2 * kRequests);
   auto callbacks = [&](int i) {
     GenerateCallbacks cb;
     cb.on_tokens = [&, i](const TokenEvent& e) {
-      if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+      if (inside[i].fetch_add(1) != 0) overlaps.fetch_add(1);
       if (finished[i]) out_of_order.fetch_add(1);
       tokens_seen[i] += static_cast<int64_t>(e.tokens.size());
       if (i >= kRequests) second_batch_events.fetch_add(1);
       std::this_thread::sleep_for(std::chrono::microseconds(50));  // widen any window for overlap
-      inside.fetch_sub(1);
+      inside[i].fetch_sub(1);
     };
     cb.on_done = [&, i](const GenerationResult& r) {
-      if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+      if (inside[i].fetch_add(1) != 0) overlaps.fetch_add(1);
       finished[i] = true;
       results[i] = r;
       done_calls[i].fetch_add(1);
-      inside.fetch_sub(1);
+      inside[i].fetch_sub(1);
     };
     return cb;
   };

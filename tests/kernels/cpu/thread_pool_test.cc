@@ -102,12 +102,12 @@ TEST(ThreadPoolTest, PostedWorkRunsInOrderOnAWorker) {
     std::unique_ptr<ThreadPool> pool = MakePool(3, spin_us);
     ASSERT_NE(pool, nullptr);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    std::vector<int> order;  // written only by posted work, which never runs concurrently
+    std::vector<int> order;  // written only by posted work of one key, which never runs concurrently
     std::atomic<int> on_caller{0};
     std::atomic<bool> done{false};
     const std::thread::id caller = std::this_thread::get_id();
     for (int i = 0; i < 200; ++i) {
-      pool->Post([&, i] {
+      pool->Post(7, [&, i] {
         if (std::this_thread::get_id() == caller) on_caller.fetch_add(1);
         order.push_back(i);
         if (i == 199) done.store(true);
@@ -124,49 +124,97 @@ TEST(ThreadPoolTest, PostedWorkRunsInOrderOnAWorker) {
   }
 }
 
-TEST(ThreadPoolTest, PostedWorkNeverOverlapsAndInterleavesWithJobs) {
+// Many keys' work interleaved with jobs: each key's items never overlap and run in the order posted,
+// and every item runs once.
+TEST(ThreadPoolTest, EachKeysWorkRunsOneAtATimeInOrderBesideJobs) {
+  constexpr int kKeys = 6;
   std::unique_ptr<ThreadPool> pool = MakePool(4);
   ASSERT_NE(pool, nullptr);
-  std::atomic<int> inside{0};
+  std::vector<std::atomic<int>> inside(kKeys);
+  std::vector<std::vector<int>> order(kKeys);  // order[k] is written only by key k's work
   std::atomic<int> overlaps{0};
-  std::atomic<int> ran{0};
   std::vector<int64_t> out(64);
-  for (int iter = 0; iter < 500; ++iter) {
-    pool->Post([&] {
-      if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-      inside.fetch_sub(1);
-      ran.fetch_add(1);
-    });
+  for (int iter = 0; iter < 300; ++iter) {
+    for (int k = 0; k < kKeys; ++k) {
+      pool->Post(k, [&, k, iter] {
+        if (inside[k].fetch_add(1) != 0) overlaps.fetch_add(1);
+        order[k].push_back(iter);
+        std::this_thread::sleep_for(std::chrono::microseconds(5));
+        inside[k].fetch_sub(1);
+      });
+    }
     pool->ParallelFor(64, [&](int64_t i) { out[i] = i + iter; });
     for (int64_t i = 0; i < 64; ++i) ASSERT_EQ(out[i], i + iter);
   }
   pool->RunPosted();
-  EXPECT_EQ(ran.load(), 500);
   EXPECT_EQ(overlaps.load(), 0);
+  for (int k = 0; k < kKeys; ++k) {
+    ASSERT_EQ(order[k].size(), 300u) << "key " << k;
+    for (int i = 0; i < 300; ++i) ASSERT_EQ(order[k][i], i) << "key " << k;
+  }
 }
 
-// Work posted from posted work runs after it; RunPosted called there runs it at once instead of waiting
-// for the item it is called from.
+// Work under another key does not wait for a running item: the first item can only finish once the
+// second has run beside it.
+TEST(ThreadPoolTest, DifferentKeysRunAtTheSameTime) {
+  std::unique_ptr<ThreadPool> pool = MakePool(3);
+  ASSERT_NE(pool, nullptr);
+  std::atomic<bool> second_ran{false};
+  std::atomic<bool> first_saw_second{false};
+  std::atomic<bool> first_done{false};
+  pool->Post(1, [&] {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!second_ran.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    first_saw_second.store(second_ran.load());
+    first_done.store(true);
+  });
+  pool->Post(2, [&] { second_ran.store(true); });
+  while (!first_done.load()) std::this_thread::yield();
+  pool->RunPosted();
+  EXPECT_TRUE(first_saw_second.load());
+}
+
+// Work posted from posted work runs after it; RunPosted called there runs other keys' ready work at once
+// instead of waiting for the item it is called from, and leaves its own key's later items for after it.
 TEST(ThreadPoolTest, PostAndRunPostedFromPostedWork) {
-  for (bool run_posted_inside : {false, true}) {
-    for (int threads : {1, 3}) {
-      std::unique_ptr<ThreadPool> pool = MakePool(threads);
-      ASSERT_NE(pool, nullptr);
-      std::vector<std::string> log;
-      pool->Post([&] {
-        log.push_back("outer begins");
-        pool->Post([&] { log.push_back("inner"); });
-        if (run_posted_inside) pool->RunPosted();
-        log.push_back("outer ends");
-      });
-      pool->RunPosted();
-      const std::vector<std::string> expected =
-          run_posted_inside ? std::vector<std::string>{"outer begins", "inner", "outer ends"}
-                            : std::vector<std::string>{"outer begins", "outer ends", "inner"};
-      EXPECT_EQ(log, expected) << threads << " threads, RunPosted inside: " << run_posted_inside;
-    }
+  struct Case {
+    bool run_posted_inside;
+    uint64_t inner_key;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {false, 1, {"outer begins", "outer ends", "inner"}},
+      {false, 2, {"outer begins", "outer ends", "inner"}},
+      {true, 1, {"outer begins", "outer ends", "inner"}},
+      {true, 2, {"outer begins", "inner", "outer ends"}},
+  };
+  for (const Case& c : cases) {
+    // Without workers, so that another key's item can only run where the test says.
+    std::unique_ptr<ThreadPool> pool = MakePool(1);
+    ASSERT_NE(pool, nullptr);
+    std::vector<std::string> log;
+    pool->Post(1, [&] {
+      log.push_back("outer begins");
+      pool->Post(c.inner_key, [&] { log.push_back("inner"); });
+      if (c.run_posted_inside) pool->RunPosted();
+      log.push_back("outer ends");
+    });
+    pool->RunPosted();
+    EXPECT_EQ(log, c.expected) << "inner key " << c.inner_key << ", RunPosted inside: " << c.run_posted_inside;
   }
+  // With workers, an item posted from posted work under the same key still runs after it.
+  std::unique_ptr<ThreadPool> pool = MakePool(3);
+  ASSERT_NE(pool, nullptr);
+  std::vector<std::string> log;  // written by key 1's work only
+  pool->Post(1, [&] {
+    log.push_back("outer begins");
+    pool->Post(1, [&] { log.push_back("inner"); });
+    pool->RunPosted();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    log.push_back("outer ends");
+  });
+  pool->RunPosted();
+  EXPECT_EQ(log, (std::vector<std::string>{"outer begins", "outer ends", "inner"}));
 }
 
 TEST(ThreadPoolTest, WithoutWorkersPostFromManyThreadsLeavesNothingQueued) {
@@ -176,7 +224,9 @@ TEST(ThreadPoolTest, WithoutWorkersPostFromManyThreadsLeavesNothingQueued) {
   std::vector<std::thread> posters;
   for (int t = 0; t < 4; ++t) {
     posters.emplace_back([&] {
-      for (int i = 0; i < 2000; ++i) pool->Post([&] { ran.fetch_add(1); });
+      // Keys shared between the threads, so that a thread's item is often left to the thread running
+      // that key's work.
+      for (int i = 0; i < 2000; ++i) pool->Post(i % 3, [&] { ran.fetch_add(1); });
     });
   }
   for (std::thread& t : posters) t.join();
@@ -188,7 +238,7 @@ TEST(ThreadPoolTest, WithoutWorkersPostRunsOnTheCaller) {
   std::unique_ptr<ThreadPool> pool = MakePool(1);
   ASSERT_NE(pool, nullptr);
   std::thread::id ran_on;
-  pool->Post([&] { ran_on = std::this_thread::get_id(); });
+  pool->Post(0, [&] { ran_on = std::this_thread::get_id(); });
   EXPECT_EQ(ran_on, std::this_thread::get_id());
 }
 
@@ -197,7 +247,7 @@ TEST(ThreadPoolTest, RunPostedWaitsForWorkAWorkerIsRunning) {
   ASSERT_NE(pool, nullptr);
   std::atomic<bool> started{false};
   std::atomic<bool> finished{false};
-  pool->Post([&] {
+  pool->Post(0, [&] {
     started.store(true);
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     finished.store(true);
@@ -213,7 +263,7 @@ TEST(ThreadPoolTest, DestructorRunsWhatIsStillPosted) {
     std::unique_ptr<ThreadPool> pool = MakePool(3, 0);
     ASSERT_NE(pool, nullptr);
     for (int i = 0; i < 50; ++i) {
-      pool->Post([&] {
+      pool->Post(i % 5, [&] {
         std::this_thread::sleep_for(std::chrono::microseconds(100));
         ran.fetch_add(1);
       });
