@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -259,6 +261,54 @@ void PrintResult(std::string_view name, double value, std::string_view unit, dou
               static_cast<int>(bound_name.size()), bound_name.data(), bound, static_cast<int>(unit.size()),
               unit.data(), bound > 0 ? value / bound : 0.0);
   std::fflush(stdout);
+}
+
+// ---- Thread usage
+
+std::map<int, ThreadUsage> SnapshotThreads() {
+  std::map<int, ThreadUsage> threads;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    const std::string dir = entry.path().string();
+    int tid = 0;
+    try {
+      tid = std::stoi(entry.path().filename().string());
+    } catch (...) {
+      continue;
+    }
+    ThreadUsage u;
+    std::ifstream comm(dir + "/comm");
+    std::getline(comm, u.name);
+    // schedstat: nanoseconds on a CPU, nanoseconds runnable on a run queue, time slices.
+    std::ifstream schedstat(dir + "/schedstat");
+    uint64_t run_ns = 0, wait_ns = 0;
+    if (!(schedstat >> run_ns >> wait_ns)) continue;  // the thread exited meanwhile
+    u.cpu_seconds = static_cast<double>(run_ns) * 1e-9;
+    u.wait_seconds = static_cast<double>(wait_ns) * 1e-9;
+    std::ifstream status(dir + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) {
+        std::istringstream(line.substr(line.find(':') + 1)) >> u.preempted;
+      }
+    }
+    threads[tid] = std::move(u);
+  }
+  return threads;
+}
+
+std::map<std::string, ThreadUsage> UsageByName(const std::map<int, ThreadUsage>& before,
+                                               const std::map<int, ThreadUsage>& after) {
+  std::map<std::string, ThreadUsage> by_name;
+  for (const auto& [tid, now] : after) {
+    ThreadUsage then;
+    if (auto it = before.find(tid); it != before.end() && it->second.name == now.name) then = it->second;
+    ThreadUsage& sum = by_name[now.name];
+    sum.name = now.name;
+    sum.cpu_seconds += now.cpu_seconds - then.cpu_seconds;
+    sum.wait_seconds += now.wait_seconds - then.wait_seconds;
+    sum.preempted += now.preempted - then.preempted;
+  }
+  return by_name;
 }
 
 }  // namespace strata::bench

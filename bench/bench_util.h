@@ -93,6 +93,21 @@ class DramProbe {
   MappedBuffer buffer_;
 };
 
+// CPU use of this process's threads, from /proc/self/task (Linux; zeros elsewhere): on-CPU time, time
+// spent runnable but waiting for a core, and involuntary context switches (preemptions).
+struct ThreadUsage {
+  std::string name;
+  double cpu_seconds = 0;
+  double wait_seconds = 0;
+  int64_t preempted = 0;
+};
+// The live threads by thread id.
+std::map<int, ThreadUsage> SnapshotThreads();
+// What each thread name used between two snapshots (threads that exited in between are not counted),
+// summed over the threads of that name.
+std::map<std::string, ThreadUsage> UsageByName(const std::map<int, ThreadUsage>& before,
+                                               const std::map<int, ThreadUsage>& after);
+
 // Prints "<name>  <value> <unit>  | <bound_name> <bound> <unit>  | <value/bound> of bound" on one line.
 void PrintResult(std::string_view name, double value, std::string_view unit, double bound,
                  std::string_view bound_name);

@@ -1,15 +1,20 @@
 #include "services/server_runner.h"
 
+#include <thread>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "spdlog/spdlog.h"
 
 namespace strata::services {
 
-absl::StatusOr<StartedServer> StartServer(const ServerConfig& config, const std::vector<ServedService>& services) {
+namespace {
+
+absl::StatusOr<StartedServer> BuildAndStart(const ServerConfig& config, const std::vector<ServedService>& services) {
   // Both are process-wide switches that the builder reads when it is constructed.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -34,6 +39,23 @@ absl::StatusOr<StartedServer> StartServer(const ServerConfig& config, const std:
     health->SetServingStatus("", true);
     for (const ServedService& served : services) health->SetServingStatus(served.name, true);
   }
+  return started;
+}
+
+}  // namespace
+
+absl::StatusOr<StartedServer> StartServer(const ServerConfig& config, const std::vector<ServedService>& services) {
+  if (config.network_priority == NetworkPriority::kNormal) return BuildAndStart(config, services);
+  // Built on a thread of its own under the priority: the threads gRPC starts inherit it, and the caller,
+  // which may go on to start compute threads, keeps its own.
+  absl::StatusOr<StartedServer> started;
+  std::thread builder([&] {
+    if (absl::Status status = SetThisThreadNetworkPriority(config.network_priority); !status.ok()) {
+      spdlog::warn("{}; the network threads run under the normal policy", std::string(status.message()));
+    }
+    started = BuildAndStart(config, services);
+  });
+  builder.join();
   return started;
 }
 

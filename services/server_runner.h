@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
+#include "services/network_priority.h"
 
 namespace strata::services {
 
@@ -22,6 +23,10 @@ struct ServedService {
 struct ServerConfig {
   std::string listen_address;         // "host:port" (port 0: any free port); empty: in-process channels only
   int max_message_bytes = 256 << 20;  // both directions; a manifest has one checksum per expert
+  // Applied to the threads gRPC starts while the server is built (the process's first server also starts
+  // gRPC's shared pollers and executors then); the calling thread keeps its own. Where the system refuses
+  // it, a warning is logged and the threads run under the normal policy.
+  NetworkPriority network_priority = NetworkPriority::kNormal;
 };
 
 struct StartedServer {

@@ -1,7 +1,7 @@
 // strata-server: the inference gRPC service (strata.v1.Inference), with health checking and reflection.
 //
 //   strata-server --pack DIR [--listen ADDR] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N]
-//                 [--expert-source arena|mmap] [--verify]
+//                 [--expert-source arena|mmap] [--verify] [--network-priority idle|normal]
 //
 // The server starts first and reports NOT_SERVING (calls are UNAVAILABLE) while the pack loads, then
 // SERVING. A pack that cannot be loaded ends the process with exit code 1 and the reason. SIGINT or
@@ -39,6 +39,10 @@ ABSL_FLAG(int, max_queue, 64, "requests waiting beyond --max-seqs; more are refu
 ABSL_FLAG(std::string, expert_source, "arena", "where experts are read from: arena or mmap");
 ABSL_FLAG(bool, verify, false, "check every expert blob's checksum while loading");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
+ABSL_FLAG(std::string, network_priority, "idle",
+          "scheduling of gRPC's threads: idle (SCHED_IDLE: they run when a compute thread leaves its core and "
+          "never preempt one; for a machine given to the server) or normal (for a machine whose cores are busy "
+          "with other programs too)");
 
 namespace {
 
@@ -89,7 +93,7 @@ void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtim
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "strata-server --pack DIR [--listen HOST:PORT] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N] "
-      "[--expert-source arena|mmap] [--verify]");
+      "[--expert-source arena|mmap] [--verify] [--network-priority idle|normal]");
   std::vector<std::string> args(argv, argv + argc);
   absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
   if (!parsed.ok()) {
@@ -117,6 +121,9 @@ int main(int argc, char** argv) {
   if (absl::Status status = strata::services::CheckLogLevel(absl::GetFlag(FLAGS_log_level)); !status.ok()) {
     return UsageError(std::string(status.message()));
   }
+  absl::StatusOr<strata::services::NetworkPriority> network_priority =
+      strata::services::ParseNetworkPriority(absl::GetFlag(FLAGS_network_priority), "--network-priority");
+  if (!network_priority.ok()) return UsageError(std::string(network_priority.status().message()));
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
   // Signals are taken by sigwait; block them before gRPC and the engine start threads, which inherit the mask.
@@ -130,6 +137,7 @@ int main(int argc, char** argv) {
   auto service = std::make_unique<strata::services::InferenceServiceImpl>();
   strata::services::ServerConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
+  config.network_priority = *network_priority;
   absl::StatusOr<strata::services::StartedServer> started = strata::services::StartServer(
       config, {{service.get(), strata::v1::Inference::service_full_name()}});
   if (!started.ok()) {
@@ -140,6 +148,8 @@ int main(int argc, char** argv) {
   strata::services::SetInferenceServing(server, false);
   spdlog::info("strata-server listening on {} (port {}); loading {}", config.listen_address, started->port,
                options.pack_dir);
+  spdlog::info("network threads scheduled {} (--network-priority)",
+               strata::services::NetworkPriorityName(config.network_priority));
 
   absl::StatusOr<std::unique_ptr<strata::runtime::Engine>> engine = strata::runtime::Engine::Create(options);
   if (!engine.ok()) {

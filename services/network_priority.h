@@ -1,0 +1,37 @@
+#ifndef STRATA_SERVICES_NETWORK_PRIORITY_H_
+#define STRATA_SERVICES_NETWORK_PRIORITY_H_
+
+// How the threads that serve the network (gRPC's pollers, executors and callback threads) are scheduled
+// beside the engine's compute threads, which take every core and spin between parallel jobs while they
+// decode.
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace strata::services {
+
+enum class NetworkPriority {
+  // The default policy. A woken network thread preempts a compute thread, often in the middle of a task,
+  // and the whole parallel job waits for that task: a few tens of microseconds of network work per token
+  // cost several times that in decode speed.
+  kNormal,
+  // SCHED_IDLE: network threads run when a compute thread leaves its core (between jobs, or when the
+  // engine has nothing to do) and never preempt one. On a machine whose cores are busy with other
+  // programs they get very little CPU, so use kNormal there.
+  kIdle,
+};
+
+// "normal" or "idle"; INVALID_ARGUMENT naming `field` otherwise.
+absl::StatusOr<NetworkPriority> ParseNetworkPriority(std::string_view name, std::string_view field);
+std::string_view NetworkPriorityName(NetworkPriority priority);
+
+// Puts the calling thread under `priority`; the threads it creates from then on inherit it. An
+// unprivileged thread cannot leave SCHED_IDLE again, so call this only on a thread that will start no
+// compute threads. FAILED_PRECONDITION with the reason when the system refuses.
+absl::Status SetThisThreadNetworkPriority(NetworkPriority priority);
+
+}  // namespace strata::services
+
+#endif  // STRATA_SERVICES_NETWORK_PRIORITY_H_

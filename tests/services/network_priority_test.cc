@@ -1,0 +1,97 @@
+#include "services/network_priority.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "services/server_runner.h"
+
+namespace strata::services {
+namespace {
+
+int PolicyOfThisThread() {
+  int policy = -1;
+  sched_param param{};
+  EXPECT_EQ(pthread_getschedparam(pthread_self(), &policy, &param), 0);
+  return policy;
+}
+
+// Threads of this process whose scheduling policy (field 41 of /proc/self/task/<tid>/stat) is `policy`.
+int ThreadsUnderPolicy(int policy) {
+  int count = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream stat(task.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t after_name = text.rfind(')');  // the name may hold spaces
+    if (after_name == std::string::npos) continue;
+    std::istringstream fields(text.substr(after_name + 2));
+    std::string field;
+    // Fields from 3 (state) on; the policy is field 41.
+    for (int i = 3; i <= 41 && fields >> field; ++i) {
+      if (i == 41 && std::stoi(field) == policy) ++count;
+    }
+  }
+  return count;
+}
+
+TEST(NetworkPriorityTest, ParsesTheTwoNamesAndRefusesOthersNamingTheField) {
+  EXPECT_EQ(*ParseNetworkPriority("idle", "--network-priority"), NetworkPriority::kIdle);
+  EXPECT_EQ(*ParseNetworkPriority("normal", "--network-priority"), NetworkPriority::kNormal);
+  EXPECT_EQ(NetworkPriorityName(NetworkPriority::kIdle), "idle");
+  EXPECT_EQ(NetworkPriorityName(NetworkPriority::kNormal), "normal");
+  for (const char* bad : {"", "IDLE", "low", "batch"}) {
+    absl::StatusOr<NetworkPriority> p = ParseNetworkPriority(bad, "--network-priority");
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(p.status().message().find("--network-priority"), std::string::npos) << p.status();
+    EXPECT_NE(p.status().message().find("normal or idle"), std::string::npos) << p.status();
+  }
+}
+
+TEST(NetworkPriorityTest, IdleAppliesToTheThreadAndWhatItStartsNotToOthers) {
+  const int caller_policy = PolicyOfThisThread();
+  int set_policy = -1, child_policy = -1;
+  std::thread network([&] {
+    ASSERT_TRUE(SetThisThreadNetworkPriority(NetworkPriority::kIdle).ok());
+    set_policy = PolicyOfThisThread();
+    std::thread child([&] { child_policy = PolicyOfThisThread(); });
+    child.join();
+  });
+  network.join();
+  EXPECT_EQ(set_policy, SCHED_IDLE);
+  EXPECT_EQ(child_policy, SCHED_IDLE);
+  EXPECT_EQ(PolicyOfThisThread(), caller_policy);
+
+  std::thread normal([&] {
+    ASSERT_TRUE(SetThisThreadNetworkPriority(NetworkPriority::kNormal).ok());
+    set_policy = PolicyOfThisThread();
+  });
+  normal.join();
+  EXPECT_EQ(set_policy, caller_policy);
+}
+
+TEST(NetworkPriorityTest, ServerBuiltUnderIdleLeavesTheCallerAlone) {
+  const int caller_policy = PolicyOfThisThread();
+  ASSERT_NE(caller_policy, SCHED_IDLE);
+  const int idle_before = ThreadsUnderPolicy(SCHED_IDLE);
+  ServerConfig config;
+  config.listen_address = "127.0.0.1:0";
+  config.network_priority = NetworkPriority::kIdle;
+  absl::StatusOr<StartedServer> started = StartServer(config, {});
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_GT(started->port, 0);
+  // gRPC started its threads for the server under SCHED_IDLE; this thread kept its policy.
+  EXPECT_GT(ThreadsUnderPolicy(SCHED_IDLE), idle_before);
+  EXPECT_EQ(PolicyOfThisThread(), caller_policy);
+  started->server->Shutdown();
+  started->server->Wait();
+}
+
+}  // namespace
+}  // namespace strata::services
