@@ -19,12 +19,12 @@
 //
 //   strata-grpc-stream-bench [--pack=DIR | --dir=/tmp/strata-grpc-stream-bench] [--streams=1,16]
 //                            [--tokens=128] [--prompt-tokens=16] [--threads=<cores>] [--rounds=9]
-//                            [--server-threads=<--threads>] [--network-priority=idle|normal]
+//                            [--server-threads=<--threads>] [--network-priority=auto|idle|normal]
 //                            [--transport=tcp|unix]
 //
 // --server-threads gives the engine behind the server its own thread count (a second engine), to compare a
 // server that leaves cores to its network threads with the engine called directly on every core.
-// --network-priority is strata-server's option of the same name (default idle, as there).
+// --network-priority is strata-server's option of the same name (default auto, as there).
 //
 // Without --pack a `small`-like qwen3moe pack (s4) is synthesized into --dir once and reused.
 
@@ -56,7 +56,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: strata-grpc-stream-bench [--pack=DIR | --dir=/tmp/strata-grpc-stream-bench] [--streams=1,16]\n"
     "  [--tokens=128] [--prompt-tokens=16] [--threads=<cores>] [--rounds=9] [--server-threads=<--threads>]\n"
-    "  [--network-priority=idle|normal] [--transport=tcp|unix]";
+    "  [--network-priority=auto|idle|normal] [--transport=tcp|unix]";
 
 using Clock = std::chrono::steady_clock;
 
@@ -321,7 +321,7 @@ int Main(int argc, char** argv) {
   const int server_threads = static_cast<int>(flags.Int("server-threads", threads));
   const int rounds = static_cast<int>(flags.Int("rounds", 9));
   const auto network_priority =
-      services::ParseNetworkPriority(flags.String("network-priority", "idle"), "--network-priority");
+      services::ParseNetworkPriority(flags.String("network-priority", "auto"), "--network-priority");
   const std::string transport = flags.String("transport", "tcp");
   flags.CheckNoUnknown();
   if (tokens < 2 || prompt_tokens < 1 || rounds < 1 || stream_counts.empty()) {
@@ -376,7 +376,8 @@ int Main(int argc, char** argv) {
   } else {
     config.listen_address = "127.0.0.1:0";
   }
-  config.network_priority = *network_priority;
+  config.network_priority = services::ResolveNetworkPriority(
+      *network_priority, server_threads, static_cast<int>(std::thread::hardware_concurrency()));
   auto started = services::StartServer(config, {{&service, v1::Inference::service_full_name()}});
   if (!started.ok()) {
     std::fprintf(stderr, "error: %s\n", started.status().ToString().c_str());
@@ -397,7 +398,7 @@ int Main(int argc, char** argv) {
   std::printf("%d prompt tokens, %d generated tokens per stream, greedy; gRPC over %s, network threads %s; "
               "%d rounds D G D G ... D\n",
               prompt_tokens, tokens, transport == "unix" ? "a Unix socket" : "loopback TCP",
-              std::string(services::NetworkPriorityName(*network_priority)).c_str(), rounds);
+              std::string(services::NetworkPriorityName(config.network_priority)).c_str(), rounds);
   // Warm up both paths (page faults, thread start-up, the channel's connection).
   RunDirect(direct, Prompts(1, prompt_tokens, n_vocab), 4);
   RunGrpc(*stub, Prompts(1, prompt_tokens, n_vocab), 4);

@@ -12,17 +12,34 @@
 namespace strata::services {
 
 absl::StatusOr<NetworkPriority> ParseNetworkPriority(std::string_view name, std::string_view field) {
+  if (name == "auto") return NetworkPriority::kAuto;
   if (name == "normal") return NetworkPriority::kNormal;
   if (name == "idle") return NetworkPriority::kIdle;
-  return absl::InvalidArgumentError(
-      absl::StrCat(std::string(field), ": '", std::string(name), "' is not a network priority (expected normal or idle)"));
+  return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": '", std::string(name),
+                                                 "' is not a network priority (expected auto, normal or idle)"));
 }
 
 std::string_view NetworkPriorityName(NetworkPriority priority) {
-  return priority == NetworkPriority::kIdle ? "idle" : "normal";
+  switch (priority) {
+    case NetworkPriority::kAuto:
+      return "auto";
+    case NetworkPriority::kNormal:
+      return "normal";
+    case NetworkPriority::kIdle:
+      return "idle";
+  }
+  return "unknown";
+}
+
+NetworkPriority ResolveNetworkPriority(NetworkPriority requested, int compute_threads, int cores) {
+  if (requested != NetworkPriority::kAuto) return requested;
+  return compute_threads <= 0 || compute_threads >= cores ? NetworkPriority::kIdle : NetworkPriority::kNormal;
 }
 
 absl::Status SetThisThreadNetworkPriority(NetworkPriority priority) {
+  if (priority == NetworkPriority::kAuto) {
+    return absl::InvalidArgumentError("network priority auto: resolve it with ResolveNetworkPriority first");
+  }
   if (priority == NetworkPriority::kNormal) return absl::OkStatus();
 #ifdef SCHED_IDLE
   sched_param param{};

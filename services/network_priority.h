@@ -13,6 +13,9 @@
 namespace strata::services {
 
 enum class NetworkPriority {
+  // kIdle when the compute threads take every core, kNormal when they leave some free (see
+  // ResolveNetworkPriority).
+  kAuto,
   // The default policy. A woken network thread preempts a compute thread, often in the middle of a task,
   // and the whole parallel job waits for that task: a few tens of microseconds of network work per token
   // cost several times that in decode speed.
@@ -23,13 +26,19 @@ enum class NetworkPriority {
   kIdle,
 };
 
-// "normal" or "idle"; INVALID_ARGUMENT naming `field` otherwise.
+// "auto", "normal" or "idle"; INVALID_ARGUMENT naming `field` otherwise.
 absl::StatusOr<NetworkPriority> ParseNetworkPriority(std::string_view name, std::string_view field);
 std::string_view NetworkPriorityName(NetworkPriority priority);
 
+// kAuto becomes kIdle when `compute_threads` (0: one per core) take all `cores`, else kNormal: cores left
+// free take the network work without preempting anyone, and on a machine the server shares with other
+// programs the network keeps its share. Other values are returned as they are.
+NetworkPriority ResolveNetworkPriority(NetworkPriority requested, int compute_threads, int cores);
+
 // Puts the calling thread under `priority`; the threads it creates from then on inherit it. An
 // unprivileged thread cannot leave SCHED_IDLE again, so call this only on a thread that will start no
-// compute threads. FAILED_PRECONDITION with the reason when the system refuses.
+// compute threads. FAILED_PRECONDITION with the reason when the system refuses; INVALID_ARGUMENT for
+// kAuto, which is to be resolved first.
 absl::Status SetThisThreadNetworkPriority(NetworkPriority priority);
 
 }  // namespace strata::services

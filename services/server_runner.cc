@@ -45,7 +45,7 @@ absl::StatusOr<StartedServer> BuildAndStart(const ServerConfig& config, const st
 }  // namespace
 
 absl::StatusOr<StartedServer> StartServer(const ServerConfig& config, const std::vector<ServedService>& services) {
-  if (config.network_priority == NetworkPriority::kNormal) return BuildAndStart(config, services);
+  if (config.network_priority != NetworkPriority::kIdle) return BuildAndStart(config, services);
   // Built on a thread of its own under the priority: the threads gRPC starts inherit it, and the caller,
   // which may go on to start compute threads, keeps its own.
   absl::StatusOr<StartedServer> started;

@@ -25,7 +25,8 @@ struct ServerConfig {
   int max_message_bytes = 256 << 20;  // both directions; a manifest has one checksum per expert
   // Applied to the threads gRPC starts while the server is built (the process's first server also starts
   // gRPC's shared pollers and executors then); the calling thread keeps its own. Where the system refuses
-  // it, a warning is logged and the threads run under the normal policy.
+  // it, a warning is logged and the threads run under the normal policy. kAuto counts as kNormal here;
+  // the binaries resolve it against their thread count.
   NetworkPriority network_priority = NetworkPriority::kNormal;
 };
 

@@ -1,7 +1,7 @@
 // strata-server: the inference gRPC service (strata.v1.Inference), with health checking and reflection.
 //
 //   strata-server --pack DIR [--listen ADDR] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N]
-//                 [--expert-source arena|mmap] [--verify] [--network-priority idle|normal]
+//                 [--expert-source arena|mmap] [--verify] [--network-priority auto|idle|normal]
 //
 // The server starts first and reports NOT_SERVING (calls are UNAVAILABLE) while the pack loads, then
 // SERVING. A pack that cannot be loaded ends the process with exit code 1 and the reason. SIGINT or
@@ -39,10 +39,10 @@ ABSL_FLAG(int, max_queue, 64, "requests waiting beyond --max-seqs; more are refu
 ABSL_FLAG(std::string, expert_source, "arena", "where experts are read from: arena or mmap");
 ABSL_FLAG(bool, verify, false, "check every expert blob's checksum while loading");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
-ABSL_FLAG(std::string, network_priority, "idle",
+ABSL_FLAG(std::string, network_priority, "auto",
           "scheduling of gRPC's threads: idle (SCHED_IDLE: they run when a compute thread leaves its core and "
-          "never preempt one; for a machine given to the server) or normal (for a machine whose cores are busy "
-          "with other programs too)");
+          "never preempt one), normal, or auto: idle when the compute threads take every core, else normal "
+          "(cores left free take the network work; on a machine shared with busy programs, use normal)");
 
 namespace {
 
@@ -93,7 +93,7 @@ void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtim
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "strata-server --pack DIR [--listen HOST:PORT] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N] "
-      "[--expert-source arena|mmap] [--verify] [--network-priority idle|normal]");
+      "[--expert-source arena|mmap] [--verify] [--network-priority auto|idle|normal]");
   std::vector<std::string> args(argv, argv + argc);
   absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
   if (!parsed.ok()) {
@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
   auto service = std::make_unique<strata::services::InferenceServiceImpl>();
   strata::services::ServerConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
-  config.network_priority = *network_priority;
+  config.network_priority = strata::services::ResolveNetworkPriority(
+      *network_priority, options.threads, static_cast<int>(std::thread::hardware_concurrency()));
   absl::StatusOr<strata::services::StartedServer> started = strata::services::StartServer(
       config, {{service.get(), strata::v1::Inference::service_full_name()}});
   if (!started.ok()) {

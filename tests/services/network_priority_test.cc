@@ -43,15 +43,31 @@ int ThreadsUnderPolicy(int policy) {
 TEST(NetworkPriorityTest, ParsesTheTwoNamesAndRefusesOthersNamingTheField) {
   EXPECT_EQ(*ParseNetworkPriority("idle", "--network-priority"), NetworkPriority::kIdle);
   EXPECT_EQ(*ParseNetworkPriority("normal", "--network-priority"), NetworkPriority::kNormal);
+  EXPECT_EQ(*ParseNetworkPriority("auto", "--network-priority"), NetworkPriority::kAuto);
   EXPECT_EQ(NetworkPriorityName(NetworkPriority::kIdle), "idle");
   EXPECT_EQ(NetworkPriorityName(NetworkPriority::kNormal), "normal");
+  EXPECT_EQ(NetworkPriorityName(NetworkPriority::kAuto), "auto");
   for (const char* bad : {"", "IDLE", "low", "batch"}) {
     absl::StatusOr<NetworkPriority> p = ParseNetworkPriority(bad, "--network-priority");
     ASSERT_FALSE(p.ok()) << bad;
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(p.status().message().find("--network-priority"), std::string::npos) << p.status();
-    EXPECT_NE(p.status().message().find("normal or idle"), std::string::npos) << p.status();
+    EXPECT_NE(p.status().message().find("auto, normal or idle"), std::string::npos) << p.status();
   }
+}
+
+TEST(NetworkPriorityTest, AutoIsIdleOnlyWhenTheComputeThreadsTakeEveryCore) {
+  constexpr NetworkPriority kAuto = NetworkPriority::kAuto;
+  EXPECT_EQ(ResolveNetworkPriority(kAuto, 0, 16), NetworkPriority::kIdle);  // 0: one thread per core
+  EXPECT_EQ(ResolveNetworkPriority(kAuto, 16, 16), NetworkPriority::kIdle);
+  EXPECT_EQ(ResolveNetworkPriority(kAuto, 32, 16), NetworkPriority::kIdle);
+  EXPECT_EQ(ResolveNetworkPriority(kAuto, 15, 16), NetworkPriority::kNormal);
+  EXPECT_EQ(ResolveNetworkPriority(kAuto, 1, 2), NetworkPriority::kNormal);
+  // Explicit choices stand.
+  EXPECT_EQ(ResolveNetworkPriority(NetworkPriority::kNormal, 0, 16), NetworkPriority::kNormal);
+  EXPECT_EQ(ResolveNetworkPriority(NetworkPriority::kIdle, 1, 16), NetworkPriority::kIdle);
+  // Unresolved, it cannot be applied.
+  EXPECT_EQ(SetThisThreadNetworkPriority(kAuto).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(NetworkPriorityTest, IdleAppliesToTheThreadAndWhatItStartsNotToOthers) {
