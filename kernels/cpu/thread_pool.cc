@@ -59,6 +59,7 @@ thread_local const ThreadPool* t_running_posted_of = nullptr;
 }  // namespace
 
 void ThreadPool::Post(uint64_t order, std::function<void()> work) {
+  bool became_ready = false;
   {
     absl::MutexLock lock(&posted_mu_);
     OrderedQueue& queue = posted_[order];
@@ -66,8 +67,11 @@ void ThreadPool::Post(uint64_t order, std::function<void()> work) {
     if (!queue.running && queue.items.size() == 1) {
       ready_.push_back(order);
       has_posted_.store(true, std::memory_order_seq_cst);
+      became_ready = true;
     }
   }
+  // An item queued behind others of its key is run by the thread that runs them: nobody to wake.
+  if (!became_ready) return;
   if (!workers_.empty()) {
     WakeSleepers(/*all=*/false);
   } else if (t_running_posted_of != this) {
@@ -75,7 +79,7 @@ void ThreadPool::Post(uint64_t order, std::function<void()> work) {
   }
 }
 
-bool ThreadPool::RunReadyPosted() {
+bool ThreadPool::RunReadyPosted(const uint32_t* worker_seen_job) {
   const ThreadPool* outer = t_running_posted_of;
   t_running_posted_of = this;
   bool ran = false;
@@ -111,6 +115,8 @@ bool ThreadPool::RunReadyPosted() {
       ready_.push_back(order);  // behind the keys that were waiting
       has_posted_.store(true, std::memory_order_seq_cst);
     }
+    // A job published meanwhile goes first; the worker's wait loop comes back for the rest.
+    if (worker_seen_job != nullptr && generation_.load(std::memory_order_acquire) != *worker_seen_job) break;
   }
   posted_mu_.Unlock();
   t_running_posted_of = outer;
@@ -156,7 +162,7 @@ void ThreadPool::WorkerLoop() {
     uint32_t g = generation_.load(std::memory_order_acquire);
     int64_t spin_until = NowNs() + spin_ns_;
     for (uint64_t i = 1; no_job(g); ++i) {
-      if (has_posted_.load(std::memory_order_relaxed) && RunReadyPosted()) spin_until = NowNs() + spin_ns_;
+      if (has_posted_.load(std::memory_order_relaxed) && RunReadyPosted(&seen)) spin_until = NowNs() + spin_ns_;
       if ((i & 63) == 0) {
         if (NowNs() > spin_until) break;
         // Every few microseconds without a job, let a thread the kernel queued on this core run (e.g. a

@@ -52,18 +52,20 @@ class ThreadPool {
   // Queues work to run soon on a worker that is between jobs (waking one if all sleep), never inside a
   // ParallelFor task. Work under one `order` key runs one item at a time in the order posted; keys run in
   // the order they became ready, one item per turn. A pool without workers runs the work on the posting
-  // threads: on the caller before Post returns, unless another thread is running that key's work (it runs
-  // the new item before it returns) or the caller is itself running posted work (it runs the item after
-  // the current one).
+  // threads: on the caller before Post returns, unless another thread running posted work takes it first
+  // or that key's work is running elsewhere (then that thread runs it before it returns), or the caller is
+  // itself running posted work (it runs the item once the current one and the keys ready before are done).
   void Post(uint64_t order, std::function<void()> work);
 
-  // Returns once everything posted before the call has run, running ready items on the calling thread and
-  // waiting for those that workers are running. Called from posted work, it runs the items ready there and
+  // Returns once no posted work is left, queued or running: it runs ready items on the calling thread and
+  // waits for those other threads run. Work posted meanwhile (also by the items themselves) is waited for
+  // too, so it returns once posting has stopped. Called from posted work, it runs the items ready there and
   // then, nested in the current one, without waiting for other threads' items or for later items of its
   // own key (they wait for it).
   void RunPosted();
 
-  // Posted items run so far and the time spent in them (summed over threads).
+  // Posted items run so far and the time spent in them, summed over threads (an item that runs others
+  // nested, through RunPosted, counts their time too).
   struct PostedStats {
     uint64_t items = 0;
     double seconds = 0;
@@ -78,8 +80,9 @@ class ThreadPool {
   // Spins until pred() holds, yielding the core once the spin budget is spent.
   template <typename Pred>
   void WaitUntil(Pred pred) const;
-  // Runs ready posted work until none is left unclaimed; true if it ran any.
-  bool RunReadyPosted();
+  // Runs ready posted work until none is left unclaimed, or, given the last job a worker saw, until a
+  // newer job is published (the worker then joins it and comes back for the rest); true if it ran any.
+  bool RunReadyPosted(const uint32_t* worker_seen_job = nullptr);
   // Wakes sleeping workers (all, or one) after a job was published or work posted.
   void WakeSleepers(bool all);
 

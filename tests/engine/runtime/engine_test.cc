@@ -310,7 +310,7 @@ TEST_F(EngineTest, CallbacksOfARequestRunOneAtATimeInOrderAndAllBeforeTheEngineI
   std::atomic<int> out_of_order{0};
   std::atomic<int> second_batch_events{0};
   // Element i is touched only by request i's callbacks, which run one at a time.
-  std::vector<int64_t> tokens_seen(2 * kRequests, 0);
+  std::vector<std::vector<int32_t>> tokens_seen(2 * kRequests);
   std::vector<char> finished(2 * kRequests, false);
   std::vector<std::atomic<int>> done_calls(2 * kRequests);
   std::vector<GenerationResult> results(2 * kRequests);
@@ -319,7 +319,7 @@ TEST_F(EngineTest, CallbacksOfARequestRunOneAtATimeInOrderAndAllBeforeTheEngineI
     cb.on_tokens = [&, i](const TokenEvent& e) {
       if (inside[i].fetch_add(1) != 0) overlaps.fetch_add(1);
       if (finished[i]) out_of_order.fetch_add(1);
-      tokens_seen[i] += static_cast<int64_t>(e.tokens.size());
+      tokens_seen[i].insert(tokens_seen[i].end(), e.tokens.begin(), e.tokens.end());
       if (i >= kRequests) second_batch_events.fetch_add(1);
       std::this_thread::sleep_for(std::chrono::microseconds(50));  // widen any window for overlap
       inside[i].fetch_sub(1);
@@ -362,7 +362,7 @@ TEST_F(EngineTest, CallbacksOfARequestRunOneAtATimeInOrderAndAllBeforeTheEngineI
   EXPECT_EQ(out_of_order.load(), 0);
   for (int i = 0; i < 2 * kRequests; ++i) {
     EXPECT_EQ(done_calls[i].load(), 1) << "request " << i;
-    EXPECT_EQ(tokens_seen[i], static_cast<int64_t>(results[i].tokens.size())) << "request " << i;
+    EXPECT_EQ(tokens_seen[i], results[i].tokens) << "request " << i;  // every token, in order
   }
   for (int i = 0; i < kRequests; ++i) EXPECT_EQ(results[i].reason, FinishReason::kLength);
   for (int i = kRequests; i < 2 * kRequests; ++i) EXPECT_EQ(results[i].reason, FinishReason::kCancelled);
