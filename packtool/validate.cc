@@ -38,8 +38,11 @@ class Reporter {
   ValidationReport* report_;
 };
 
-// Reads every blob and compares its xxh3 with the manifest, `threads` ways.
-void CheckBlobs(const std::string& path, const pack::v1::Manifest& m, int threads, ValidationReport* report) {
+bool Cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
+
+// Reads every blob and compares its xxh3 with the manifest, `threads` ways; stops early once `cancel` is set.
+void CheckBlobs(const std::string& path, const pack::v1::Manifest& m, int threads, const std::atomic<bool>* cancel,
+                ValidationReport* report) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     report->problems.push_back({std::string(pack::kExpertsFile), absl::StrCat("cannot open: ", std::strerror(errno))});
@@ -55,6 +58,7 @@ void CheckBlobs(const std::string& path, const pack::v1::Manifest& m, int thread
   auto worker = [&] {
     std::vector<uint8_t> buf(blob_bytes);
     for (;;) {
+      if (Cancelled(cancel)) break;
       const uint64_t i = next.fetch_add(1);
       if (i >= n_blobs) break;
       uint64_t got = 0;
@@ -105,10 +109,12 @@ void CheckBlobs(const std::string& path, const pack::v1::Manifest& m, int thread
 }
 
 // dense.gguf must parse, hold no routed-expert tensors, and agree with the manifest's geometry.
-void CheckDense(const std::string& path, const pack::v1::Manifest& m, bool quick, Reporter* out) {
+void CheckDense(const std::string& path, const pack::v1::Manifest& m, bool quick, const std::atomic<bool>* cancel,
+                Reporter* out) {
   const std::string name(pack::kDenseFile);
   if (!quick && !m.dense_xxh3().empty()) {
-    auto hash = HashFile(path);
+    auto hash = HashFile(path, cancel);
+    if (absl::IsCancelled(hash.status())) return;  // ValidatePack reports it
     if (!hash.ok()) {
       out->Add(name, std::string(hash.status().message()));
       return;
@@ -207,8 +213,15 @@ absl::StatusOr<ValidationReport> ValidatePack(const std::string& pack_dir, const
     }
   }
   const std::string dense_path = absl::StrCat(pack_dir, "/", pack::kDenseFile);
-  if (fs::is_regular_file(dense_path, ec)) CheckDense(dense_path, *manifest, options.quick, &out);
-  if (experts_size_ok && !options.quick) CheckBlobs(experts_path, *manifest, options.threads, &report);
+  if (fs::is_regular_file(dense_path, ec)) CheckDense(dense_path, *manifest, options.quick, options.cancel, &out);
+  if (Cancelled(options.cancel)) return absl::CancelledError(absl::StrCat("validation of ", pack_dir, " cancelled"));
+  if (experts_size_ok && !options.quick) {
+    CheckBlobs(experts_path, *manifest, options.threads, options.cancel, &report);
+    if (Cancelled(options.cancel)) {
+      return absl::CancelledError(absl::StrCat("validation of ", pack_dir, " cancelled after ", report.blobs_checked,
+                                               " of ", manifest->blob_xxh3_size(), " expert checksums"));
+    }
+  }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }

@@ -3,6 +3,7 @@
 
 // Validates a pack directory and lists every problem found.
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,6 +15,8 @@ namespace strata::packtool {
 struct ValidateOptions {
   bool quick = false;  // skip the per-blob checksums
   int threads = 0;     // 0 = hardware concurrency
+  // When it turns true (from any thread), the checksums stop and ValidatePack returns CANCELLED.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct ValidationProblem {
@@ -33,7 +36,7 @@ struct ValidationReport {
 // Checks that the files are present, the manifest is known and consistent, experts.bin has exactly
 // n_moe_layers x n_expert x blob_bytes bytes, every blob's checksum (unless quick; in parallel), and that
 // dense.gguf parses and agrees with the manifest's architecture and geometry. Only a directory that cannot be
-// read at all is an error status; everything else is a problem in the report.
+// read at all (or a cancelled validation) is an error status; everything else is a problem in the report.
 absl::StatusOr<ValidationReport> ValidatePack(const std::string& pack_dir, const ValidateOptions& options);
 
 }  // namespace strata::packtool

@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/client_context.h"
+#include "services/cancel_watcher.h"
 #include "services/grpc_status.h"
 #include "services/inference_protos.h"
 #include "services/pack_cli.h"
@@ -42,30 +43,6 @@ void SetDeadline(const ClientOptions& options, bool streaming, grpc::ClientConte
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)));
 }
-
-// Cancels `context` when `cancel` becomes true, until destroyed.
-class CancelWatcher {
- public:
-  CancelWatcher(const std::atomic<bool>* cancel, grpc::ClientContext* context) {
-    if (cancel == nullptr) return;
-    thread_ = std::thread([this, cancel, context] {
-      while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
-        if (cancel->load()) {
-          context->TryCancel();
-          return;
-        }
-      }
-    });
-  }
-  ~CancelWatcher() {
-    done_.Notify();
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  absl::Notification done_;
-  std::thread thread_;
-};
 
 std::string PrintablePiece(const std::string& piece) {
   std::string out;

@@ -194,7 +194,7 @@ int RunValidate(const std::vector<std::string>& args, const PackCliOptions& opti
   request.set_pack_dir(args[1]);
   request.set_quick(options.quick);
   request.set_threads(static_cast<uint32_t>(options.threads));
-  absl::StatusOr<v1::ValidateReport> report = MakeBackend(options)->Validate(request);
+  absl::StatusOr<v1::ValidateReport> report = MakeBackend(options)->Validate(request, io.cancel);
   if (!report.ok()) return Fail(io, kExitFailure, report.status().message());
   for (const v1::Problem& problem : report->problems()) {
     *io.out << problem.file() << ": " << problem.message() << '\n';

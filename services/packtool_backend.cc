@@ -15,6 +15,7 @@
 #include "packtool/convert.h"
 #include "packtool/inspect.h"
 #include "packtool/validate.h"
+#include "services/cancel_watcher.h"
 #include "services/grpc_status.h"
 #include "services/packtool_protos.h"
 #include "strata/v1/packtool.grpc.pb.h"
@@ -23,7 +24,6 @@ namespace strata::services {
 namespace {
 
 constexpr int kMaxMessageBytes = 256 << 20;
-constexpr absl::Duration kCancelPoll = absl::Milliseconds(50);
 
 class LocalBackend final : public PackToolBackend {
  public:
@@ -53,10 +53,12 @@ class LocalBackend final : public PackToolBackend {
     return FinalProgress(have_last ? &last : nullptr, *manifest);
   }
 
-  absl::StatusOr<v1::ValidateReport> Validate(const v1::ValidateRequest& request) override {
+  absl::StatusOr<v1::ValidateReport> Validate(const v1::ValidateRequest& request,
+                                              const std::atomic<bool>* cancel) override {
     packtool::ValidateOptions options;
     options.quick = request.quick();
     options.threads = static_cast<int>(request.threads());
+    options.cancel = cancel;
     absl::StatusOr<packtool::ValidationReport> report = packtool::ValidatePack(request.pack_dir(), options);
     if (!report.ok()) return report.status();
     return ValidationReportToProto(*report);
@@ -77,20 +79,8 @@ class RemoteBackend final : public PackToolBackend {
   absl::StatusOr<v1::ConvertProgress> Convert(const v1::ConvertRequest& request, const ProgressFn& progress,
                                               const std::atomic<bool>* cancel) override {
     grpc::ClientContext context;
-    absl::Notification stream_ended;
-    // Read() blocks, so a watcher turns `cancel` into a cancelled call.
-    std::thread watcher;
-    if (cancel != nullptr) {
-      watcher = std::thread([&] {
-        while (!stream_ended.WaitForNotificationWithTimeout(kCancelPoll)) {
-          if (cancel->load()) {
-            context.TryCancel();
-            return;
-          }
-        }
-      });
-    }
     std::unique_ptr<grpc::ClientReader<v1::ConvertProgress>> reader = stub_->Convert(&context, request);
+    CancelWatcher watcher(cancel, &context);  // Read() blocks
     v1::ConvertProgress message;
     v1::ConvertProgress final_message;
     bool have_final = false;
@@ -103,8 +93,6 @@ class RemoteBackend final : public PackToolBackend {
       }
     }
     const grpc::Status status = reader->Finish();
-    stream_ended.Notify();
-    if (watcher.joinable()) watcher.join();
     if (!status.ok()) return Annotate(status);
     if (!have_final) {
       return absl::InternalError(absl::StrCat("strata-packd at ", address_, " ended Convert without a manifest"));
@@ -112,10 +100,15 @@ class RemoteBackend final : public PackToolBackend {
     return final_message;
   }
 
-  absl::StatusOr<v1::ValidateReport> Validate(const v1::ValidateRequest& request) override {
+  absl::StatusOr<v1::ValidateReport> Validate(const v1::ValidateRequest& request,
+                                              const std::atomic<bool>* cancel) override {
     grpc::ClientContext context;
     v1::ValidateReport report;
-    const grpc::Status status = stub_->Validate(&context, request, &report);
+    grpc::Status status;
+    {
+      CancelWatcher watcher(cancel, &context);  // the server stops checksumming when the call is cancelled
+      status = stub_->Validate(&context, request, &report);
+    }
     if (!status.ok()) return Annotate(status);
     return report;
   }

@@ -26,7 +26,9 @@ class PackToolBackend {
   // Stops with CANCELLED soon after `cancel` (may be null) becomes true.
   virtual absl::StatusOr<v1::ConvertProgress> Convert(const v1::ConvertRequest& request, const ProgressFn& progress,
                                                       const std::atomic<bool>* cancel) = 0;
-  virtual absl::StatusOr<v1::ValidateReport> Validate(const v1::ValidateRequest& request) = 0;
+  // Stops with CANCELLED soon after `cancel` (may be null) becomes true.
+  virtual absl::StatusOr<v1::ValidateReport> Validate(const v1::ValidateRequest& request,
+                                                      const std::atomic<bool>* cancel) = 0;
   virtual absl::StatusOr<v1::InspectReport> Inspect(const v1::InspectRequest& request) = 0;
 };
 

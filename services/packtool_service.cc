@@ -40,6 +40,39 @@ class RefusedConvert final : public grpc::ServerWriteReactor<v1::ConvertProgress
 
 }  // namespace
 
+// One Validate call: the validation runs on its own (detached) thread, since checksumming a large pack
+// takes a while, and stops early when the client cancels or its deadline passes. Finish is the last thing
+// that thread does with the reactor, which deletes itself in OnDone.
+class ValidateReactor final : public grpc::ServerUnaryReactor {
+ public:
+  ValidateReactor(PackToolServiceImpl* service, std::string dir, packtool::ValidateOptions options,
+                  v1::ValidateReport* report)
+      : service_(service), dir_(std::move(dir)), options_(std::move(options)), report_(report) {
+    options_.cancel = &cancel_;
+    service_->JobStarted();
+    std::thread([this] { Run(); }).detach();
+  }
+
+  void OnCancel() override { cancel_.store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  void Run() {
+    absl::StatusOr<packtool::ValidationReport> result = packtool::ValidatePack(dir_, options_);
+    if (result.ok()) *report_ = ValidationReportToProto(*result);
+    if (absl::IsCancelled(result.status())) spdlog::info("{}", std::string(result.status().message()));
+    PackToolServiceImpl* const service = service_;
+    Finish(ToGrpcStatus(result.status()));  // the reactor may be gone from here on
+    service->JobFinished();
+  }
+
+  PackToolServiceImpl* const service_;
+  const std::string dir_;
+  packtool::ValidateOptions options_;
+  v1::ValidateReport* const report_;
+  std::atomic<bool> cancel_{false};
+};
+
 // One Convert call: the conversion runs on its own (detached) thread and hands progress to the stream.
 // While a write is in flight only the newest progress is kept; the manifest message is never dropped.
 // Finish is called exactly once, after the conversion has returned and no write is in flight, and is the
@@ -266,7 +299,6 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
 grpc::ServerUnaryReactor* PackToolServiceImpl::Validate(grpc::CallbackServerContext* context,
                                                         const v1::ValidateRequest* request,
                                                         v1::ValidateReport* report) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<std::string> dir = root_->Resolve(request->pack_dir(), "pack_dir");
   absl::StatusOr<int> threads = Threads(request->threads());
   absl::Status status = !dir.ok() ? dir.status() : threads.status();
@@ -274,21 +306,14 @@ grpc::ServerUnaryReactor* PackToolServiceImpl::Validate(grpc::CallbackServerCont
     status = absl::NotFoundError(absl::StrCat("pack_dir: '", request->pack_dir(), "' does not exist"));
   }
   if (!status.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
   packtool::ValidateOptions options;
   options.quick = request->quick();
   options.threads = *threads;
-  JobStarted();
-  // Checksumming a large pack takes a while: not on a gRPC thread.
-  std::thread([this, reactor, report, dir = *std::move(dir), options] {
-    absl::StatusOr<packtool::ValidationReport> result = packtool::ValidatePack(dir, options);
-    if (result.ok()) *report = ValidationReportToProto(*result);
-    JobFinished();
-    reactor->Finish(ToGrpcStatus(result.status()));
-  }).detach();
-  return reactor;
+  return new ValidateReactor(this, *std::move(dir), options, report);
 }
 
 grpc::ServerUnaryReactor* PackToolServiceImpl::Inspect(grpc::CallbackServerContext* context,

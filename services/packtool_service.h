@@ -45,6 +45,7 @@ class PackToolServiceImpl final : public v1::PackTool::CallbackService {
 
  private:
   friend class ConvertReactor;
+  friend class ValidateReactor;
 
   PackToolServiceImpl(std::unique_ptr<DataRoot> root, int default_threads)
       : root_(std::move(root)), default_threads_(default_threads) {}

@@ -1,5 +1,6 @@
 #include "packtool/validate.h"
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -62,6 +63,21 @@ TEST_F(ValidateTest, AGoodPackHasNoProblemsAndEveryBlobIsChecked) {
   EXPECT_EQ(r.blobs_checked, 16u);
   EXPECT_EQ(r.bytes_checked, manifest_->experts_bytes());
   EXPECT_GT(r.gb_per_second, 0.0);
+}
+
+TEST_F(ValidateTest, ACancelledValidationStopsWithCancelledNotAReport) {
+  std::atomic<bool> cancel{true};
+  ValidateOptions options;
+  options.threads = 2;
+  options.cancel = &cancel;
+  absl::StatusOr<ValidationReport> r = ValidatePack(dir_->Join("pack"), options);
+  EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr(dir_->Join("pack")));
+  // Not yet set: the flag is only looked at, and the pack validates.
+  cancel.store(false);
+  r = ValidatePack(dir_->Join("pack"), options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->blobs_checked, 16u);
 }
 
 TEST_F(ValidateTest, MissingDirectoryIsAnError) {

@@ -1,5 +1,6 @@
 #include "services/pack_cli.h"
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -28,11 +29,13 @@ struct CliRun {
   std::string err;
 };
 
-CliRun RunCli(const std::vector<std::string>& args, const PackCliOptions& options = {}) {
+CliRun RunCli(const std::vector<std::string>& args, const PackCliOptions& options = {},
+              const std::atomic<bool>* cancel = nullptr) {
   std::ostringstream out, err;
   CliIo io;
   io.out = &out;
   io.err = &err;
+  io.cancel = cancel;
   CliRun run;
   run.code = RunPackCli(args, options, io);
   run.out = out.str();
@@ -210,6 +213,14 @@ TEST_F(PackCliTest, HelpGoesToStdout) {
   EXPECT_EQ(run.code, kExitOk);
   EXPECT_THAT(run.out, HasSubstr("usage: strata-pack"));
   EXPECT_EQ(run.out, PackCliUsage());
+}
+
+TEST_F(PackCliTest, ACancelledValidateStopsWithAnErrorNotAVerdict) {
+  const std::atomic<bool> cancel{true};  // as after a first Ctrl-C
+  CliRun run = RunCli({"validate", root_ + "/tiny-pack"}, {}, &cancel);
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "cancelled");
+  EXPECT_THAT(run.out, Not(HasSubstr("valid pack")));
 }
 
 TEST_F(PackCliTest, ServerModeGivesTheSameOutputAndExitCodes) {
