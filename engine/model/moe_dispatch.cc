@@ -1,5 +1,7 @@
 #include "engine/model/moe_dispatch.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
 
@@ -15,7 +17,16 @@ absl::Status CpuMoeDispatch::Run(int64_t moe_layer, const float* x, int n_tokens
   // Quantize each token's activation once for this layer (never cached across layers: the buffer is the
   // same address every layer).
   if (acts_.size() < static_cast<size_t>(n_tokens)) acts_.resize(static_cast<size_t>(n_tokens));
-  for (int t = 0; t < n_tokens; ++t) kernels::QuantizeActivation(x + t * n_embd, n_embd, &acts_[t]);
+  for (int t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * n_embd;
+    kernels::QuantizedActivation& a = acts_[t];
+    if (kernels::ReadsQuantizedActivation(layout_.scheme)) {
+      kernels::QuantizeActivation(xt, n_embd, &a);
+    } else {
+      if (a.n != n_embd) kernels::ResizeActivation(n_embd, &a);
+      std::copy(xt, xt + n_embd, a.f32.begin());
+    }
+  }
 
   for (auto& r : routed_) r.clear();
   for (int t = 0; t < n_tokens; ++t) {

@@ -117,7 +117,7 @@ void ExpertForward(const ExpertLayout& layout, absl::Span<const ExpertJob> jobs,
       const float* u = sc.up_ptrs_[slot + t];
       QuantizedActivation& h = sc.h_[slot + t];
       for (int64_t r = r0; r < r1; ++r) h.f32[r] = Silu(g[r]) * u[r];
-      QuantizeActivationBlocks(r0 / kActBlock, r1 / kActBlock, &h);
+      if (ReadsQuantizedActivation(s)) QuantizeActivationBlocks(r0 / kActBlock, r1 / kActBlock, &h);
     }
   });
 

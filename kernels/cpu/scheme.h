@@ -115,6 +115,10 @@ void QuantizeActivation(const float* x, int64_t n, QuantizedActivation* out);
 // Sizes `out` for n elements (n a multiple of 32) without computing anything.
 void ResizeActivation(int64_t n, QuantizedActivation* out);
 
+// Whether the scheme's kernels read an activation's int8 codes (q, scale, sum); f16 reads only f32, so
+// quantizing for it is wasted work.
+inline bool ReadsQuantizedActivation(Scheme scheme) { return scheme != Scheme::kF16; }
+
 // Quantizes blocks [block_begin, block_end) of out->f32 in place into out->q/scale/sum, exactly as
 // QuantizeActivation would; `out` must already be sized. Distinct block ranges may be quantized by
 // different threads at once.
