@@ -203,34 +203,33 @@ absl::StatusOr<std::vector<std::string>> Metadata::GetStringArray(std::string_vi
   return out;
 }
 
-absl::StatusOr<std::vector<float>> Metadata::GetFloatArray(std::string_view key) const {
-  const Value* v = Find(key);
+namespace {
+
+// The elements of the array `v` (null: missing) under `key`, each read by `as`; a bad element is named
+// key[i].
+template <typename T, typename As>
+absl::StatusOr<std::vector<T>> ArrayOf(std::string_view key, const Value* v, std::string_view expected, As as) {
   if (v == nullptr) return Missing(key);
   const Array* array = AsArray(*v);
-  if (array == nullptr) return WrongType(key, "array of numbers", *v);
-  std::vector<float> out;
+  if (array == nullptr) return WrongType(key, expected, *v);
+  std::vector<T> out;
   out.reserve(array->elements.size());
   for (size_t i = 0; i < array->elements.size(); ++i) {
-    absl::StatusOr<double> d = ValueAsFloat(key, array->elements[i]);
-    if (!d.ok()) return ValueAsFloat(absl::StrCat(Sv(key), "[", i, "]"), array->elements[i]).status();
-    out.push_back(static_cast<float>(*d));
+    auto element = as(key, array->elements[i]);
+    if (!element.ok()) return as(absl::StrCat(Sv(key), "[", i, "]"), array->elements[i]).status();
+    out.push_back(static_cast<T>(*element));
   }
   return out;
 }
 
+}  // namespace
+
+absl::StatusOr<std::vector<float>> Metadata::GetFloatArray(std::string_view key) const {
+  return ArrayOf<float>(key, Find(key), "array of numbers", ValueAsFloat);
+}
+
 absl::StatusOr<std::vector<int64_t>> Metadata::GetIntArray(std::string_view key) const {
-  const Value* v = Find(key);
-  if (v == nullptr) return Missing(key);
-  const Array* array = AsArray(*v);
-  if (array == nullptr) return WrongType(key, "array of integers", *v);
-  std::vector<int64_t> out;
-  out.reserve(array->elements.size());
-  for (size_t i = 0; i < array->elements.size(); ++i) {
-    absl::StatusOr<int64_t> n = ValueAsInt(key, array->elements[i]);
-    if (!n.ok()) return ValueAsInt(absl::StrCat(Sv(key), "[", i, "]"), array->elements[i]).status();
-    out.push_back(*n);
-  }
-  return out;
+  return ArrayOf<int64_t>(key, Find(key), "array of integers", ValueAsInt);
 }
 
 absl::StatusOr<uint64_t> Metadata::GetUintOr(std::string_view key, uint64_t fallback) const {

@@ -171,7 +171,11 @@ TEST(GgufFile, TypedGettersCheckTypesAndRanges) {
   EXPECT_EQ(*md.GetIntArray("ints"), (std::vector<int64_t>{-3, 4}));
   EXPECT_EQ(*md.GetFloatArray("ints"), (std::vector<float>{-3.0f, 4.0f}));
   EXPECT_THAT(md.GetStringArray("ints").status(), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(md.GetIntArray("mixed").status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(md.GetIntArray("mixed").status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "'mixed["));
+  EXPECT_THAT(md.GetFloatArray("mixed").status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "'mixed["));
+  EXPECT_THAT(md.GetFloatArray("name").status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "array of numbers"));
+  EXPECT_THAT(md.GetIntArray("name").status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "array of integers"));
+  EXPECT_THAT(md.GetIntArray("absent").status(), StatusIsWith(absl::StatusCode::kNotFound, "absent"));
   EXPECT_FALSE(*md.GetBool("flag"));
   EXPECT_THAT(md.GetBool("name").status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(*md.GetUintOr("absent", 7), 7u);
