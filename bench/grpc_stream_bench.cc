@@ -43,6 +43,7 @@
 #include "bench/bench_util.h"
 #include "engine/runtime/engine.h"
 #include "grpcpp/client_context.h"
+#include "kernels/cpu/thread_pool.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "packtool/synth.h"
@@ -377,7 +378,7 @@ int Main(int argc, char** argv) {
     config.listen_address = "127.0.0.1:0";
   }
   config.network_priority = services::ResolveNetworkPriority(
-      *network_priority, server_threads, static_cast<int>(std::thread::hardware_concurrency()));
+      *network_priority, server_threads, kernels::AvailableCores());
   auto started = services::StartServer(config, {{&service, v1::Inference::service_full_name()}});
   if (!started.ok()) {
     std::fprintf(stderr, "error: %s\n", started.status().ToString().c_str());
@@ -393,12 +394,12 @@ int Main(int argc, char** argv) {
               info.config.arch.c_str(), static_cast<long long>(info.config.n_layer),
               static_cast<long long>(info.config.n_expert), static_cast<long long>(info.config.n_expert_used),
               static_cast<long long>(info.config.n_embd), info.scheme.c_str());
-  std::printf("compute threads: %d direct, %d behind the server (of %u cores)\n", info.threads,
-              service.engine()->info().threads, std::thread::hardware_concurrency());
+  std::printf("compute threads: %d direct, %d behind the server (of %d cores)\n", info.threads,
+              service.engine()->info().threads, kernels::AvailableCores());
   std::printf("%d prompt tokens, %d generated tokens per stream, greedy; gRPC over %s, network threads %s; "
               "%d rounds D G D G ... D\n",
               prompt_tokens, tokens, transport == "unix" ? "a Unix socket" : "loopback TCP",
-              std::string(services::NetworkPriorityName(config.network_priority)).c_str(), rounds);
+              std::string(services::NetworkPriorityName(started->network_priority)).c_str(), rounds);
   // Warm up both paths (page faults, thread start-up, the channel's connection).
   RunDirect(direct, Prompts(1, prompt_tokens, n_vocab), 4);
   RunGrpc(*stub, Prompts(1, prompt_tokens, n_vocab), 4);
@@ -410,6 +411,7 @@ int Main(int argc, char** argv) {
         grpc_engine_ttft, stream_overhead, direct_steps, grpc_steps;
   };
   std::vector<Row> rows;
+  int late_threads_moved = 0;
   for (int64_t streams : stream_counts) {
     const auto prompts = Prompts(static_cast<int>(streams), prompt_tokens, n_vocab);
     std::vector<double> decode_overhead, decode_control, overall_overhead, direct_decode, grpc_decode, direct_ttft,
@@ -417,6 +419,10 @@ int Main(int argc, char** argv) {
     Result before = RunDirect(direct, prompts, tokens);
     ThreadUse direct_use, grpc_use;
     for (int r = 0; r < rounds; ++r) {
+      // As strata-server does every few seconds: gRPC threads started since from compute threads.
+      if (started->network_priority == services::NetworkPriority::kIdle) {
+        late_threads_moved += services::MoveThreadsToIdle({"strata-"});
+      }
       const auto t0 = SnapshotThreads();
       const runtime::EngineStats s0 = served.stats();
       Result via_grpc = RunGrpc(*stub, prompts, tokens);
@@ -472,6 +478,10 @@ int Main(int argc, char** argv) {
                 1 + row.decode_control.median);
     rows.push_back(row);
     PrintThreadUse(direct_use, grpc_use);
+    if (started->network_priority == services::NetworkPriority::kIdle) {
+      std::printf("  gRPC threads started under the normal policy and moved under SCHED_IDLE so far: %d\n",
+                  late_threads_moved);
+    }
   }
   std::printf(
       "\nmedians over rounds [quartiles]. decode: tokens that arrived while every stream was decoding, over that\n"

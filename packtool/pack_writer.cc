@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
+#include "kernels/cpu/thread_pool.h"
 #include "packtool/version.h"
 
 namespace strata::packtool {
@@ -125,8 +126,7 @@ struct RoleStats {
 
 int ResolveThreads(int threads) {
   if (threads > 0) return threads;
-  const unsigned hc = std::thread::hardware_concurrency();
-  return hc == 0 ? 1 : static_cast<int>(hc);
+  return kernels::AvailableCores();
 }
 
 absl::Status CheckOutputFree(const std::string& output_dir) {

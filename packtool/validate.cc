@@ -109,15 +109,16 @@ void CheckBlobs(const std::string& path, const pack::v1::Manifest& m, int thread
 }
 
 // dense.gguf must parse, hold no routed-expert tensors, and agree with the manifest's geometry.
-void CheckDense(const std::string& path, const pack::v1::Manifest& m, bool quick, const std::atomic<bool>* cancel,
+// False when `cancel` stopped it before it was done.
+bool CheckDense(const std::string& path, const pack::v1::Manifest& m, bool quick, const std::atomic<bool>* cancel,
                 Reporter* out) {
   const std::string name(pack::kDenseFile);
   if (!quick && !m.dense_xxh3().empty()) {
     auto hash = HashFile(path, cancel);
-    if (absl::IsCancelled(hash.status())) return;  // ValidatePack reports it
+    if (absl::IsCancelled(hash.status())) return false;
     if (!hash.ok()) {
       out->Add(name, std::string(hash.status().message()));
-      return;
+      return true;
     }
     if (hash->first != m.dense_bytes()) {
       out->Add(name, absl::StrCat("size ", hash->first, " bytes, manifest says ", m.dense_bytes()));
@@ -128,17 +129,17 @@ void CheckDense(const std::string& path, const pack::v1::Manifest& m, bool quick
   auto file = gguf::GgufFile::Open(path);
   if (!file.ok()) {
     out->Add(name, std::string(file.status().message()));
-    return;
+    return true;
   }
   const gguf::Metadata& meta = (*file)->metadata();
   auto arch = meta.GetString("general.architecture");
   if (!arch.ok()) {
     out->Add(name, std::string(arch.status().message()));
-    return;
+    return true;
   }
   if (*arch != m.architecture()) {
     out->Add(name, absl::StrCat("general.architecture is '", *arch, "', manifest says '", m.architecture(), "'"));
-    return;
+    return true;
   }
   const pack::v1::Geometry& g = m.geometry();
   const std::pair<std::string, uint64_t> keys[] = {{".block_count", g.n_layer()},
@@ -169,6 +170,7 @@ void CheckDense(const std::string& path, const pack::v1::Manifest& m, bool quick
                                   t->ne.size() > 1 ? t->ne[1] : 0, "], expected [", g.n_embd(), ", ", g.n_expert(), "]"));
     }
   }
+  return true;
 }
 
 }  // namespace
@@ -213,11 +215,13 @@ absl::StatusOr<ValidationReport> ValidatePack(const std::string& pack_dir, const
     }
   }
   const std::string dense_path = absl::StrCat(pack_dir, "/", pack::kDenseFile);
-  if (fs::is_regular_file(dense_path, ec)) CheckDense(dense_path, *manifest, options.quick, options.cancel, &out);
-  if (Cancelled(options.cancel)) return absl::CancelledError(absl::StrCat("validation of ", pack_dir, " cancelled"));
+  if (fs::is_regular_file(dense_path, ec) && !CheckDense(dense_path, *manifest, options.quick, options.cancel, &out)) {
+    return absl::CancelledError(absl::StrCat("validation of ", pack_dir, " cancelled"));
+  }
   if (experts_size_ok && !options.quick) {
     CheckBlobs(experts_path, *manifest, options.threads, options.cancel, &report);
-    if (Cancelled(options.cancel)) {
+    // A cancel that came after the last blob leaves a complete report.
+    if (Cancelled(options.cancel) && report.blobs_checked < static_cast<uint64_t>(manifest->blob_xxh3_size())) {
       return absl::CancelledError(absl::StrCat("validation of ", pack_dir, " cancelled after ", report.blobs_checked,
                                                " of ", manifest->blob_xxh3_size(), " expert checksums"));
     }

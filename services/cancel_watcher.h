@@ -19,12 +19,12 @@ class CancelWatcher {
   CancelWatcher(const std::atomic<bool>* cancel, grpc::ClientContext* context) {
     if (cancel == nullptr) return;
     thread_ = std::thread([this, cancel, context] {
-      while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+      do {
         if (cancel->load()) {
           context->TryCancel();
           return;
         }
-      }
+      } while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
     });
   }
   ~CancelWatcher() {

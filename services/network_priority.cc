@@ -5,8 +5,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace strata::services {
@@ -52,6 +55,26 @@ absl::Status SetThisThreadNetworkPriority(NetworkPriority priority) {
 #else
   return absl::FailedPreconditionError("network priority idle needs SCHED_IDLE, which this system lacks");
 #endif
+}
+
+int MoveThreadsToIdle(const std::vector<std::string>& keep_prefixes) {
+  int moved = 0;
+#ifdef SCHED_IDLE
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::string name;
+    std::ifstream(task.path() / "comm") >> name;  // names hold no spaces here; a partial name still matches
+    bool keep = false;
+    for (const std::string& prefix : keep_prefixes) keep = keep || name.rfind(prefix, 0) == 0;
+    if (keep) continue;
+    pid_t tid = 0;
+    if (!absl::SimpleAtoi(task.path().filename().string(), &tid)) continue;
+    if (sched_getscheduler(tid) == SCHED_IDLE) continue;  // -1 when it has exited: then the set fails too
+    sched_param param{};
+    if (sched_setscheduler(tid, SCHED_IDLE, &param) == 0) ++moved;
+  }
+#endif
+  return moved;
 }
 
 }  // namespace strata::services

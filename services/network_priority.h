@@ -5,7 +5,9 @@
 // beside the engine's compute threads, which take every core and spin between parallel jobs while they
 // decode.
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,6 +42,12 @@ NetworkPriority ResolveNetworkPriority(NetworkPriority requested, int compute_th
 // compute threads. FAILED_PRECONDITION with the reason when the system refuses; INVALID_ARGUMENT for
 // kAuto, which is to be resolved first.
 absl::Status SetThisThreadNetworkPriority(NetworkPriority priority);
+
+// Puts the threads of this process under SCHED_IDLE, except those whose name starts with one of
+// `keep_prefixes` and those already there; returns how many it moved. For threads gRPC starts after the
+// server was built, from whichever thread queued the work (e.g. an executor thread started by a compute
+// thread that was writing a stream), which inherit the normal policy; a server calls it every few seconds.
+int MoveThreadsToIdle(const std::vector<std::string>& keep_prefixes);
 
 }  // namespace strata::services
 

@@ -49,13 +49,16 @@ absl::StatusOr<StartedServer> StartServer(const ServerConfig& config, const std:
   // Built on a thread of its own under the priority: the threads gRPC starts inherit it, and the caller,
   // which may go on to start compute threads, keeps its own.
   absl::StatusOr<StartedServer> started;
+  NetworkPriority applied = config.network_priority;
   std::thread builder([&] {
     if (absl::Status status = SetThisThreadNetworkPriority(config.network_priority); !status.ok()) {
       spdlog::warn("{}; the network threads run under the normal policy", std::string(status.message()));
+      applied = NetworkPriority::kNormal;
     }
     started = BuildAndStart(config, services);
   });
   builder.join();
+  if (started.ok()) started->network_priority = applied;
   return started;
 }
 

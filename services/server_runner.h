@@ -24,15 +24,17 @@ struct ServerConfig {
   std::string listen_address;         // "host:port" (port 0: any free port); empty: in-process channels only
   int max_message_bytes = 256 << 20;  // both directions; a manifest has one checksum per expert
   // Applied to the threads gRPC starts while the server is built (the process's first server also starts
-  // gRPC's shared pollers and executors then); the calling thread keeps its own. Where the system refuses
-  // it, a warning is logged and the threads run under the normal policy. kAuto counts as kNormal here;
-  // the binaries resolve it against their thread count.
+  // gRPC's shared pollers and executors then); the calling thread keeps its own. Threads gRPC starts later
+  // from other threads escape it: see MoveThreadsToIdle. Where the system refuses it, a warning is logged
+  // and the threads run under the normal policy. kAuto counts as kNormal here; the binaries resolve it
+  // against their thread count.
   NetworkPriority network_priority = NetworkPriority::kNormal;
 };
 
 struct StartedServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;  // the bound port, 0 without a listening address
+  NetworkPriority network_priority = NetworkPriority::kNormal;  // as applied (kNormal where idle was refused)
 };
 
 // UNAVAILABLE naming the address when it cannot be bound.

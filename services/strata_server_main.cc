@@ -24,6 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "engine/log.h"
 #include "engine/runtime/engine.h"
+#include "kernels/cpu/thread_pool.h"
 #include "services/cli_flags.h"
 #include "services/inference_service.h"
 #include "services/pack_cli.h"
@@ -138,7 +139,7 @@ int main(int argc, char** argv) {
   strata::services::ServerConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
   config.network_priority = strata::services::ResolveNetworkPriority(
-      *network_priority, options.threads, static_cast<int>(std::thread::hardware_concurrency()));
+      *network_priority, options.threads, strata::kernels::AvailableCores());
   absl::StatusOr<strata::services::StartedServer> started = strata::services::StartServer(
       config, {{service.get(), strata::v1::Inference::service_full_name()}});
   if (!started.ok()) {
@@ -149,8 +150,8 @@ int main(int argc, char** argv) {
   strata::services::SetInferenceServing(server, false);
   spdlog::info("strata-server listening on {} (port {}); loading {}", config.listen_address, started->port,
                options.pack_dir);
-  spdlog::info("network threads scheduled {} (--network-priority)",
-               strata::services::NetworkPriorityName(config.network_priority));
+  spdlog::info("network threads scheduled {} (--network-priority {})",
+               strata::services::NetworkPriorityName(started->network_priority), absl::GetFlag(FLAGS_network_priority));
 
   absl::StatusOr<std::unique_ptr<strata::runtime::Engine>> engine = strata::runtime::Engine::Create(options);
   if (!engine.ok()) {
@@ -165,7 +166,15 @@ int main(int argc, char** argv) {
   strata::services::SetInferenceServing(server, true);
   spdlog::info("serving strata.v1.Inference on {} (port {})", config.listen_address, started->port);
 
-  g_stop.WaitForNotification();
+  // gRPC starts some threads later from the thread that queued the work (a compute thread writing a
+  // stream, say); they inherit the normal policy and are moved here.
+  const bool sweep = started->network_priority == strata::services::NetworkPriority::kIdle;
+  while (!g_stop.WaitForNotificationWithTimeout(absl::Seconds(2))) {
+    if (!sweep) continue;
+    if (const int moved = strata::services::MoveThreadsToIdle({"strata-", "cuda"}); moved > 0) {
+      spdlog::debug("moved {} late network threads under SCHED_IDLE", moved);
+    }
+  }
   strata::services::SetInferenceServing(server, false);
   server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server->Wait();

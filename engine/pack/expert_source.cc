@@ -19,6 +19,7 @@
 #include "engine/log.h"
 #include "engine/status_macros.h"
 #ifdef STRATA_HAVE_CUDA
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda/host_memory.h"
 #endif
 
@@ -27,7 +28,7 @@ namespace {
 
 int ResolveThreads(int threads) {
   if (threads > 0) return threads;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return kernels::AvailableCores();
 }
 
 absl::Status CheckIndex(const Pack& pack, int64_t moe_layer, int64_t expert) {

@@ -1,7 +1,9 @@
 #include "kernels/cpu/thread_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -227,6 +229,16 @@ void ThreadPool::ParallelFor(int64_t n_tasks, absl::FunctionRef<void(int64_t)> f
 
   RunTasks();
   WaitUntil([this, n_tasks] { return done_tasks_.load(std::memory_order_acquire) == n_tasks; });
+}
+
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 void ParallelFor(ThreadPool* pool, int64_t n_tasks, absl::FunctionRef<void(int64_t)> fn) {

@@ -118,6 +118,10 @@ class ThreadPool {
   int64_t posted_ns_ ABSL_GUARDED_BY(posted_mu_) = 0;
 };
 
+// The CPUs this process may run on (its affinity mask, as taskset or a container sets it), at least 1;
+// what "one thread per core" means everywhere.
+int AvailableCores();
+
 // Runs fn(i) for every i in [0, n_tasks): on `pool`, or on the caller when `pool` is null.
 void ParallelFor(ThreadPool* pool, int64_t n_tasks, absl::FunctionRef<void(int64_t)> fn);
 

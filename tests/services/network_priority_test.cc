@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,12 +16,9 @@
 namespace strata::services {
 namespace {
 
-int PolicyOfThisThread() {
-  int policy = -1;
-  sched_param param{};
-  EXPECT_EQ(pthread_getschedparam(pthread_self(), &policy, &param), 0);
-  return policy;
-}
+// From the kernel: glibc's pthread_getschedparam may answer from a cache that a change made by thread id
+// (MoveThreadsToIdle) does not update.
+int PolicyOfThisThread() { return sched_getscheduler(0); }
 
 // Threads of this process whose scheduling policy (field 41 of /proc/self/task/<tid>/stat) is `policy`.
 int ThreadsUnderPolicy(int policy) {
@@ -40,7 +38,7 @@ int ThreadsUnderPolicy(int policy) {
   return count;
 }
 
-TEST(NetworkPriorityTest, ParsesTheTwoNamesAndRefusesOthersNamingTheField) {
+TEST(NetworkPriorityTest, ParsesItsNamesAndRefusesOthersNamingTheField) {
   EXPECT_EQ(*ParseNetworkPriority("idle", "--network-priority"), NetworkPriority::kIdle);
   EXPECT_EQ(*ParseNetworkPriority("normal", "--network-priority"), NetworkPriority::kNormal);
   EXPECT_EQ(*ParseNetworkPriority("auto", "--network-priority"), NetworkPriority::kAuto);
@@ -107,6 +105,36 @@ TEST(NetworkPriorityTest, ServerBuiltUnderIdleLeavesTheCallerAlone) {
   EXPECT_EQ(PolicyOfThisThread(), caller_policy);
   started->server->Shutdown();
   started->server->Wait();
+}
+
+// A thread started outside the server's build thread is moved; the engine's (by name) and this one stay.
+TEST(NetworkPriorityTest, MoveThreadsToIdleMovesLateThreadsAndKeepsNamedOnes) {
+  char own_name[16] = {};
+  ASSERT_EQ(pthread_getname_np(pthread_self(), own_name, sizeof own_name), 0);
+  const int own_policy = PolicyOfThisThread();
+  std::atomic<bool> moved{false};
+  std::atomic<int> ready{0};
+  int late_policy = -1, kept_policy = -1;
+  auto start = [&](const char* name, int* policy) {
+    return std::thread([&, name, policy] {
+      pthread_setname_np(pthread_self(), name);
+      ready.fetch_add(1);
+      while (!moved.load()) std::this_thread::yield();
+      *policy = PolicyOfThisThread();
+    });
+  };
+  std::thread late = start("late-network", &late_policy);
+  std::thread kept = start("strata-pool", &kept_policy);
+  while (ready.load() < 2) std::this_thread::yield();
+  EXPECT_GE(MoveThreadsToIdle({"strata-", own_name}), 1);
+  moved.store(true);
+  late.join();
+  kept.join();
+  EXPECT_EQ(late_policy, SCHED_IDLE);
+  EXPECT_EQ(kept_policy, own_policy);
+  EXPECT_EQ(PolicyOfThisThread(), own_policy);
+  // Nothing left to move among them.
+  EXPECT_EQ(MoveThreadsToIdle({"strata-", own_name}), 0);
 }
 
 }  // namespace
