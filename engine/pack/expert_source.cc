@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/log.h"
 #include "engine/status_macros.h"
-#ifdef STRATA_HAVE_CUDA
 #include "kernels/cpu/thread_pool.h"
+#ifdef STRATA_HAVE_CUDA
 #include "kernels/cuda/host_memory.h"
 #endif
 
