@@ -3,7 +3,8 @@
 
 // Turns a cancel flag (e.g. set by a signal handler) into a cancelled gRPC call for clients that block in
 // a synchronous call or Read(): while alive, a thread polls the flag and calls TryCancel on the context
-// once it is set. A null flag starts no thread. The context must outlive the watcher.
+// once it is set; a flag set already cancels the call at once. A null flag starts no thread. The context
+// must outlive the watcher.
 
 #include <atomic>
 #include <thread>
@@ -18,13 +19,17 @@ class CancelWatcher {
  public:
   CancelWatcher(const std::atomic<bool>* cancel, grpc::ClientContext* context) {
     if (cancel == nullptr) return;
+    if (cancel->load()) {  // already set: the call is cancelled as soon as it starts
+      context->TryCancel();
+      return;
+    }
     thread_ = std::thread([this, cancel, context] {
-      do {
+      while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
         if (cancel->load()) {
           context->TryCancel();
           return;
         }
-      } while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
+      }
     });
   }
   ~CancelWatcher() {

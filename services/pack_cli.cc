@@ -221,7 +221,7 @@ int RunInspect(const std::vector<std::string>& args, const PackCliOptions& optio
   if (!CheckArity(args, 1, "the pack directory or GGUF file", io, &exit_code)) return exit_code;
   v1::InspectRequest request;
   request.set_path(args[1]);
-  absl::StatusOr<v1::InspectReport> report = MakeBackend(options)->Inspect(request);
+  absl::StatusOr<v1::InspectReport> report = MakeBackend(options)->Inspect(request, io.cancel);
   if (!report.ok()) return Fail(io, kExitFailure, report.status().message());
   *io.out << report->text();
   if (!report->text().empty() && report->text().back() != '\n') *io.out << '\n';

@@ -1,5 +1,6 @@
 #include "services/packtool_backend.h"
 
+#include <chrono>
 #include <thread>
 #include <utility>
 
@@ -24,6 +25,7 @@ namespace strata::services {
 namespace {
 
 constexpr int kMaxMessageBytes = 256 << 20;
+constexpr std::chrono::seconds kInspectDeadline{60};
 
 class LocalBackend final : public PackToolBackend {
  public:
@@ -64,7 +66,8 @@ class LocalBackend final : public PackToolBackend {
     return ValidationReportToProto(*report);
   }
 
-  absl::StatusOr<v1::InspectReport> Inspect(const v1::InspectRequest& request) override {
+  absl::StatusOr<v1::InspectReport> Inspect(const v1::InspectRequest& request,
+                                            const std::atomic<bool>* /*cancel: headers only, quick*/) override {
     absl::StatusOr<packtool::Inspection> inspection = packtool::Inspect(request.path());
     if (!inspection.ok()) return inspection.status();
     return InspectionToProto(*inspection);
@@ -113,10 +116,16 @@ class RemoteBackend final : public PackToolBackend {
     return report;
   }
 
-  absl::StatusOr<v1::InspectReport> Inspect(const v1::InspectRequest& request) override {
+  absl::StatusOr<v1::InspectReport> Inspect(const v1::InspectRequest& request,
+                                            const std::atomic<bool>* cancel) override {
     grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kInspectDeadline);
     v1::InspectReport report;
-    const grpc::Status status = stub_->Inspect(&context, request, &report);
+    grpc::Status status;
+    {
+      CancelWatcher watcher(cancel, &context);
+      status = stub_->Inspect(&context, request, &report);
+    }
     if (!status.ok()) return Annotate(status);
     return report;
   }
@@ -125,7 +134,8 @@ class RemoteBackend final : public PackToolBackend {
   // The server's messages name the field; an unreachable server is named here.
   absl::Status Annotate(const grpc::Status& status) const {
     absl::Status converted = FromGrpcStatus(status);
-    if (converted.code() == absl::StatusCode::kUnavailable || converted.code() == absl::StatusCode::kUnimplemented) {
+    if (converted.code() == absl::StatusCode::kUnavailable || converted.code() == absl::StatusCode::kUnimplemented ||
+        converted.code() == absl::StatusCode::kDeadlineExceeded) {
       return absl::Status(converted.code(), absl::StrCat("strata-packd at ", address_, ": ", converted.message()));
     }
     return converted;

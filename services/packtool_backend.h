@@ -29,7 +29,10 @@ class PackToolBackend {
   // Stops with CANCELLED soon after `cancel` (may be null) becomes true.
   virtual absl::StatusOr<v1::ValidateReport> Validate(const v1::ValidateRequest& request,
                                                       const std::atomic<bool>* cancel) = 0;
-  virtual absl::StatusOr<v1::InspectReport> Inspect(const v1::InspectRequest& request) = 0;
+  // Reads headers only; a server that does not answer within a minute is DEADLINE_EXCEEDED. Stops with
+  // CANCELLED soon after `cancel` (may be null) becomes true.
+  virtual absl::StatusOr<v1::InspectReport> Inspect(const v1::InspectRequest& request,
+                                                    const std::atomic<bool>* cancel) = 0;
 };
 
 std::unique_ptr<PackToolBackend> NewLocalBackend();

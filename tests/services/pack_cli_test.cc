@@ -250,6 +250,15 @@ TEST_F(PackCliTest, ServerModeGivesTheSameOutputAndExitCodes) {
   EXPECT_EQ(run.code, kExitFailure);
   ExpectOneErrorLine(run, "already exists");
 
+  // A first Ctrl-C before or during a remote call cancels it.
+  const std::atomic<bool> cancelled{true};
+  run = RunCli({"validate", "served"}, remote, &cancelled);
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "CANCELLED");
+  run = RunCli({"inspect", "tiny-pack"}, remote, &cancelled);
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "CANCELLED");
+
   run = RunCli({"validate", "../"}, remote);
   EXPECT_EQ(run.code, kExitFailure);
   ExpectOneErrorLine(run, "outside the data root");
