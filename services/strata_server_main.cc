@@ -22,6 +22,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "engine/log.h"
 #include "engine/runtime/engine.h"
 #include "kernels/cpu/thread_pool.h"
