@@ -22,7 +22,7 @@ struct ConvertOptions {
   std::string input;       // .gguf, or any shard of a split model
   std::string output_dir;  // must not exist; neither may output_dir + ".partial"
   kernels::Scheme scheme = kernels::Scheme::kS4;
-  int threads = 0;         // 0 = hardware concurrency
+  int threads = 0;         // 0 = one per core this process may use
 };
 
 struct ConvertProgress {

@@ -56,7 +56,7 @@ struct SynthOptions {
   std::string vocab_path;  // copy tokenizer metadata from this GGUF; empty: built-in byte-level vocabulary
   std::string output;      // the .gguf file, or the pack directory for SynthesizePack
   kernels::Scheme pack_scheme = kernels::Scheme::kS4;  // SynthesizePack only
-  int threads = 0;         // 0 = hardware concurrency
+  int threads = 0;         // 0 = one per core this process may use
 };
 
 // Writes a GGUF model.

@@ -14,7 +14,7 @@ namespace strata::packtool {
 
 struct ValidateOptions {
   bool quick = false;  // skip the per-blob checksums
-  int threads = 0;     // 0 = hardware concurrency
+  int threads = 0;     // 0 = one per core this process may use
   // When it turns true (from any thread), the checksums stop and ValidatePack returns CANCELLED.
   const std::atomic<bool>* cancel = nullptr;
 };

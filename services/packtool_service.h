@@ -26,7 +26,7 @@ namespace strata::services {
 
 struct PackToolServiceOptions {
   std::string data_root;    // required: an existing directory
-  int default_threads = 0;  // for requests with threads = 0; 0 = hardware concurrency
+  int default_threads = 0;  // for requests with threads = 0; 0 = one per core this process may use
 };
 
 class PackToolServiceImpl final : public v1::PackTool::CallbackService {

@@ -37,7 +37,7 @@ class ExpertSource {
 struct ExpertSourceOptions {
   std::string kind = "arena";  // "arena" (resident anonymous memory) or "mmap"
   bool verify = false;         // check each blob's xxh3 (arena: all at load; mmap: on first use)
-  int threads = 0;             // arena load threads; 0 = hardware concurrency
+  int threads = 0;             // arena load threads; 0 = one per core this process may use
 };
 
 // What loading an arena measured, for the start-up log.

@@ -33,7 +33,7 @@ namespace strata::runtime {
 
 struct EngineOptions {
   std::string pack_dir;
-  int threads = 0;                  // compute threads; 0 = hardware concurrency
+  int threads = 0;                  // compute threads; 0 = one per core this process may use
   int max_seqs = 16;                // sequences decoded together
   int max_queue = 64;               // requests waiting beyond max_seqs; more are refused
   int64_t max_ctx = 0;              // positions per sequence; 0 = the model's training context
