@@ -167,7 +167,7 @@ absl::Status Tokenizer::Init(TokenizerVocab vocab) {
         "tokenizer metadata: tokenizer.ggml.add_eos_token is true but tokenizer.ggml.eos_token_id is not set");
   }
 
-  InitEog(vocab);
+  InitEog();
   for (int32_t id = 0; id < n_vocab(); ++id) {
     if (attrs_[id] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) specials_.push_back(id);
   }
@@ -200,7 +200,8 @@ absl::Status Tokenizer::InitSpecialIds(const TokenizerVocab& vocab) {
     bool required;  // an out-of-range id is an error (else a warning, as llama.cpp treats it)
     int32_t* out;
   };
-  int32_t eom = -1, sep = -1;
+  // End-of-generation tokens beyond eos/eot: eom and the fill-in-the-middle markers, as llama.cpp marks them.
+  int32_t eom = -1, sep = -1, fim_pad = -1, fim_rep = -1, fim_sep = -1;
   const Slot slots[] = {
       {"tokenizer.ggml.bos_token_id", vocab.bos_id, spm ? 1 : -1, true, &bos_},
       {"tokenizer.ggml.eos_token_id", vocab.eos_id, spm ? 2 : -1, true, &eos_},
@@ -209,6 +210,9 @@ absl::Status Tokenizer::InitSpecialIds(const TokenizerVocab& vocab) {
       {"tokenizer.ggml.unknown_token_id", vocab.unk_id, spm ? 0 : -1, false, &unk_},
       {"tokenizer.ggml.padding_token_id", vocab.pad_id, -1, false, &pad_},
       {"tokenizer.ggml.seperator_token_id", vocab.sep_id, -1, false, &sep},
+      {"tokenizer.ggml.fim_pad_token_id", vocab.fim_pad_id, -1, false, &fim_pad},
+      {"tokenizer.ggml.fim_rep_token_id", vocab.fim_rep_id, -1, false, &fim_rep},
+      {"tokenizer.ggml.fim_sep_token_id", vocab.fim_sep_id, -1, false, &fim_sep},
   };
   for (const Slot& slot : slots) {
     const int64_t fallback = slot.fallback < n ? slot.fallback : -1;
@@ -226,11 +230,13 @@ absl::Status Tokenizer::InitSpecialIds(const TokenizerVocab& vocab) {
     spdlog::warn("tokenizer: {}; ignoring it", message);
     *slot.out = static_cast<int32_t>(fallback);
   }
-  if (eom >= 0) attrs_[eom] |= kAttrEog;
+  for (int32_t id : {eom, fim_pad, fim_rep, fim_sep}) {
+    if (id >= 0) attrs_[id] |= kAttrEog;
+  }
   return absl::OkStatus();
 }
 
-void Tokenizer::InitEog(const TokenizerVocab& vocab) {
+void Tokenizer::InitEog() {
   const auto mark = [&](int32_t id) {
     if (id >= 0 && id < n_vocab()) attrs_[id] |= kAttrEog;
   };
@@ -246,16 +252,6 @@ void Tokenizer::InitEog(const TokenizerVocab& vocab) {
   }
   for (std::string_view text : kEogTexts) mark_text(text);
   for (std::string_view text : kFimEogTexts) mark_text(text);
-  const std::optional<int64_t>* fim_ids[] = {&vocab.fim_pad_id, &vocab.fim_rep_id, &vocab.fim_sep_id};
-  for (const auto* fim : fim_ids) {
-    if (!fim->has_value()) continue;
-    if (**fim >= 0 && **fim < n_vocab()) {
-      mark(static_cast<int32_t>(**fim));
-    } else {
-      spdlog::warn("tokenizer: a FIM token id {} is outside the vocabulary ({} tokens); ignoring it", **fim,
-                   n_vocab());
-    }
-  }
   mark(eos_);
   mark(eot_);
 

@@ -112,7 +112,7 @@ class Tokenizer {
   static uint8_t AttrForType(TokenType type);
   absl::Status Init(TokenizerVocab vocab);
   absl::Status InitSpecialIds(const TokenizerVocab& vocab);
-  void InitEog(const TokenizerVocab& vocab);
+  void InitEog();
   void InitPieces();
   void Partition(std::string_view text, bool parse_special, std::vector<Fragment>* fragments) const;
 

@@ -290,6 +290,18 @@ TEST(TokenizerErrorsTest, OutOfRangeOptionalIdsAreIgnored) {
   }
 }
 
+TEST(TokenizerErrorsTest, FimIdsInTheVocabularyEndGenerationsOthersAreIgnored) {
+  TokenizerVocab vocab = BpeVocab({{"a", "b"}}, {"ab"});
+  vocab.fim_rep_id = 1;
+  vocab.fim_sep_id = 1 << 20;  // outside: a warning, not an error
+  auto tokenizer = Make(vocab);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_TRUE(tokenizer->IsEog(1));
+  for (int32_t id = 0; id < tokenizer->n_vocab(); ++id) {
+    EXPECT_EQ(tokenizer->IsEog(id), id == 1 || id == tokenizer->eos() || id == tokenizer->eot()) << "token " << id;
+  }
+}
+
 TEST(TokenizerMetadataTest, ReadsTheGgufKeys) {
   gguf::Metadata metadata;
   std::vector<gguf::Value> tokens;
