@@ -124,11 +124,6 @@ struct RoleStats {
 
 }  // namespace
 
-int ResolveThreads(int threads) {
-  if (threads > 0) return threads;
-  return kernels::AvailableCores();
-}
-
 absl::Status CheckOutputFree(const std::string& output_dir) {
   std::error_code ec;
   if (fs::exists(fs::symlink_status(output_dir, ec))) {

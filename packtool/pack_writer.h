@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/pack/pack_format.h"
+#include "kernels/cpu/thread_pool.h"
 #include "packtool/convert.h"
 #include "strata/pack/v1/manifest.pb.h"
 
@@ -48,9 +49,9 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
 absl::Status CheckOutputFree(const std::string& output);
 
 // Most threads a conversion or validation may ask for; each holds a blob's worth of buffers.
-inline constexpr int kMaxThreads = 1024;
+inline constexpr int kMaxThreads = kernels::ThreadPool::kMaxThreads;
 
-int ResolveThreads(int threads);
+using kernels::ResolveThreads;
 
 // Size and xxh3-64 of a whole file, read with read(2) so that hashing does not grow the process's RSS.
 // CANCELLED, between 1 MiB reads, once `cancel` (may be null) is set.

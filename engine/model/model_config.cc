@@ -66,11 +66,11 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
   c.n_vocab = static_cast<int64_t>(tokens.size());
   RETURN_IF_ERROR(arch->configure(m, &c));
 
-  if (c.n_head_kv == 0 || c.n_head % c.n_head_kv != 0) {
+  if (c.n_head % c.n_head_kv != 0) {  // both >= 1 (ReadDimension)
     return absl::InvalidArgumentError(absl::StrCat(p, "attention.head_count (", c.n_head,
                                                    ") is not a multiple of attention.head_count_kv (", c.n_head_kv, ")"));
   }
-  if (c.head_dim == 0 || c.head_dim % 2 != 0) {
+  if (c.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(p, "attention.key_length is ", c.head_dim, ", expected an even number"));
   }
   ASSIGN_OR_RETURN(const uint64_t value_dim, m.GetUintOr(p + "attention.value_length", c.head_dim));

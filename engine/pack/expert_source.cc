@@ -26,11 +26,6 @@
 namespace strata::pack {
 namespace {
 
-int ResolveThreads(int threads) {
-  if (threads > 0) return threads;
-  return kernels::AvailableCores();
-}
-
 absl::Status CheckIndex(const Pack& pack, int64_t moe_layer, int64_t expert) {
   const v1::Geometry& g = pack.manifest().geometry();
   if (moe_layer < 0 || moe_layer >= g.n_moe_layers() || expert < 0 || expert >= g.n_expert()) {
@@ -203,7 +198,7 @@ absl::StatusOr<std::unique_ptr<ExpertSource>> OpenExpertSource(const Pack& pack,
   }
   stats->huge_pages = madvise(map, bytes, MADV_HUGEPAGE) == 0;
   uint8_t* data = static_cast<uint8_t*>(map);
-  if (absl::Status s = LoadArena(pack, data, options.verify, ResolveThreads(options.threads)); !s.ok()) {
+  if (absl::Status s = LoadArena(pack, data, options.verify, kernels::ResolveThreads(options.threads)); !s.ok()) {
     munmap(map, bytes);
     return s;
   }

@@ -28,9 +28,8 @@ absl::StatusOr<std::unique_ptr<Pack>> Pack::Open(const std::string& dir) {
   }
   const std::string dense = absl::StrCat(dir, "/", kDenseFile);
   ASSIGN_OR_RETURN(p->dense_, gguf::GgufFile::Open(dense));
-  if (p->manifest_.dense_bytes() != 0 && p->dense_->file_size() != p->manifest_.dense_bytes()) {
-    return absl::DataLossError(absl::StrCat(dense, ": size ", p->dense_->file_size(), " bytes, the manifest says ",
-                                            p->manifest_.dense_bytes(), " (dense_bytes)"));
+  if (absl::Status s = CheckDenseBytes(p->manifest_, p->dense_->file_size()); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(dense, ": ", s.message()));
   }
   p->blob_hashes_.reserve(p->manifest_.blob_xxh3_size());
   for (const std::string& h : p->manifest_.blob_xxh3()) p->blob_hashes_.push_back(*ParseHashHex(h));

@@ -108,6 +108,12 @@ absl::StatusOr<BlobLayout> LayoutFromManifest(const v1::Manifest& manifest) {
   return expected;
 }
 
+absl::Status CheckDenseBytes(const v1::Manifest& manifest, uint64_t size) {
+  if (manifest.dense_bytes() == 0 || size == manifest.dense_bytes()) return absl::OkStatus();
+  return absl::DataLossError(
+      absl::StrCat("size ", size, " bytes, the manifest says ", manifest.dense_bytes(), " (dense_bytes)"));
+}
+
 absl::Status CheckManifest(const v1::Manifest& manifest) {
   if (manifest.format_version() != kFormatVersion) {
     return absl::InvalidArgumentError(absl::StrCat("manifest field 'format_version': ", manifest.format_version(),

@@ -50,6 +50,9 @@ absl::StatusOr<BlobLayout> LayoutFromManifest(const v1::Manifest& manifest);
 // blob in hex. Errors name the field and both numbers.
 absl::Status CheckManifest(const v1::Manifest& manifest);
 
+// dense.gguf's size against the manifest's dense_bytes (0: not recorded): DATA_LOSS naming both.
+absl::Status CheckDenseBytes(const v1::Manifest& manifest, uint64_t size);
+
 // manifest.json <-> message. Parse errors name the file; the result is not checked (call CheckManifest).
 absl::StatusOr<v1::Manifest> ReadManifest(const std::string& pack_dir);
 absl::Status WriteManifest(const v1::Manifest& manifest, const std::string& pack_dir);

@@ -62,8 +62,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     if (so.threads == 0) so.threads = options.threads;
     ASSIGN_OR_RETURN(e->source_, pack::OpenExpertSource(*e->pack_, so, &e->info_.source));
   }
-  const int threads = options.threads > 0 ? options.threads
-                                          : kernels::AvailableCores();
+  const int threads = kernels::ResolveThreads(options.threads);
   ASSIGN_OR_RETURN(e->pool_, kernels::ThreadPool::Create(threads));
   const pack::BlobLayout& bl = e->pack_->layout();
   kernels::ExpertLayout layout{bl.scheme, bl.n_embd, bl.expert_ff, bl.role_offset[0], bl.role_offset[1],

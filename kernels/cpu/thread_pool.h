@@ -122,6 +122,9 @@ class ThreadPool {
 // what "one thread per core" means everywhere.
 int AvailableCores();
 
+// `threads` when positive, else AvailableCores(): how every thread-count option reads 0.
+inline int ResolveThreads(int threads) { return threads > 0 ? threads : AvailableCores(); }
+
 // Runs fn(i) for every i in [0, n_tasks): on `pool`, or on the caller when `pool` is null.
 void ParallelFor(ThreadPool* pool, int64_t n_tasks, absl::FunctionRef<void(int64_t)> fn);
 

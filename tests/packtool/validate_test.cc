@@ -153,6 +153,18 @@ TEST_F(ValidateTest, CorruptionDenseHeaderAndDataAreCaught) {
   EXPECT_THAT(r.problems, ::testing::Contains(ProblemIn("dense.gguf", "checksum")));
 }
 
+// The engine refuses a dense.gguf of another size, so even a quick validation must report it.
+TEST_F(ValidateTest, CorruptionDenseOfAnotherSizeIsCaughtByAQuickValidation) {
+  std::string p = CopyPack();
+  std::vector<uint8_t> dense = ReadFileBytes(p + "/dense.gguf");
+  dense.resize(dense.size() + 32, 0);  // still parses: padding after the data section
+  WriteFileBytes(p + "/dense.gguf", dense);
+  for (bool quick : {true, false}) {
+    const ValidationReport r = Validate(p, quick);
+    EXPECT_THAT(r.problems, ::testing::Contains(ProblemIn("dense.gguf", "(dense_bytes)"))) << "quick " << quick;
+  }
+}
+
 TEST_F(ValidateTest, CorruptionGarbageManifestAndUnknownVersion) {
   std::string p = CopyPack();
   WriteFileBytes(p + "/manifest.json", {'n', 'o', 't', ' ', 'j', 's', 'o', 'n'});
