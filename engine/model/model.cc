@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const pack::Pack& pack, std
     return absl::UnimplementedError(absl::StrCat("the pack has ", g.n_moe_layers(), " MoE layers of ", c.n_layer,
                                                  "; Strata runs models whose every layer is MoE"));
   }
+  m->rope_frequencies_ = RopeFrequencies(c.head_dim, c.rope_freq_base);
   m->moe_index_.assign(static_cast<size_t>(c.n_layer), 0);
   for (int i = 0; i < g.moe_layers_size(); ++i) m->moe_index_[g.moe_layers(i)] = static_cast<uint32_t>(i);
   ASSIGN_OR_RETURN(m->weights_, LoadWeights(pack.dense(), c));
@@ -62,6 +63,8 @@ void Model::EnsureCapacity(int n) {
   ids_.resize(n * k);
   parts_.resize(n * k * e);
   final_.resize(n * e);
+  rope_cos_.resize(n * static_cast<size_t>(c.head_dim / 2));
+  rope_sin_.resize(n * static_cast<size_t>(c.head_dim / 2));
   capacity_ = n;
 }
 
@@ -145,10 +148,8 @@ absl::Status Model::Forward(std::span<const ForwardToken> tokens, float* logits,
                                      x_.data() + t * E, E));
   }
   const int64_t half = c.head_dim / 2;
-  rope_cos_.resize(static_cast<size_t>(n * half));
-  rope_sin_.resize(static_cast<size_t>(n * half));
   for (int t = 0; t < n; ++t) {
-    RopeAngles(c.head_dim, tokens[t].pos, c.rope_freq_base, rope_cos_.data() + t * half, rope_sin_.data() + t * half);
+    RopeAngles(rope_frequencies_, tokens[t].pos, rope_cos_.data() + t * half, rope_sin_.data() + t * half);
   }
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];

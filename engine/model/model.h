@@ -64,6 +64,7 @@ class Model {
   std::unique_ptr<MoeDispatch> dispatch_;
   kernels::ThreadPool* pool_ = nullptr;
   std::vector<uint32_t> moe_index_;  // block -> moe layer index
+  std::vector<double> rope_frequencies_;  // RopeFrequencies of the config
 
   // Scratch, sized for the largest batch seen.
   int capacity_ = 0;

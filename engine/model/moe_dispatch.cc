@@ -18,13 +18,11 @@ absl::Status CpuMoeDispatch::Run(int64_t moe_layer, const float* x, int n_tokens
   // same address every layer).
   if (acts_.size() < static_cast<size_t>(n_tokens)) acts_.resize(static_cast<size_t>(n_tokens));
   for (int t = 0; t < n_tokens; ++t) {
-    const float* xt = x + t * n_embd;
     kernels::QuantizedActivation& a = acts_[t];
+    if (a.n != n_embd) kernels::ResizeActivation(n_embd, &a);
+    std::copy_n(x + t * n_embd, n_embd, a.f32.begin());
     if (kernels::ReadsQuantizedActivation(layout_.scheme)) {
-      kernels::QuantizeActivation(xt, n_embd, &a);
-    } else {
-      if (a.n != n_embd) kernels::ResizeActivation(n_embd, &a);
-      std::copy(xt, xt + n_embd, a.f32.begin());
+      kernels::QuantizeActivationBlocks(0, n_embd / kernels::kActBlock, &a);
     }
   }
 

@@ -14,9 +14,17 @@ void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* o
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-void RopeAngles(int64_t head_dim, int64_t pos, float freq_base, float* cos, float* sin) {
+std::vector<double> RopeFrequencies(int64_t head_dim, float freq_base) {
+  std::vector<double> frequencies(static_cast<size_t>(head_dim / 2));
   for (int64_t i = 0; i < head_dim / 2; ++i) {
-    const double theta = static_cast<double>(pos) * std::pow(static_cast<double>(freq_base), -2.0 * i / head_dim);
+    frequencies[i] = std::pow(static_cast<double>(freq_base), -2.0 * i / head_dim);
+  }
+  return frequencies;
+}
+
+void RopeAngles(std::span<const double> frequencies, int64_t pos, float* cos, float* sin) {
+  for (size_t i = 0; i < frequencies.size(); ++i) {
+    const double theta = static_cast<double>(pos) * frequencies[i];
     cos[i] = static_cast<float>(std::cos(theta));
     sin[i] = static_cast<float>(std::sin(theta));
   }

@@ -4,6 +4,8 @@
 // Small f32 building blocks shared by every architecture: norms, RoPE, softmax, top-k. Pure functions.
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "engine/model/model_config.h"
 
@@ -12,9 +14,12 @@ namespace strata::model {
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i]; out may alias x.
 void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* out);
 
-// The rotation of position `pos`: cos and sin of pos * freq_base^(-2i / head_dim) for i in [0, head_dim / 2).
-// The same for every head and layer, so computed once per token.
-void RopeAngles(int64_t head_dim, int64_t pos, float freq_base, float* cos, float* sin);
+// freq_base^(-2i / head_dim) for i in [0, head_dim / 2): the model's rotation frequencies.
+std::vector<double> RopeFrequencies(int64_t head_dim, float freq_base);
+
+// The rotation of position `pos`: cos and sin of pos * frequencies[i], for each of the frequencies. The
+// same for every head and layer, so computed once per token.
+void RopeAngles(std::span<const double> frequencies, int64_t pos, float* cos, float* sin);
 
 // Rotates one head of `head_dim` values in place by the angles RopeAngles gave.
 void Rope(float* head, int64_t head_dim, const float* cos, const float* sin, RopeStyle style);
