@@ -95,4 +95,24 @@ absl::StatusOr<std::string> DataRoot::Resolve(std::string_view request_path_view
   return result;
 }
 
+absl::Status DataRoot::Relative(const absl::Status& status) const {
+  if (status.ok() || root_ == "/") return status;
+  std::string message(status.message());
+  // A path is the root's when it starts there (not "/backup/srv/root" for the root "/srv/root") and goes
+  // on with a '/' or ends (not "/srv/root2").
+  const auto is_boundary = [&message](size_t i) {
+    return i == message.size() || std::string_view(" :,;'\"()").find(message[i]) != std::string_view::npos;
+  };
+  for (size_t at = message.find(root_); at != std::string::npos; at = message.find(root_, at + 1)) {
+    if (at > 0 && !is_boundary(at - 1)) continue;
+    const size_t end = at + root_.size();
+    if (end < message.size() && message[end] == '/') {
+      message.erase(at, root_.size() + 1);
+    } else if (is_boundary(end)) {
+      message.replace(at, root_.size(), ".");
+    }
+  }
+  return absl::Status(status.code(), message);
+}
+
 }  // namespace strata::services

@@ -29,6 +29,10 @@ class DataRoot {
 
   const std::string& path() const { return root_; }
 
+  // `status` with every path inside the root in its message written relative to the root, as clients name
+  // them: what the library reports about a resolved path must not reveal where the root lies.
+  absl::Status Relative(const absl::Status& status) const;
+
  private:
   explicit DataRoot(std::string root) : root_(std::move(root)) {}
 

@@ -62,7 +62,7 @@ class ValidateReactor final : public grpc::ServerUnaryReactor {
     if (result.ok()) *report_ = ValidationReportToProto(*result);
     if (absl::IsCancelled(result.status())) spdlog::info("{}", std::string(result.status().message()));
     PackToolServiceImpl* const service = service_;
-    Finish(ToGrpcStatus(result.status()));  // the reactor may be gone from here on
+    Finish(ToGrpcStatus(service->data_root().Relative(result.status())));  // the reactor may be gone from here on
     service->JobFinished();
   }
 
@@ -127,7 +127,7 @@ class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress
         if (!stream_broken_) pending_ = FinalProgress(last_ ? &*last_ : nullptr, *manifest);
         final_status_ = grpc::Status::OK;
       } else {
-        final_status_ = ToGrpcStatus(manifest.status());
+        final_status_ = ToGrpcStatus(service->data_root().Relative(manifest.status()));
       }
       action = NextActionLocked(&status);
     }
@@ -331,7 +331,7 @@ grpc::ServerUnaryReactor* PackToolServiceImpl::Inspect(grpc::CallbackServerConte
   // Reads headers only: quick enough to answer on this thread.
   absl::StatusOr<packtool::Inspection> inspection = packtool::Inspect(*path);
   if (inspection.ok()) *report = InspectionToProto(*inspection);
-  reactor->Finish(ToGrpcStatus(inspection.status()));
+  reactor->Finish(ToGrpcStatus(root_->Relative(inspection.status())));
   return reactor;
 }
 

@@ -38,6 +38,19 @@ TEST_F(DataRootTest, CreateRefusesMissingRootAndFiles) {
   EXPECT_EQ(DataRoot::Create("").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(DataRootTest, RelativeWritesPathsInsideTheRootAsClientsNameThem) {
+  const std::string root = root_->path();
+  const absl::Status s = root_->Relative(absl::DataLossError(
+      root + "/models/a.gguf: truncated; see " + root + "/models/b.gguf and " + root + " itself"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), "models/a.gguf: truncated; see models/b.gguf and . itself");
+  EXPECT_TRUE(root_->Relative(absl::OkStatus()).ok());
+  // Paths outside the root are left alone, also those that only begin with its name.
+  EXPECT_EQ(root_->Relative(absl::NotFoundError(outside_)).message(), outside_);
+  EXPECT_EQ(root_->Relative(absl::NotFoundError(root + "2/x")).message(), root + "2/x");
+  EXPECT_EQ(root_->Relative(absl::NotFoundError("/backup" + root + "/x")).message(), "/backup" + root + "/x");
+}
+
 TEST_F(DataRootTest, RelativePathsAreTakenFromTheRoot) {
   auto resolved = root_->Resolve("models/a.gguf", "input");
   ASSERT_TRUE(resolved.ok()) << resolved.status();

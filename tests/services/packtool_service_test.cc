@@ -27,6 +27,7 @@ using ::strata::services::testing::Models;
 using ::strata::services::testing::TestServer;
 using ::strata::testing::ScratchDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Every message of a Convert call and its status.
 struct ConvertResult {
@@ -144,6 +145,24 @@ TEST_F(PackToolServiceTest, ValidateAMissingPackNamesTheFieldNotTheRoot) {
   const grpc::Status status = RunValidate(server_->stub(), "no-such-pack", &report);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(status.error_message(), "pack_dir: 'no-such-pack' does not exist");
+}
+
+// What the library says about a resolved path comes back with the path as the client gave it.
+TEST_F(PackToolServiceTest, LibraryErrorsNameThePathRelativeToTheRoot) {
+  {
+    std::ofstream(root_ + "/junk.gguf") << "not a gguf file at all";
+  }
+  v1::ValidateReport report;
+  grpc::Status status = RunValidate(server_->stub(), "junk.gguf", &report);  // a file, not a directory
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("junk.gguf"));
+  EXPECT_THAT(status.error_message(), Not(HasSubstr(root_)));
+
+  v1::InspectReport inspect;
+  status = RunInspect(server_->stub(), "junk.gguf", &inspect);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("junk.gguf"));
+  EXPECT_THAT(status.error_message(), Not(HasSubstr(root_)));
 }
 
 TEST_F(PackToolServiceTest, ValidateBadPackListsTheProblem) {
