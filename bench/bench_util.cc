@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "engine/log.h"
 
 namespace strata::bench {
 
@@ -27,9 +28,7 @@ double NowSeconds() {
 // ---- Flags
 
 Flags::Flags(int argc, char** argv, std::string usage) : usage_(std::move(usage)) {
-  // Debian builds Abseil without NDEBUG, which leaves absl::Mutex's deadlock detection on; the binaries
-  // (services/cli_flags.cc) turn it off, and so do the benchmarks, to measure what they run.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  TurnOffMutexDeadlockDetection();  // as the binaries do, to measure what they run
   for (int i = 0; i < argc; ++i) {
     if (i > 0) command_line_ += ' ';
     command_line_ += argv[i];
@@ -304,9 +303,8 @@ std::map<std::string, ThreadUsage> UsageByName(const std::map<int, ThreadUsage>&
     if (auto it = before.find(tid); it != before.end() && it->second.name == now.name) then = it->second;
     ThreadUsage& sum = by_name[now.name];
     sum.name = now.name;
-    sum.cpu_seconds += now.cpu_seconds - then.cpu_seconds;
-    sum.wait_seconds += now.wait_seconds - then.wait_seconds;
-    sum.preempted += now.preempted - then.preempted;
+    sum += now;
+    sum -= then;
   }
   return by_name;
 }

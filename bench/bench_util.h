@@ -100,6 +100,19 @@ struct ThreadUsage {
   double cpu_seconds = 0;
   double wait_seconds = 0;
   int64_t preempted = 0;
+
+  ThreadUsage& operator+=(const ThreadUsage& o) {
+    cpu_seconds += o.cpu_seconds;
+    wait_seconds += o.wait_seconds;
+    preempted += o.preempted;
+    return *this;
+  }
+  ThreadUsage& operator-=(const ThreadUsage& o) {
+    cpu_seconds -= o.cpu_seconds;
+    wait_seconds -= o.wait_seconds;
+    preempted -= o.preempted;
+    return *this;
+  }
 };
 // The live threads by thread id.
 std::map<int, ThreadUsage> SnapshotThreads();

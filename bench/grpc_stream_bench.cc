@@ -35,7 +35,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -152,12 +151,7 @@ struct ThreadUse {
   }
 
   void Add(const std::map<std::string, ThreadUsage>& run, int64_t run_tokens) {
-    for (const auto& [name, u] : run) {
-      ThreadUsage& sum = by_name[name];
-      sum.cpu_seconds += u.cpu_seconds;
-      sum.wait_seconds += u.wait_seconds;
-      sum.preempted += u.preempted;
-    }
+    for (const auto& [name, u] : run) by_name[name] += u;
     tokens += run_tokens;
   }
 };
@@ -325,8 +319,12 @@ int Main(int argc, char** argv) {
       services::ParseNetworkPriority(flags.String("network-priority", "auto"), "--network-priority");
   const std::string transport = flags.String("transport", "tcp");
   flags.CheckNoUnknown();
-  if (tokens < 2 || prompt_tokens < 1 || rounds < 1 || stream_counts.empty()) {
-    std::fprintf(stderr, "error: --tokens >= 2, --prompt-tokens >= 1, --rounds >= 1 and --streams needed\n%s\n",
+  const bool streams_ok = !stream_counts.empty() && std::all_of(stream_counts.begin(), stream_counts.end(),
+                                                                  [](int64_t n) { return n >= 1 && n <= 4096; });
+  if (tokens < 2 || prompt_tokens < 1 || rounds < 1 || !streams_ok) {
+    std::fprintf(stderr,
+                 "error: expected --tokens >= 2, --prompt-tokens >= 1, --rounds >= 1 and --streams of counts in "
+                 "1..4096\n%s\n",
                  kUsage);
     return 2;
   }
@@ -411,7 +409,6 @@ int Main(int argc, char** argv) {
         grpc_engine_ttft, stream_overhead, direct_steps, grpc_steps;
   };
   std::vector<Row> rows;
-  int late_threads_moved = 0;
   for (int64_t streams : stream_counts) {
     const auto prompts = Prompts(static_cast<int>(streams), prompt_tokens, n_vocab);
     std::vector<double> decode_overhead, decode_control, overall_overhead, direct_decode, grpc_decode, direct_ttft,
@@ -419,10 +416,6 @@ int Main(int argc, char** argv) {
     Result before = RunDirect(direct, prompts, tokens);
     ThreadUse direct_use, grpc_use;
     for (int r = 0; r < rounds; ++r) {
-      // As strata-server does every few seconds: gRPC threads started since from compute threads.
-      if (started->network_priority == services::NetworkPriority::kIdle) {
-        late_threads_moved += services::MoveThreadsToIdle({"strata-"});
-      }
       const auto t0 = SnapshotThreads();
       const runtime::EngineStats s0 = served.stats();
       Result via_grpc = RunGrpc(*stub, prompts, tokens);
@@ -478,9 +471,9 @@ int Main(int argc, char** argv) {
                 1 + row.decode_control.median);
     rows.push_back(row);
     PrintThreadUse(direct_use, grpc_use);
-    if (started->network_priority == services::NetworkPriority::kIdle) {
+    if (started->sweeper != nullptr) {
       std::printf("  gRPC threads started under the normal policy and moved under SCHED_IDLE so far: %d\n",
-                  late_threads_moved);
+                  started->sweeper->moved());
     }
   }
   std::printf(

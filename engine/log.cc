@@ -1,5 +1,7 @@
 #include "engine/log.h"
 
+#include "absl/synchronization/mutex.h"
+
 #include <string>
 
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -12,5 +14,7 @@ void InitLogging(std::string_view level) {
   logger->set_level(spdlog::level::from_str(std::string(level)));
   spdlog::set_default_logger(logger);
 }
+
+void TurnOffMutexDeadlockDetection() { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); }
 
 }  // namespace strata

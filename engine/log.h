@@ -14,6 +14,11 @@ namespace strata {
 // "off"). Binaries call it once from main(); tests and libraries never do.
 void InitLogging(std::string_view level);
 
+// Turns off absl::Mutex's deadlock detection, a lock-order graph update on every acquisition, which
+// Debian's Abseil (built without NDEBUG) leaves on. Binaries and benchmarks call it first thing; the
+// tests keep the detection.
+void TurnOffMutexDeadlockDetection();
+
 }  // namespace strata
 
 #endif  // STRATA_ENGINE_LOG_H_

@@ -124,6 +124,11 @@ struct RoleStats {
 
 }  // namespace
 
+absl::Status CheckThreads(int64_t threads, std::string_view field) {
+  if (threads >= 0 && threads <= kMaxThreads) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": ", threads, " is not in 0 .. ", kMaxThreads));
+}
+
 absl::Status CheckOutputFree(const std::string& output_dir) {
   std::error_code ec;
   if (fs::exists(fs::symlink_status(output_dir, ec))) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "engine/pack/pack_format.h"
@@ -52,6 +53,9 @@ absl::Status CheckOutputFree(const std::string& output);
 inline constexpr int kMaxThreads = kernels::ThreadPool::kMaxThreads;
 
 using kernels::ResolveThreads;
+
+// INVALID_ARGUMENT naming `field` unless 0 <= threads <= kMaxThreads.
+absl::Status CheckThreads(int64_t threads, std::string_view field);
 
 // Size and xxh3-64 of a whole file, read with read(2) so that hashing does not grow the process's RSS.
 // CANCELLED, between 1 MiB reads, once `cancel` (may be null) is set.

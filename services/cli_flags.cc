@@ -9,7 +9,7 @@
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "engine/log.h"
 
 namespace strata::services {
 namespace {
@@ -76,9 +76,7 @@ absl::Status CheckLogLevel(const std::string& level) {
 }
 
 absl::StatusOr<std::vector<std::string>> ParseFlags(std::vector<std::string> args) {
-  // Debian builds Abseil without NDEBUG, which leaves absl::Mutex's deadlock detection on: a lock-order
-  // graph update on every acquisition. The tests keep it; the binaries do not pay for it.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  TurnOffMutexDeadlockDetection();  // every binary parses its flags first
   if (absl::Status status = PrepareFlagArgs(&args); !status.ok()) return status;
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());

@@ -2,14 +2,11 @@
 
 #include <chrono>
 #include <cstdio>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/notification.h"
-#include "absl/time/time.h"
 #include "grpcpp/client_context.h"
 #include "services/cancel_watcher.h"
 #include "services/grpc_status.h"

@@ -3,7 +3,6 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -57,24 +56,43 @@ absl::Status SetThisThreadNetworkPriority(NetworkPriority priority) {
 #endif
 }
 
+std::vector<ThreadName> ListThreads() {
+  std::vector<ThreadName> threads;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    ThreadName t;
+    if (!absl::SimpleAtoi(task.path().filename().string(), &t.tid)) continue;
+    std::ifstream comm(task.path() / "comm");
+    if (!std::getline(comm, t.name)) continue;  // it exited meanwhile
+    threads.push_back(std::move(t));
+  }
+  return threads;
+}
+
 int MoveThreadsToIdle(const std::vector<std::string>& keep_prefixes) {
   int moved = 0;
 #ifdef SCHED_IDLE
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-    std::string name;
-    std::ifstream(task.path() / "comm") >> name;  // names hold no spaces here; a partial name still matches
+  for (const ThreadName& t : ListThreads()) {
     bool keep = false;
-    for (const std::string& prefix : keep_prefixes) keep = keep || name.rfind(prefix, 0) == 0;
-    if (keep) continue;
-    pid_t tid = 0;
-    if (!absl::SimpleAtoi(task.path().filename().string(), &tid)) continue;
-    if (sched_getscheduler(tid) == SCHED_IDLE) continue;  // -1 when it has exited: then the set fails too
+    for (const std::string& prefix : keep_prefixes) keep = keep || t.name.rfind(prefix, 0) == 0;
+    if (keep || sched_getscheduler(t.tid) == SCHED_IDLE) continue;  // -1 once it exited: the set fails too
     sched_param param{};
-    if (sched_setscheduler(tid, SCHED_IDLE, &param) == 0) ++moved;
+    if (sched_setscheduler(t.tid, SCHED_IDLE, &param) == 0) ++moved;
   }
 #endif
   return moved;
+}
+
+IdleThreadSweeper::IdleThreadSweeper(absl::Duration period) {
+  thread_ = std::thread([this, period] {
+    pthread_setname_np(pthread_self(), "network-sweep");
+    while (!stop_.WaitForNotificationWithTimeout(period)) moved_.fetch_add(MoveThreadsToIdle({"strata-", "cuda"}));
+  });
+}
+
+IdleThreadSweeper::~IdleThreadSweeper() {
+  stop_.Notify();
+  thread_.join();
 }
 
 }  // namespace strata::services

@@ -5,12 +5,16 @@
 // beside the engine's compute threads, which take every core and spin between parallel jobs while they
 // decode.
 
+#include <atomic>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 
 namespace strata::services {
 
@@ -43,11 +47,35 @@ NetworkPriority ResolveNetworkPriority(NetworkPriority requested, int compute_th
 // kAuto, which is to be resolved first.
 absl::Status SetThisThreadNetworkPriority(NetworkPriority priority);
 
+// The live threads of this process: thread id and name (/proc/self/task; empty where that is missing).
+struct ThreadName {
+  int tid = 0;
+  std::string name;
+};
+std::vector<ThreadName> ListThreads();
+
 // Puts the threads of this process under SCHED_IDLE, except those whose name starts with one of
 // `keep_prefixes` and those already there; returns how many it moved. For threads gRPC starts after the
 // server was built, from whichever thread queued the work (e.g. an executor thread started by a compute
-// thread that was writing a stream), which inherit the normal policy; a server calls it every few seconds.
+// thread that was writing a stream), which inherit the normal policy.
 int MoveThreadsToIdle(const std::vector<std::string>& keep_prefixes);
+
+// While alive, moves such threads every `period` from a thread of its own, keeping the engine's threads
+// (named strata-*, as the binaries' main threads are) and CUDA's. StartServer runs one for an idle server.
+class IdleThreadSweeper {
+ public:
+  explicit IdleThreadSweeper(absl::Duration period);
+  ~IdleThreadSweeper();
+  IdleThreadSweeper(const IdleThreadSweeper&) = delete;
+  IdleThreadSweeper& operator=(const IdleThreadSweeper&) = delete;
+
+  int moved() const { return moved_.load(); }  // threads moved so far
+
+ private:
+  absl::Notification stop_;
+  std::atomic<int> moved_{0};
+  std::thread thread_;
+};
 
 }  // namespace strata::services
 

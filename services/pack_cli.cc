@@ -21,13 +21,6 @@
 namespace strata::services {
 namespace {
 
-absl::Status CheckThreadsFlag(int threads) {
-  if (threads < 0 || threads > packtool::kMaxThreads) {
-    return absl::InvalidArgumentError(absl::StrCat("--threads: ", threads, " is not in 0 .. ", packtool::kMaxThreads));
-  }
-  return absl::OkStatus();
-}
-
 constexpr char kUsage[] =
     R"(usage: strata-pack <command> [arguments] [flags]
 
@@ -103,7 +96,7 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
     return UsageError(io, "synth runs in this process only; drop --server and copy the file to the server");
   }
   if (options.out.empty()) return UsageError(io, "synth: missing --out");
-  if (absl::Status s = CheckThreadsFlag(options.threads); !s.ok()) return UsageError(io, std::string(s.message()));
+  if (absl::Status s = packtool::CheckThreads(options.threads, "--threads"); !s.ok()) return UsageError(io, std::string(s.message()));
 
   absl::StatusOr<packtool::SynthGeometry> preset = packtool::PresetGeometry(options.arch, options.preset);
   if (!preset.ok()) return UsageError(io, absl::StrCat("--arch/--preset: ", preset.status().message()));
@@ -168,7 +161,7 @@ int RunConvert(const std::vector<std::string>& args, const PackCliOptions& optio
   if (!kernels::ParseScheme(options.scheme).ok()) {
     return UsageError(io, absl::StrCat("--scheme: unknown '", options.scheme, "'; expected f16, s8, s4 or s2"));
   }
-  if (absl::Status s = CheckThreadsFlag(options.threads); !s.ok()) return UsageError(io, std::string(s.message()));
+  if (absl::Status s = packtool::CheckThreads(options.threads, "--threads"); !s.ok()) return UsageError(io, std::string(s.message()));
   v1::ConvertRequest request;
   request.set_input(args[1]);
   request.set_output_dir(args[2]);
@@ -189,7 +182,7 @@ int RunConvert(const std::vector<std::string>& args, const PackCliOptions& optio
 int RunValidate(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
   int exit_code = kExitOk;
   if (!CheckArity(args, 1, "the pack directory", io, &exit_code)) return exit_code;
-  if (absl::Status s = CheckThreadsFlag(options.threads); !s.ok()) return UsageError(io, std::string(s.message()));
+  if (absl::Status s = packtool::CheckThreads(options.threads, "--threads"); !s.ok()) return UsageError(io, std::string(s.message()));
   v1::ValidateRequest request;
   request.set_pack_dir(args[1]);
   request.set_quick(options.quick);

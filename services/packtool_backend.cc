@@ -1,13 +1,10 @@
 #include "services/packtool_backend.h"
 
 #include <chrono>
-#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
-#include "absl/time/time.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"

@@ -24,8 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint32_t kMaxThreads = packtool::kMaxThreads;
-
 bool PathExists(const std::string& path) {
   std::error_code ec;
   return fs::exists(fs::symlink_status(path, ec));
@@ -204,10 +202,7 @@ class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress
 
 absl::StatusOr<std::unique_ptr<PackToolServiceImpl>> PackToolServiceImpl::Create(
     const PackToolServiceOptions& options) {
-  if (options.default_threads < 0 || options.default_threads > static_cast<int>(kMaxThreads)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("threads: ", options.default_threads, " is not in [0, ", kMaxThreads, "]"));
-  }
+  RETURN_IF_ERROR(packtool::CheckThreads(options.default_threads, "default threads"));
   ASSIGN_OR_RETURN(std::unique_ptr<DataRoot> root, DataRoot::Create(options.data_root));
   return std::unique_ptr<PackToolServiceImpl>(new PackToolServiceImpl(std::move(root), options.default_threads));
 }
@@ -219,9 +214,7 @@ PackToolServiceImpl::~PackToolServiceImpl() {
 }
 
 absl::StatusOr<int> PackToolServiceImpl::Threads(uint32_t requested) const {
-  if (requested > kMaxThreads) {
-    return absl::InvalidArgumentError(absl::StrCat("threads: ", requested, " is more than ", kMaxThreads));
-  }
+  RETURN_IF_ERROR(packtool::CheckThreads(requested, "threads"));
   return requested == 0 ? default_threads_ : static_cast<int>(requested);
 }
 

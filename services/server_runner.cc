@@ -56,6 +56,10 @@ absl::StatusOr<StartedServer> StartServer(const ServerConfig& config, const std:
       applied = NetworkPriority::kNormal;
     }
     started = BuildAndStart(config, services);
+    // Started here, so that it runs under the priority too.
+    if (started.ok() && applied == NetworkPriority::kIdle) {
+      started->sweeper = std::make_unique<IdleThreadSweeper>(absl::Seconds(2));
+    }
   });
   builder.join();
   if (started.ok()) started->network_priority = applied;

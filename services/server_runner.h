@@ -25,7 +25,7 @@ struct ServerConfig {
   int max_message_bytes = 256 << 20;  // both directions; a manifest has one checksum per expert
   // Applied to the threads gRPC starts while the server is built (the process's first server also starts
   // gRPC's shared pollers and executors then); the calling thread keeps its own. Threads gRPC starts later
-  // from other threads escape it: see MoveThreadsToIdle. Where the system refuses it, a warning is logged
+  // from other threads escape it and are moved by the server's IdleThreadSweeper. Where the system refuses it, a warning is logged
   // and the threads run under the normal policy. kAuto counts as kNormal here; the binaries resolve it
   // against their thread count.
   NetworkPriority network_priority = NetworkPriority::kNormal;
@@ -35,6 +35,7 @@ struct StartedServer {
   std::unique_ptr<grpc::Server> server;
   int port = 0;  // the bound port, 0 without a listening address
   NetworkPriority network_priority = NetworkPriority::kNormal;  // as applied (kNormal where idle was refused)
+  std::unique_ptr<IdleThreadSweeper> sweeper;  // for an idle server: threads gRPC starts later, every 2 s
 };
 
 // UNAVAILABLE naming the address when it cannot be bound.

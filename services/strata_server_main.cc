@@ -22,7 +22,6 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/time.h"
 #include "engine/log.h"
 #include "engine/runtime/engine.h"
 #include "kernels/cpu/thread_pool.h"
@@ -167,15 +166,7 @@ int main(int argc, char** argv) {
   strata::services::SetInferenceServing(server, true);
   spdlog::info("serving strata.v1.Inference on {} (port {})", config.listen_address, started->port);
 
-  // gRPC starts some threads later from the thread that queued the work (a compute thread writing a
-  // stream, say); they inherit the normal policy and are moved here.
-  const bool sweep = started->network_priority == strata::services::NetworkPriority::kIdle;
-  while (!g_stop.WaitForNotificationWithTimeout(absl::Seconds(2))) {
-    if (!sweep) continue;
-    if (const int moved = strata::services::MoveThreadsToIdle({"strata-", "cuda"}); moved > 0) {
-      spdlog::debug("moved {} late network threads under SCHED_IDLE", moved);
-    }
-  }
+  g_stop.WaitForNotification();
   strata::services::SetInferenceServing(server, false);
   server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server->Wait();

@@ -4,9 +4,6 @@
 #include <sched.h>
 
 #include <atomic>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -20,21 +17,10 @@ namespace {
 // (MoveThreadsToIdle) does not update.
 int PolicyOfThisThread() { return sched_getscheduler(0); }
 
-// Threads of this process whose scheduling policy (field 41 of /proc/self/task/<tid>/stat) is `policy`.
+// Threads of this process under `policy`.
 int ThreadsUnderPolicy(int policy) {
   int count = 0;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream stat(task.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const size_t after_name = text.rfind(')');  // the name may hold spaces
-    if (after_name == std::string::npos) continue;
-    std::istringstream fields(text.substr(after_name + 2));
-    std::string field;
-    // Fields from 3 (state) on; the policy is field 41.
-    for (int i = 3; i <= 41 && fields >> field; ++i) {
-      if (i == 41 && std::stoi(field) == policy) ++count;
-    }
-  }
+  for (const ThreadName& t : ListThreads()) count += sched_getscheduler(t.tid) == policy;
   return count;
 }
 
@@ -100,11 +86,22 @@ TEST(NetworkPriorityTest, ServerBuiltUnderIdleLeavesTheCallerAlone) {
   absl::StatusOr<StartedServer> started = StartServer(config, {});
   ASSERT_TRUE(started.ok()) << started.status();
   EXPECT_GT(started->port, 0);
-  // gRPC started its threads for the server under SCHED_IDLE; this thread kept its policy.
+  // gRPC started its threads for the server under SCHED_IDLE; this thread kept its policy; a sweeper
+  // looks after the threads gRPC starts later.
   EXPECT_GT(ThreadsUnderPolicy(SCHED_IDLE), idle_before);
   EXPECT_EQ(PolicyOfThisThread(), caller_policy);
+  EXPECT_EQ(started->network_priority, NetworkPriority::kIdle);
+  EXPECT_NE(started->sweeper, nullptr);
   started->server->Shutdown();
   started->server->Wait();
+
+  config.network_priority = NetworkPriority::kNormal;
+  absl::StatusOr<StartedServer> normal = StartServer(config, {});
+  ASSERT_TRUE(normal.ok()) << normal.status();
+  EXPECT_EQ(normal->network_priority, NetworkPriority::kNormal);
+  EXPECT_EQ(normal->sweeper, nullptr);
+  normal->server->Shutdown();
+  normal->server->Wait();
 }
 
 // A thread started outside the server's build thread is moved; the engine's (by name) and this one stay.
