@@ -12,22 +12,22 @@
 
 #include "bench/bench_util.h"
 #include "kernels/cpu/expert_forward.h"
-#include "kernels/cpu/fp16.h"
+#include "kernels/format/fp16.h"
 #include "kernels/cpu/role_gemv.h"
-#include "kernels/cpu/role_layout.h"
-#include "kernels/cpu/scheme.h"
-#include "kernels/cpu/thread_pool.h"
+#include "kernels/format/role_layout.h"
+#include "engine/model/cpu_moe_dispatch.h"
+#include "kernels/cpu/quantize.h"
+#include "engine/exec/thread_pool.h"
 
 namespace strata::bench {
 namespace {
 
-using kernels::ExpertForward;
 using kernels::ExpertJob;
 using kernels::ExpertLayout;
-using kernels::ExpertScratch;
+using kernels::ExpertWork;
 using kernels::QuantizedActivation;
 using kernels::Scheme;
-using kernels::ThreadPool;
+using exec::ThreadPool;
 
 constexpr char kUsage[] =
     "usage: strata-expert-gemv-bench [--schemes=s2,s4,s8,f16] [--n-embd=2048] [--ff=768]\n"
@@ -75,7 +75,7 @@ struct Measurement {
   int64_t calls = 0;
 };
 
-// Runs ExpertForward over experts [0, n_experts) in order, experts_per_call at a time, until `seconds`
+// Runs model::RunExpertJobs over experts [0, n_experts) in order, experts_per_call at a time, until `seconds`
 // have passed and every expert was visited at least once.
 Measurement Run(const ExpertLayout& layout, const uint8_t* base, uint64_t stride, int64_t n_experts,
                 int experts_per_call, const std::vector<const QuantizedActivation*>& xs,
@@ -86,7 +86,7 @@ Measurement Run(const ExpertLayout& layout, const uint8_t* base, uint64_t stride
     for (int t = 0; t < tokens; ++t) outs[j].push_back(out_storage[j * tokens + t].data());
   }
   std::vector<ExpertJob> jobs(experts_per_call);
-  ExpertScratch scratch;
+  ExpertWork work;
   int64_t next = 0, visited = 0, calls = 0;
   const Timer timer;
   while (visited < n_experts || timer.Seconds() < seconds) {
@@ -94,14 +94,14 @@ Measurement Run(const ExpertLayout& layout, const uint8_t* base, uint64_t stride
       jobs[j] = ExpertJob{base + stride * static_cast<uint64_t>(next), xs.data(), tokens, outs[j].data()};
       next = next + 1 == n_experts ? 0 : next + 1;
     }
-    ExpertForward(layout, jobs, pool, &scratch);
+    model::RunExpertJobs(layout, jobs, pool, &work);
     visited += experts_per_call;
     ++calls;
   }
   Measurement m;
   m.seconds = timer.Seconds();
   m.calls = calls;
-  m.gbps = static_cast<double>(calls) * experts_per_call * kernels::ExpertWeightBytes(layout) / m.seconds / 1e9;
+  m.gbps = static_cast<double>(calls) * experts_per_call * layout.weight_bytes() / m.seconds / 1e9;
   return m;
 }
 
@@ -146,7 +146,7 @@ int Main(int argc, char** argv) {
     thread_list.push_back(max_threads);
   }
   for (Scheme s : schemes) {
-    if (absl::Status st = kernels::CheckExpertLayout(kernels::PackedExpertLayout(s, n_embd, ff), ~uint64_t{0});
+    if (absl::Status st = kernels::ComputeExpertLayout(s, n_embd, ff).status();
         !st.ok()) {
       std::fprintf(stderr, "error: --n-embd/--ff: %s\n", std::string(st.message()).c_str());
       return 2;
@@ -188,8 +188,8 @@ int Main(int argc, char** argv) {
   }
 
   for (Scheme s : schemes) {
-    const ExpertLayout layout = kernels::PackedExpertLayout(s, n_embd, ff);
-    const uint64_t stride = (kernels::ExpertLayoutEnd(layout) + 4095) / 4096 * 4096;
+    const ExpertLayout layout = *kernels::ComputeExpertLayout(s, n_embd, ff);
+    const uint64_t stride = layout.blob_bytes;
     const int64_t n_experts = static_cast<int64_t>(arena.bytes / stride);
     if (n_experts < 1) {
       std::fprintf(stderr, "error: --working-set-mb holds no %s expert\n", std::string(kernels::SchemeName(s)).c_str());
@@ -197,13 +197,13 @@ int Main(int argc, char** argv) {
     }
     for (int64_t e = 0; e < n_experts; ++e) {
       uint8_t* blob = arena.buffer.get() + stride * e;
-      SanitizeRole(s, blob + layout.gate_offset, ff, n_embd);
-      SanitizeRole(s, blob + layout.up_offset, ff, n_embd);
-      SanitizeRole(s, blob + layout.down_offset, n_embd, ff);
+      SanitizeRole(s, blob + layout.role_offset[kernels::kGate], ff, n_embd);
+      SanitizeRole(s, blob + layout.role_offset[kernels::kUp], ff, n_embd);
+      SanitizeRole(s, blob + layout.role_offset[kernels::kDown], n_embd, ff);
     }
     std::printf("\n%s: expert %lldx%lld, %.3f MB of weights, %lld experts (%.0f MiB), %d experts a call\n",
                 std::string(kernels::SchemeName(s)).c_str(), static_cast<long long>(n_embd),
-                static_cast<long long>(ff), kernels::ExpertWeightBytes(layout) / 1e6,
+                static_cast<long long>(ff), layout.weight_bytes() / 1e6,
                 static_cast<long long>(n_experts), n_experts * stride / 1048576.0, experts_per_call);
     std::vector<std::vector<float>> out_storage(experts_per_call * max_tokens, std::vector<float>(n_embd));
     for (int64_t tokens : token_list) {

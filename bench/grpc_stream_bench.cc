@@ -42,7 +42,7 @@
 #include "bench/bench_util.h"
 #include "engine/runtime/engine.h"
 #include "grpcpp/client_context.h"
-#include "kernels/cpu/thread_pool.h"
+#include "engine/exec/thread_pool.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "packtool/synth.h"
@@ -376,7 +376,7 @@ int Main(int argc, char** argv) {
     config.listen_address = "127.0.0.1:0";
   }
   config.network_priority = services::ResolveNetworkPriority(
-      *network_priority, server_threads, kernels::AvailableCores());
+      *network_priority, server_threads, exec::AvailableCores());
   auto started = services::StartServer(config, {{&service, v1::Inference::service_full_name()}});
   if (!started.ok()) {
     std::fprintf(stderr, "error: %s\n", started.status().ToString().c_str());
@@ -393,7 +393,7 @@ int Main(int argc, char** argv) {
               static_cast<long long>(info.config.n_expert), static_cast<long long>(info.config.n_expert_used),
               static_cast<long long>(info.config.n_embd), info.scheme.c_str());
   std::printf("compute threads: %d direct, %d behind the server (of %d cores)\n", info.threads,
-              service.engine()->info().threads, kernels::AvailableCores());
+              service.engine()->info().threads, exec::AvailableCores());
   std::printf("%d prompt tokens, %d generated tokens per stream, greedy; gRPC over %s, network threads %s; "
               "%d rounds D G D G ... D\n",
               prompt_tokens, tokens, transport == "unix" ? "a Unix socket" : "loopback TCP",

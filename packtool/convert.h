@@ -13,7 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/cpu/scheme.h"
+#include "kernels/format/scheme.h"
 #include "strata/pack/v1/manifest.pb.h"
 
 namespace strata::packtool {

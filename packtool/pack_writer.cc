@@ -19,7 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
-#include "kernels/cpu/thread_pool.h"
+#include "engine/exec/thread_pool.h"
+#include "kernels/cpu/quantize.h"
 #include "packtool/version.h"
 
 namespace strata::packtool {
@@ -145,6 +146,10 @@ absl::Status CheckOutputFree(const std::string& output_dir) {
 absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const ConvertProgressFn& progress,
                                              const std::atomic<bool>* cancel) {
   auto cancelled = [cancel] { return cancel != nullptr && cancel->load(std::memory_order_relaxed); };
+  if (static_cast<bool>(job.fill_expert) == static_cast<bool>(job.fill_blob)) {
+    return absl::InternalError("pack writer: set exactly one of fill_expert and fill_blob");
+  }
+  const bool measure_error = static_cast<bool>(job.fill_expert);
   RETURN_IF_ERROR(CheckOutputFree(job.output_dir));
   const std::string partial = job.output_dir + ".partial";
   if (mkdir(partial.c_str(), 0755) != 0) {
@@ -197,9 +202,31 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
   const int64_t cols[3] = {layout.n_embd, layout.n_embd, layout.expert_ff};
   const uint64_t role_elems = static_cast<uint64_t>(layout.n_embd) * layout.expert_ff;
 
+  // Fills `blob` from f32 weights, quantizing them and adding the error to `local`.
+  auto quantize_expert = [&](int64_t moe_layer, int64_t expert, std::vector<float>* f32, std::vector<float>& back,
+                             std::vector<uint8_t>& blob, RoleStats* local) -> absl::Status {
+    absl::Status s = job.fill_expert(moe_layer, expert, f32[0].data(), f32[1].data(), f32[2].data());
+    if (job.release_expert) job.release_expert(moe_layer, expert);
+    RETURN_IF_ERROR(s);
+    for (int r = 0; r < 3; ++r) {
+      kernels::QuantizeRole(layout.scheme, f32[r].data(), rows[r], cols[r], blob.data() + layout.role_offset[r]);
+      kernels::DequantizeRole(layout.scheme, blob.data() + layout.role_offset[r], rows[r], cols[r], back.data());
+      for (uint64_t i = 0; i < role_elems; ++i) {
+        const double ref = f32[r][i], err = ref - back[i];
+        local[r].err2 += err * err;
+        local[r].ref2 += ref * ref;
+        local[r].max_abs = std::max(local[r].max_abs, std::fabs(err));
+      }
+    }
+    return absl::OkStatus();
+  };
+
   auto worker = [&] {
-    std::vector<float> f32[3], back(role_elems);
-    for (auto& v : f32) v.resize(role_elems);
+    std::vector<float> f32[3], back;
+    if (measure_error) {
+      for (auto& v : f32) v.resize(role_elems);
+      back.resize(role_elems);
+    }
     std::vector<uint8_t> blob(layout.blob_bytes);
     RoleStats local[3];
     for (;;) {
@@ -208,20 +235,10 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
       if (index >= n_blobs) break;
       const int64_t moe_layer = static_cast<int64_t>(index / g.n_expert());
       const int64_t expert = static_cast<int64_t>(index % g.n_expert());
-      absl::Status s = job.fill_expert(moe_layer, expert, f32[0].data(), f32[1].data(), f32[2].data());
-      if (job.release_expert) job.release_expert(moe_layer, expert);
+      std::memset(blob.data(), 0, blob.size());
+      absl::Status s = measure_error ? quantize_expert(moe_layer, expert, f32, back, blob, local)
+                                     : job.fill_blob(moe_layer, expert, std::span<uint8_t>(blob));
       if (s.ok()) {
-        std::memset(blob.data(), 0, blob.size());
-        for (int r = 0; r < 3; ++r) {
-          kernels::QuantizeRole(layout.scheme, f32[r].data(), rows[r], cols[r], blob.data() + layout.role_offset[r]);
-          kernels::DequantizeRole(layout.scheme, blob.data() + layout.role_offset[r], rows[r], cols[r], back.data());
-          for (uint64_t i = 0; i < role_elems; ++i) {
-            const double ref = f32[r][i], err = ref - back[i];
-            local[r].err2 += err * err;
-            local[r].ref2 += ref * ref;
-            local[r].max_abs = std::max(local[r].max_abs, std::fabs(err));
-          }
-        }
         checksums[index] = XXH3_64bits(blob.data(), blob.size());
         s = WriteAll(fd, blob.data(), blob.size(), index * layout.blob_bytes, experts_path);
       }
@@ -262,7 +279,7 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
     if (secs > 0 && n_blobs > 0) {
       report.bytes_per_second = static_cast<double>(job.source_expert_bytes) * (static_cast<double>(d) / n_blobs) / secs;
     }
-    {
+    if (measure_error) {
       std::lock_guard<std::mutex> lock(mu);
       double e = 0, r = 0;
       for (const RoleStats& t : totals) {
@@ -270,6 +287,8 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
         r += t.ref2;
       }
       report.rel_rms_error = r > 0 ? std::sqrt(e / r) : 0.0;
+    } else {
+      report.rel_rms_error = std::nan("");  // not measured
     }
     if (progress) progress(report);
   }
@@ -301,7 +320,7 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
   manifest.set_dense_xxh3(pack::HashHex(dense_hash.second));
   manifest.clear_quant_error();
   double e_all = 0, r_all = 0;
-  for (int r = 0; r < 3; ++r) {
+  for (int r = 0; measure_error && r < 3; ++r) {
     pack::v1::RoleError* err = manifest.add_quant_error();
     err->set_role(std::string(pack::kRoleNames[r]));
     err->set_rel_rms(totals[r].ref2 > 0 ? std::sqrt(totals[r].err2 / totals[r].ref2) : 0.0);
@@ -323,7 +342,7 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
   const std::string parent = fs::path(job.output_dir).parent_path().string();
   (void)SyncPath(parent.empty() ? "." : parent);
 
-  report.rel_rms_error = r_all > 0 ? std::sqrt(e_all / r_all) : 0.0;
+  report.rel_rms_error = !measure_error ? std::nan("") : r_all > 0 ? std::sqrt(e_all / r_all) : 0.0;
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   if (secs > 0) report.bytes_per_second = static_cast<double>(job.source_expert_bytes) / secs;
   emit("done");

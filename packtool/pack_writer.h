@@ -1,22 +1,24 @@
 #ifndef STRATA_PACKTOOL_PACK_WRITER_H_
 #define STRATA_PACKTOOL_PACK_WRITER_H_
 
-// Writes a pack from any source of f32 expert weights: the shared back end of convert and synth.
+// Writes a pack from any source of f32 expert weights, or of finished blobs: the shared back end of convert
+// and synth.
 //
 // The pack is built in `<output>.partial/` and renamed to `<output>` only once complete and synced; on any
 // error or cancellation the partial directory is removed, so a directory named `<output>` is always whole.
-// Experts are quantized by `threads` workers, each holding one expert's f32 roles and one blob, so memory
-// stays bounded by the thread count, not the model size.
+// Experts are quantized (or their blobs filled) by `threads` workers, each holding one expert's f32 roles
+// and one blob, so memory stays bounded by the thread count, not the model size.
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <span>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "engine/pack/pack_format.h"
-#include "kernels/cpu/thread_pool.h"
+#include "engine/exec/thread_pool.h"
 #include "packtool/convert.h"
 #include "strata/pack/v1/manifest.pb.h"
 
@@ -26,6 +28,11 @@ namespace strata::packtool {
 // row-major. Called concurrently from several threads with different (moe_layer, expert).
 using ExpertFiller =
     std::function<absl::Status(int64_t moe_layer, int64_t expert, float* gate, float* up, float* down)>;
+
+// Writes the finished blob of one expert in the job's layout: `blob` is blob_bytes long and zeroed, and the
+// filler writes the three roles at their offsets (the padding stays zero). Called concurrently from several
+// threads with different (moe_layer, expert).
+using BlobFiller = std::function<absl::Status(int64_t moe_layer, int64_t expert, std::span<uint8_t> blob)>;
 
 // Writes dense.gguf at the given path.
 using DenseWriter = std::function<absl::Status(const std::string& path)>;
@@ -37,7 +44,11 @@ struct PackWriteJob {
   int threads = 0;
   uint64_t source_expert_bytes = 0;  // for the read rate in progress reports
   DenseWriter write_dense;
+  // Exactly one of these is set. fill_expert: f32 weights, quantized here, with the quantization error
+  // measured per role. fill_blob: finished blobs (no f32 buffers); the error is then not measured: the
+  // manifest's quant_error stays empty and progress reports rel_rms_error as NaN.
   ExpertFiller fill_expert;
+  BlobFiller fill_blob;
   // Called after each expert is done with its source bytes (e.g. to drop mapped pages). May be null.
   std::function<void(int64_t moe_layer, int64_t expert)> release_expert;
 };
@@ -50,9 +61,9 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
 absl::Status CheckOutputFree(const std::string& output);
 
 // Most threads a conversion or validation may ask for; each holds a blob's worth of buffers.
-inline constexpr int kMaxThreads = kernels::ThreadPool::kMaxThreads;
+inline constexpr int kMaxThreads = exec::ThreadPool::kMaxThreads;
 
-using kernels::ResolveThreads;
+using exec::ResolveThreads;
 
 // INVALID_ARGUMENT naming `field` unless 0 <= threads <= kMaxThreads.
 absl::Status CheckThreads(int64_t threads, std::string_view field);

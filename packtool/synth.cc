@@ -1,7 +1,9 @@
 #include "packtool/synth.h"
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "packtool/builtin_vocab.h"
 #include "packtool/pack_writer.h"
 #include "packtool/synth_arch.h"
+#include "packtool/synth_codes.h"
 #include "packtool/synth_values.h"
 
 namespace strata::packtool {
@@ -87,6 +90,36 @@ absl::Status BuildModel(const SynthOptions& options, const SynthGeometry& g, con
         }));
   }
   return absl::OkStatus();
+}
+
+// Where the random codes of one role come from: the tensor's value stream and the spread of its weights.
+struct RandomRoleSource {
+  uint64_t stream = 0;
+  float stddev = 0;
+};
+
+// Fills a blob with random codes for the expert tensors in `tensors`; null when one of them has a nonzero
+// mean (random codes of the symmetric schemes are centred on 0).
+BlobFiller MakeRandomBlobFiller(const std::vector<SynthTensor>& tensors, int64_t n_layer,
+                                const pack::BlobLayout& layout, uint64_t seed) {
+  std::vector<std::array<RandomRoleSource, 3>> sources(static_cast<size_t>(n_layer));
+  for (const SynthTensor& t : tensors) {
+    if (t.kind != SynthTensorKind::kExpert) continue;
+    if (t.offset != 0.0f) return nullptr;
+    sources[static_cast<size_t>(t.layer)][static_cast<size_t>(t.role)] = {SynthStream(seed, t.name), t.scale};
+  }
+  const uint64_t role_elems = static_cast<uint64_t>(layout.n_embd) * static_cast<uint64_t>(layout.expert_ff);
+  // Every block of a synthetic model is a MoE layer, so the MoE layer index is the block index.
+  return [sources = std::move(sources), layout, role_elems](int64_t layer, int64_t expert,
+                                                            std::span<uint8_t> blob) -> absl::Status {
+    for (int r = 0; r < 3; ++r) {
+      const RandomRoleSource& source = sources[static_cast<size_t>(layer)][static_cast<size_t>(r)];
+      // The role's first element in the tensor's stream, as for the f32 weights: expert * rows * cols.
+      RETURN_IF_ERROR(FillRandomRole(layout.scheme, layout.rows(r), layout.cols(r), source.stddev, source.stream,
+                                     static_cast<uint64_t>(expert) * role_elems, blob.data() + layout.role_offset[r]));
+    }
+    return absl::OkStatus();
+  };
 }
 
 }  // namespace
@@ -196,7 +229,7 @@ absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, c
   job.layout = layout;
   job.threads = options.threads;
   job.manifest.set_architecture(std::string(arch->gguf_arch));
-  job.manifest.set_created_by("synth");
+  job.manifest.set_created_by(options.exact_quantize ? "synth" : kSynthRandomCodesCreatedBy);
   pack::v1::Geometry* geo = job.manifest.mutable_geometry();
   geo->set_n_layer(static_cast<uint32_t>(g.n_layer));
   geo->set_n_moe_layers(static_cast<uint32_t>(g.n_layer));
@@ -214,6 +247,13 @@ absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, c
   const uint64_t seed = options.seed;
   const uint64_t role_elems = static_cast<uint64_t>(g.n_embd) * g.expert_ff;
   std::vector<SynthTensor> tensors = SynthTensors(*arch, g);
+  if (!options.exact_quantize) {
+    // No source to read: the progress rate is the rate at which blobs are written.
+    job.source_expert_bytes = static_cast<uint64_t>(g.n_layer) * g.n_expert * layout.blob_bytes;
+    job.fill_blob = MakeRandomBlobFiller(tensors, g.n_layer, layout, seed);
+    if (!job.fill_blob) return absl::InternalError("synth: an expert tensor is not centred on 0");
+    return WritePack(job, progress, cancel);
+  }
   job.fill_expert = [&, seed, role_elems](int64_t layer, int64_t expert, float* gate, float* up,
                                           float* down) -> absl::Status {
     float* out[3] = {gate, up, down};

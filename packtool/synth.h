@@ -4,8 +4,10 @@
 // Synthetic MoE models with random weights, in the exact GGUF layout llama.cpp loads.
 //
 // Deterministic: every weight is a pure function of (seed, tensor name, element index), so the same options
-// give the same bytes, in any thread order, and SynthesizePack writes the same experts a GGUF written by
-// SynthesizeGguf (with F32 experts) converts to.
+// give the same bytes, in any thread order, and SynthesizePack with exact_quantize writes the same experts a
+// GGUF written by SynthesizeGguf (with F32 experts) converts to. Without exact_quantize, SynthesizePack
+// writes random codes and scales straight into each blob (packtool/synth_codes.h): a pure function of
+// (seed, tensor name, expert), with the spread the f32 weights would have, and many times faster.
 
 #include <atomic>
 #include <cstdint>
@@ -16,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/gguf/ggml_types.h"
-#include "kernels/cpu/scheme.h"
+#include "kernels/format/scheme.h"
 #include "packtool/convert.h"
 #include "strata/pack/v1/manifest.pb.h"
 
@@ -56,8 +58,16 @@ struct SynthOptions {
   std::string vocab_path;  // copy tokenizer metadata from this GGUF; empty: built-in byte-level vocabulary
   std::string output;      // the .gguf file, or the pack directory for SynthesizePack
   kernels::Scheme pack_scheme = kernels::Scheme::kS4;  // SynthesizePack only
+  // SynthesizePack only. true: make f32 weights and quantize them (minutes for large geometries; the
+  // manifest reports the quantization error). false: write random codes and scales directly (the manifest's
+  // created_by is kSynthRandomCodesCreatedBy and its quant_error is empty: not measured).
+  bool exact_quantize = true;
   int threads = 0;         // 0 = one per core this process may use
 };
+
+// created_by of a pack whose experts SynthesizePack wrote as random codes (exact_quantize false); packs of
+// quantized f32 weights say "synth" (or "convert").
+inline constexpr char kSynthRandomCodesCreatedBy[] = "synth-random-codes";
 
 // Writes a GGUF model.
 absl::Status SynthesizeGguf(const SynthOptions& options);

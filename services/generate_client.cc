@@ -183,6 +183,12 @@ int Info(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo
                          FormatBytes(m.expert_bytes_per_token()), FormatBytes(m.dense_bytes_per_token()));
   out << absl::StrFormat("loaded in     %.2f s (arena %.2f GB/s), %d threads\n", m.load_seconds(),
                          m.arena_load_gb_per_second(), m.threads());
+  out << absl::StrFormat("device        %s (%s), kernels %s", m.device(), m.device_name(), m.kernel_isa());
+  if (m.device_memory_total() > 0) {
+    out << absl::StrFormat(", %s of %s device memory in use", FormatBytes(m.device_memory_used()),
+                           FormatBytes(m.device_memory_total()));
+  }
+  out << "\n";
   return kExitOk;
 }
 
@@ -200,7 +206,12 @@ int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const ClientI
   out << "tokens generated   " << s.tokens_generated() << "\n";
   out << "prompt tokens      " << s.prompt_tokens() << "\n";
   out << "expert bytes read  " << FormatBytes(s.expert_bytes()) << "\n";
-  out << "kv cache in use    " << FormatBytes(s.kv_bytes_in_use()) << "\n";
+  out << "kv cache in use    " << FormatBytes(s.kv_bytes_in_use()) << " of " << FormatBytes(s.kv_bytes_budget())
+      << "\n";
+  const uint64_t routed = s.expert_hits() + s.expert_misses();
+  out << "device             " << s.device() << "\n";
+  out << absl::StrFormat("expert hit rate    %.1f%% (%d of %d routed experts from VRAM)\n",
+                         routed > 0 ? 100.0 * s.expert_hits() / routed : 0.0, s.expert_hits(), routed);
   return kExitOk;
 }
 

@@ -158,6 +158,11 @@ v1::ModelInfo ModelInfoToProto(const runtime::EngineInfo& info, const tokenizer:
   proto.set_bos(tokenizer.bos());
   proto.set_eos(tokenizer.eos());
   proto.set_tokenizer(tokenizer.model() == tokenizer::Tokenizer::Model::kSpm ? "spm" : "bpe");
+  proto.set_device(info.backend.device);
+  proto.set_device_name(info.backend.name);
+  proto.set_kernel_isa(info.backend.isa);
+  proto.set_device_memory_used(info.backend.memory_used);
+  proto.set_device_memory_total(info.backend.memory_total);
   return proto;
 }
 
@@ -171,6 +176,10 @@ v1::EngineStats EngineStatsToProto(const runtime::EngineStats& stats) {
   proto.set_expert_bytes(stats.expert_bytes);
   proto.set_kv_bytes_in_use(stats.kv_bytes_in_use);
   proto.set_requests_finished(stats.requests_finished);
+  proto.set_expert_hits(stats.expert_hits);
+  proto.set_expert_misses(stats.expert_misses);
+  proto.set_kv_bytes_budget(stats.kv_bytes_budget);
+  proto.set_device(stats.device);
   return proto;
 }
 

@@ -9,7 +9,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
-#include "kernels/cpu/scheme.h"
+#include "kernels/format/scheme.h"
 #include "packtool/convert.h"
 #include "packtool/inspect.h"
 #include "packtool/validate.h"

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
-#include "kernels/cpu/scheme.h"
+#include "kernels/format/scheme.h"
 #include "packtool/convert.h"
 #include "packtool/inspect.h"
 #include "packtool/pack_writer.h"

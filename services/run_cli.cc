@@ -112,6 +112,7 @@ int RunCommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
       << info.load_seconds << " s";
   if (info.source.gb_per_second > 0) err << " (" << info.source.gb_per_second << " GB/s)";
   if (info.source_kind == "arena" && !info.source.pinned) err << "; arena not page-locked: " << info.source.pin_note;
+  err << "; device " << info.backend.device << " (" << info.backend.name << ", " << info.backend.isa << ")";
   err << "\n";
 
   runtime::GenerateRequest req;

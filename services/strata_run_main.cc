@@ -29,6 +29,8 @@ ABSL_FLAG(int, threads, 0, "compute threads (0 = all cores)");
 ABSL_FLAG(int64_t, ctx, 0, "context positions per sequence (0 = the model's, at most 8192)");
 ABSL_FLAG(std::string, expert_source, "arena", "where experts are read from: arena or mmap");
 ABSL_FLAG(bool, verify, false, "check every expert blob's checksum");
+ABSL_FLAG(std::string, device, "auto", "where the model runs: auto (cuda when a CUDA device is present), cpu or cuda");
+ABSL_FLAG(double, vram_gib, 0, "device memory the model may use, GiB; 0: what is free less a margin");
 ABSL_FLAG(int, max_tokens, 128, "tokens to generate at most");
 ABSL_FLAG(double, temperature, 0.8, "sampling temperature; 0 = greedy");
 ABSL_FLAG(int, top_k, 40, "keep the k most likely tokens (0 = off)");
@@ -51,7 +53,7 @@ int main(int argc, char** argv) {
     std::cout << "usage: strata-run --pack DIR [--max-tokens N --temperature T --top-k K --top-p P --min-p P\n"
                  "         --repeat-penalty R --presence-penalty P --frequency-penalty F --seed S --stop a,b\n"
                  "         --stop-token-ids 1,2 --ignore-eos --threads N --ctx N --expert-source arena|mmap\n"
-                 "         --verify] \"prompt\"\n"
+                 "         --verify --device auto|cpu|cuda --vram-gib X] \"prompt\"\n"
                  "       strata-run --pack DIR --tokens 1,2,3 [--dump-logits FILE] [--kl-against DIR]\n"
                  "       strata-run --tokenize (--pack DIR | --gguf FILE) \"text\"\n";
     return 0;
@@ -94,6 +96,16 @@ int main(int argc, char** argv) {
   o.engine.max_seqs = 1;
   o.engine.experts.kind = absl::GetFlag(FLAGS_expert_source);
   o.engine.experts.verify = absl::GetFlag(FLAGS_verify);
+  o.engine.device.device = absl::GetFlag(FLAGS_device);
+  o.engine.device.vram_gib = absl::GetFlag(FLAGS_vram_gib);
+  if (o.engine.device.device != "auto" && o.engine.device.device != "cpu" && o.engine.device.device != "cuda") {
+    std::cerr << "strata-run: --device: '" << o.engine.device.device << "' is not auto, cpu or cuda\n";
+    return 2;
+  }
+  if (!(o.engine.device.vram_gib >= 0)) {
+    std::cerr << "strata-run: --vram-gib: must be a number >= 0\n";
+    return 2;
+  }
   strata::runtime::SamplingParams& s = o.sampling;
   s.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   s.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));

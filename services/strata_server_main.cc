@@ -1,7 +1,8 @@
 // strata-server: the inference gRPC service (strata.v1.Inference), with health checking and reflection.
 //
 //   strata-server --pack DIR [--listen ADDR] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N]
-//                 [--expert-source arena|mmap] [--verify] [--network-priority auto|idle|normal]
+//                 [--expert-source arena|mmap] [--verify] [--device auto|cpu|cuda] [--vram-gib X]
+//                 [--network-priority auto|idle|normal]
 //
 // The server starts first and reports NOT_SERVING (calls are UNAVAILABLE) while the pack loads, then
 // SERVING. A pack that cannot be loaded ends the process with exit code 1 and the reason. SIGINT or
@@ -24,7 +25,7 @@
 #include "absl/synchronization/notification.h"
 #include "engine/log.h"
 #include "engine/runtime/engine.h"
-#include "kernels/cpu/thread_pool.h"
+#include "engine/exec/thread_pool.h"
 #include "services/cli_flags.h"
 #include "services/inference_service.h"
 #include "services/pack_cli.h"
@@ -39,6 +40,8 @@ ABSL_FLAG(int64_t, ctx, 0, "positions per sequence; 0: the model's training cont
 ABSL_FLAG(int, max_queue, 64, "requests waiting beyond --max-seqs; more are refused (RESOURCE_EXHAUSTED)");
 ABSL_FLAG(std::string, expert_source, "arena", "where experts are read from: arena or mmap");
 ABSL_FLAG(bool, verify, false, "check every expert blob's checksum while loading");
+ABSL_FLAG(std::string, device, "auto", "where the model runs: auto (cuda when a CUDA device is present), cpu or cuda");
+ABSL_FLAG(double, vram_gib, 0, "device memory the model may use, GiB; 0: what is free less a margin");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
 ABSL_FLAG(std::string, network_priority, "auto",
           "scheduling of gRPC's threads: idle (SCHED_IDLE: they run when a compute thread leaves its core and "
@@ -87,6 +90,8 @@ void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtim
                info.source.pinned ? ", pinned" : "", static_cast<double>(info.expert_bytes_per_token) / 1e6);
   spdlog::info("{} threads, up to {} sequences together, {} more queued", info.threads, options.max_seqs,
                options.max_queue);
+  spdlog::info("device {} ({}), kernels {}, {:.2f} GiB of device memory in use", info.backend.device,
+               info.backend.name, info.backend.isa, static_cast<double>(info.backend.memory_used) / (1ull << 30));
 }
 
 }  // namespace
@@ -94,7 +99,8 @@ void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtim
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "strata-server --pack DIR [--listen HOST:PORT] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N] "
-      "[--expert-source arena|mmap] [--verify] [--network-priority auto|idle|normal]");
+      "[--expert-source arena|mmap] [--verify] [--device auto|cpu|cuda] [--vram-gib X] "
+      "[--network-priority auto|idle|normal]");
   std::vector<std::string> args(argv, argv + argc);
   absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
   if (!parsed.ok()) {
@@ -111,7 +117,13 @@ int main(int argc, char** argv) {
   options.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.experts.kind = absl::GetFlag(FLAGS_expert_source);
   options.experts.verify = absl::GetFlag(FLAGS_verify);
+  options.device.device = absl::GetFlag(FLAGS_device);
+  options.device.vram_gib = absl::GetFlag(FLAGS_vram_gib);
   if (options.pack_dir.empty()) return UsageError("--pack is required");
+  if (options.device.device != "auto" && options.device.device != "cpu" && options.device.device != "cuda") {
+    return UsageError("--device: '" + options.device.device + "' is not auto, cpu or cuda");
+  }
+  if (!(options.device.vram_gib >= 0)) return UsageError("--vram-gib: must be a number >= 0");
   if (options.experts.kind != "arena" && options.experts.kind != "mmap") {
     return UsageError("--expert-source: '" + options.experts.kind + "' is not arena or mmap");
   }
@@ -139,7 +151,7 @@ int main(int argc, char** argv) {
   strata::services::ServerConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
   config.network_priority = strata::services::ResolveNetworkPriority(
-      *network_priority, options.threads, strata::kernels::AvailableCores());
+      *network_priority, options.threads, strata::exec::AvailableCores());
   absl::StatusOr<strata::services::StartedServer> started = strata::services::StartServer(
       config, {{service.get(), strata::v1::Inference::service_full_name()}});
   if (!started.ok()) {

@@ -178,46 +178,4 @@ absl::Status Quantize(GgmlType type, const float* src, void* dst, int64_t n) {
   return absl::OkStatus();
 }
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1f;
-  const uint32_t mantissa = h & 0x3ff;
-  if (exponent == 0x1f) return BitsFloat(sign | 0x7f800000 | (mantissa << 13));  // inf, NaN
-  if (exponent != 0) return BitsFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  // Zero or subnormal: mantissa * 2^-24, exact in float.
-  const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-  return BitsFloat(sign | FloatBits(magnitude));
-}
-
-uint16_t FloatToHalf(float f) {
-  const uint32_t bits = FloatBits(f);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-  uint32_t magnitude = bits & 0x7fffffff;
-  if (magnitude >= 0x7f800000) {  // inf stays inf; NaN stays a quiet NaN with the top payload bits
-    const uint16_t payload = magnitude > 0x7f800000 ? static_cast<uint16_t>(0x200 | ((magnitude >> 13) & 0x3ff)) : 0;
-    return sign | 0x7c00 | payload;
-  }
-  // 65520 is the midpoint between the largest half (65504) and 2^16; it and above round to infinity.
-  if (magnitude >= 0x477ff000) return sign | 0x7c00;
-  if (magnitude < 0x38800000) {
-    // Below the smallest normal half: adding 0.5 places the value where a float's last mantissa bit is
-    // 2^-24, one half subnormal step, so the FPU's round-to-nearest-even does the rounding.
-    const float shifted = BitsFloat(magnitude) + 0.5f;
-    return sign | static_cast<uint16_t>(FloatBits(shifted) - FloatBits(0.5f));
-  }
-  const uint32_t odd = (magnitude >> 13) & 1;
-  magnitude -= 112u << 23;        // rebias the exponent from 127 to 15
-  magnitude += 0xfff + odd;       // round the 13 dropped bits to nearest even; a carry bumps the exponent
-  return sign | static_cast<uint16_t>(magnitude >> 13);
-}
-
-float Bf16ToFloat(uint16_t h) { return BitsFloat(static_cast<uint32_t>(h) << 16); }
-
-uint16_t FloatToBf16(float f) {
-  const uint32_t bits = FloatBits(f);
-  if ((bits & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((bits >> 16) | 0x40);  // quiet NaN
-  const uint32_t odd = (bits >> 16) & 1;
-  return static_cast<uint16_t>((bits + 0x7fff + odd) >> 16);
-}
-
 }  // namespace strata::gguf

@@ -12,6 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+#include "kernels/format/fp16.h"
+
 namespace strata::gguf {
 
 // The numeric ids are ggml's (ggml.h, enum ggml_type) and are what a GGUF file stores.
@@ -66,11 +68,11 @@ absl::Status Dequantize(GgmlType type, const void* src, float* dst, int64_t n);
 // Supported for F32, F16, BF16, Q8_0, Q4_0 and Q4_1 (enough to write test models); others UNIMPLEMENTED.
 absl::Status Quantize(GgmlType type, const float* src, void* dst, int64_t n);
 
-// IEEE half and bfloat16 conversions (round to nearest even).
-float HalfToFloat(uint16_t h);
-uint16_t FloatToHalf(float f);
-float Bf16ToFloat(uint16_t h);
-uint16_t FloatToBf16(float f);
+// The half and bfloat16 conversions are kernels/format/fp16.h's, the project's one definition.
+using kernels::Bf16ToFloat;
+using kernels::FloatToBf16;
+using kernels::FloatToHalf;
+using kernels::HalfToFloat;
 
 }  // namespace strata::gguf
 

@@ -1,11 +1,16 @@
 #ifndef STRATA_ENGINE_MODEL_MODEL_H_
 #define STRATA_ENGINE_MODEL_MODEL_H_
 
-// A MoE transformer ready to run: configuration, dense weights and the MoE dispatch.
+// A MoE transformer ready to run: configuration, dense weights, a dense backend and a MoE dispatch.
 //
 // Forward runs a batch of tokens, from any number of sequences, through every layer together: each dense
 // matrix is read once for the batch and each routed expert is computed once for all tokens routed to it.
-// Forward is called by one thread at a time (the scheduler); it uses the thread pool it was given.
+// One token's path reads top to bottom in Forward: embed, per layer {attention, router, MoE dispatch,
+// combine}, head; each block is a call on the backend (CPU or CUDA) or the dispatch. Forward is called by
+// one thread at a time (the scheduler).
+//
+// Built in two steps: Create reads the configuration and weights from a pack; the factory in
+// engine/runtime/model_factory.h then attaches the backend and dispatch for the chosen device.
 
 #include <cstdint>
 #include <memory>
@@ -13,21 +18,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/dense_backend.h"
 #include "engine/model/model_config.h"
 #include "engine/model/moe_dispatch.h"
 #include "engine/model/weights.h"
 #include "engine/pack/pack.h"
-#include "engine/runtime/kv_cache.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace strata::model {
-
-struct ForwardToken {
-  int32_t token = 0;
-  int64_t pos = 0;                       // position in its sequence
-  runtime::KvCache* cache = nullptr;     // its sequence's cache; capacity > pos
-  bool want_logits = false;
-};
 
 struct ForwardStats {
   DispatchStats dispatch;
@@ -36,13 +33,17 @@ struct ForwardStats {
 
 class Model {
  public:
-  // `pack` and `pool` must outlive the model. Geometry mismatches between the pack's manifest and
-  // dense.gguf are refused with both numbers.
-  static absl::StatusOr<std::unique_ptr<Model>> Create(const pack::Pack& pack, std::unique_ptr<MoeDispatch> dispatch,
-                                                       kernels::ThreadPool* pool);
+  // Reads the configuration and dense weights. `pack` must outlive the model. Geometry mismatches between
+  // the pack's manifest and dense.gguf are refused with both numbers.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(const pack::Pack& pack);
+
+  // Gives the model its backend and dispatch, built for this model's config and weights.
+  void Attach(std::unique_ptr<DenseBackend> backend, std::unique_ptr<MoeDispatch> dispatch);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return *weights_; }
+  DenseBackend& backend() const { return *backend_; }
+  const MoeDispatch& dispatch() const { return *dispatch_; }
 
   // Writes the logits of each token with want_logits, in order, to logits[i * n_vocab ...]. On error
   // nothing written to `logits` may be used; the caches of the batch's sequences hold garbage for the
@@ -54,23 +55,13 @@ class Model {
 
  private:
   Model() = default;
-  // y[t] = m * x[t] for t < n, rows split across the pool.
-  void Project(const DenseMatrix& m, const float* x, int n, float* y, ForwardStats* stats);
-  void Attention(int64_t layer, std::span<const ForwardToken> tokens);
-  void EnsureCapacity(int n);
+  absl::Status Blocks();
 
   ModelConfig config_;
   std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<DenseBackend> backend_;
   std::unique_ptr<MoeDispatch> dispatch_;
-  kernels::ThreadPool* pool_ = nullptr;
   std::vector<uint32_t> moe_index_;  // block -> moe layer index
-  std::vector<double> rope_frequencies_;  // RopeFrequencies of the config
-
-  // Scratch, sized for the largest batch seen.
-  int capacity_ = 0;
-  std::vector<float> x_, h_, q_, k_, v_, attn_, o_, router_, weights_buf_, parts_, final_;
-  std::vector<float> rope_cos_, rope_sin_;  // per batch token: its position's rotation, head_dim / 2 each
-  std::vector<int32_t> ids_;
 };
 
 }  // namespace strata::model

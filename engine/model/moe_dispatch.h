@@ -1,22 +1,20 @@
 #ifndef STRATA_ENGINE_MODEL_MOE_DISPATCH_H_
 #define STRATA_ENGINE_MODEL_MOE_DISPATCH_H_
 
-// The dispatch step of a MoE layer: given the layer's normed activations, the router's expert ids per
+// The dispatch step of a MoE layer: given the layer's normed activations and the router's expert ids per
 // token, it fills parts[t][j][n_embd] with expert ids[t][j]'s output for token t, at the router's index j.
 // It does not apply the router weights (combine does, once). Each routed expert is computed once for all
 // the tokens routed to it.
 //
-// CpuMoeDispatch computes every expert on the CPU from an ExpertSource. A GPU tier implements the same
-// interface (hits on the GPU, misses on the CPU or over PCIe). Run is called by one thread at a time.
+// Implementations: CpuMoeDispatch (every expert on the CPU from an ExpertSource) and, in CUDA builds,
+// GpuMoeDispatch (every expert resident in VRAM, one grouped launch a layer). The offload tier adds one
+// that splits a layer between VRAM hits, CPU misses and PCIe. Run is called by one thread at a time (the
+// scheduler, inside Model::Forward).
 
 #include <cstdint>
-#include <memory>
-#include <vector>
+#include <string_view>
 
 #include "absl/status/status.h"
-#include "engine/pack/expert_source.h"
-#include "kernels/cpu/expert_forward.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace strata::model {
 
@@ -24,37 +22,43 @@ struct DispatchStats {
   uint64_t expert_computations = 0;  // unique (layer, expert) pairs computed
   uint64_t routed = 0;               // (token, slot) pairs
   uint64_t expert_bytes = 0;         // weight bytes streamed
+  uint64_t hits = 0;                 // routed pairs whose expert was resident in VRAM
+  uint64_t misses = 0;               // routed pairs computed from host memory (CPU or over PCIe)
+};
+
+// One layer's work, with the views of whichever memory the dense backend keeps it in: host views for the
+// CPU backend, device views (and the CUDA stream) for the CUDA backend; the views of the other side are null.
+// x: n_tokens x n_embd; ids: n_tokens x k; parts: n_tokens x k x n_embd (overwritten).
+struct MoeBatch {
+  int64_t moe_layer = 0;
+  int n_tokens = 0;
+  int k = 0;
+  const float* x = nullptr;
+  const int32_t* ids = nullptr;
+  float* parts = nullptr;
+  const float* x_device = nullptr;
+  const int32_t* ids_device = nullptr;
+  float* parts_device = nullptr;
+  void* stream = nullptr;  // cudaStream_t of the device views
 };
 
 class MoeDispatch {
  public:
   virtual ~MoeDispatch() = default;
-  // x: n_tokens x n_embd; ids: n_tokens x k; parts: n_tokens x k x n_embd (overwritten). On error nothing
-  // in parts may be used.
-  virtual absl::Status Run(int64_t moe_layer, const float* x, int n_tokens, const int32_t* ids, int k,
-                           float* parts, DispatchStats* stats) = 0;
-};
 
-class CpuMoeDispatch : public MoeDispatch {
- public:
-  // `source` and `pool` must outlive the dispatch; `pool` may be null.
-  CpuMoeDispatch(pack::ExpertSource* source, kernels::ExpertLayout layout, int64_t n_expert,
-                 kernels::ThreadPool* pool);
-  absl::Status Run(int64_t moe_layer, const float* x, int n_tokens, const int32_t* ids, int k, float* parts,
-                   DispatchStats* stats) override;
+  // "cpu" or "cuda": which views Run reads (host or device).
+  virtual std::string_view device() const = 0;
+  // Whether Run only enqueues work on the batch's stream (no host sync, no host reads of device data), so
+  // that a CUDA graph of the whole step may hold it.
+  virtual bool capturable() const { return false; }
 
- private:
-  pack::ExpertSource* source_;
-  kernels::ExpertLayout layout_;
-  int64_t n_expert_;
-  kernels::ThreadPool* pool_;
-  // Reused between calls so the token path does not allocate once warmed up.
-  std::vector<kernels::QuantizedActivation> acts_;
-  std::vector<std::vector<int32_t>> routed_;  // per expert: t * k + j
-  std::vector<const kernels::QuantizedActivation*> x_ptrs_;
-  std::vector<float*> out_ptrs_;
-  std::vector<kernels::ExpertJob> jobs_;
-  kernels::ExpertScratch scratch_;
+  // Fills the batch's parts. Host views: computed when Run returns. Device views: enqueued on the stream.
+  // On error nothing in parts may be used.
+  virtual absl::Status Run(const MoeBatch& batch) = 0;
+
+  // Adds what a layer's routing cost to `stats` (unique experts, routed pairs, bytes, hits and misses),
+  // from the ids on the host once the step is done.
+  virtual void Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k, DispatchStats* stats) const = 0;
 };
 
 }  // namespace strata::model

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/log.h"
 #include "engine/status_macros.h"
-#include "kernels/cpu/thread_pool.h"
+#include "engine/exec/thread_pool.h"
 #ifdef STRATA_HAVE_CUDA
 #include "kernels/cuda/host_memory.h"
 #endif
@@ -34,13 +34,6 @@ absl::Status CheckIndex(const Pack& pack, int64_t moe_layer, int64_t expert) {
                                               g.n_expert(), " experts)"));
   }
   return absl::OkStatus();
-}
-
-absl::Status ChecksumError(const Pack& pack, uint64_t index, uint64_t got) {
-  const uint64_t n_expert = pack.manifest().geometry().n_expert();
-  return absl::DataLossError(absl::StrCat(pack.experts_path(), ": blob ", index, " (moe layer ", index / n_expert,
-                                          ", expert ", index % n_expert, ") has checksum ", HashHex(got),
-                                          ", manifest says ", HashHex(pack.blob_hash(index))));
 }
 
 // experts.bin read into anonymous memory; every blob resident for the source's lifetime.
@@ -84,10 +77,10 @@ class MmapExpertSource : public ExpertSource {
       // 0 unchecked, 1 good, 2 bad; racing checkers compute the same answer.
       uint8_t s = state_[index].load(std::memory_order_acquire);
       if (s == 0) {
-        s = XXH3_64bits(blob, blob_bytes) == pack_.blob_hash(index) ? 1 : 2;
+        s = pack_.CheckBlob(index, blob).ok() ? 1 : 2;
         state_[index].store(s, std::memory_order_release);
       }
-      if (s == 2) return ChecksumError(pack_, index, XXH3_64bits(blob, blob_bytes));
+      if (s == 2) return pack_.CheckBlob(index, blob);
     }
     return blob;
   }
@@ -155,7 +148,7 @@ absl::Status LoadArena(const Pack& pack, uint8_t* dst, bool verify, int threads)
   for (std::thread& t : pool) t.join();
   if (bad >= 0) {
     const uint64_t i = static_cast<uint64_t>(bad.load());
-    return ChecksumError(pack, i, XXH3_64bits(dst + i * blob_bytes, blob_bytes));
+    return pack.CheckBlob(i, dst + i * blob_bytes);
   }
   return absl::OkStatus();
 }
@@ -198,7 +191,7 @@ absl::StatusOr<std::unique_ptr<ExpertSource>> OpenExpertSource(const Pack& pack,
   }
   stats->huge_pages = madvise(map, bytes, MADV_HUGEPAGE) == 0;
   uint8_t* data = static_cast<uint8_t*>(map);
-  if (absl::Status s = LoadArena(pack, data, options.verify, kernels::ResolveThreads(options.threads)); !s.ok()) {
+  if (absl::Status s = LoadArena(pack, data, options.verify, exec::ResolveThreads(options.threads)); !s.ok()) {
     munmap(map, bytes);
     return s;
   }

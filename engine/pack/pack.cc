@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "xxhash.h"
 #include "engine/status_macros.h"
 
 namespace strata::pack {
@@ -37,5 +38,14 @@ absl::StatusOr<std::unique_ptr<Pack>> Pack::Open(const std::string& dir) {
 }
 
 std::string Pack::experts_path() const { return absl::StrCat(dir_, "/", kExpertsFile); }
+
+absl::Status Pack::CheckBlob(uint64_t index, const uint8_t* blob) const {
+  const uint64_t got = XXH3_64bits(blob, manifest_.blob_bytes());
+  if (got == blob_hashes_[index]) return absl::OkStatus();
+  const uint64_t n_expert = manifest_.geometry().n_expert();
+  return absl::DataLossError(absl::StrCat(experts_path(), ": blob ", index, " (moe layer ", index / n_expert,
+                                          ", expert ", index % n_expert, ") has checksum ", HashHex(got),
+                                          ", manifest says ", HashHex(blob_hashes_[index])));
+}
 
 }  // namespace strata::pack

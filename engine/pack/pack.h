@@ -27,6 +27,9 @@ class Pack {
   uint64_t n_blobs() const { return static_cast<uint64_t>(manifest_.blob_xxh3_size()); }
   // Expected xxh3 of blob `index`.
   uint64_t blob_hash(uint64_t index) const { return blob_hashes_[index]; }
+  // Whether blob_bytes bytes at `blob` are blob `index` as the manifest records it: DATA_LOSS naming the
+  // blob (moe layer, expert) and both checksums otherwise.
+  absl::Status CheckBlob(uint64_t index, const uint8_t* blob) const;
 
  private:
   Pack() = default;

@@ -12,44 +12,6 @@
 #include "google/protobuf/util/json_util.h"
 
 namespace strata::pack {
-namespace {
-
-uint64_t RoundUp(uint64_t v, uint64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
-
-}  // namespace
-
-absl::StatusOr<BlobLayout> ComputeBlobLayout(kernels::Scheme scheme, int64_t n_embd, int64_t expert_ff) {
-  if (n_embd <= 0 || expert_ff <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("geometry: n_embd (", n_embd, ") and expert_ff (", expert_ff, ") must be positive"));
-  }
-  const int group = kernels::SchemeGroup(scheme);
-  if (n_embd % group != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("geometry: n_embd ", n_embd, " is not a multiple of ", group,
-                                                   ", the group of scheme ", std::string(kernels::SchemeName(scheme))));
-  }
-  if (expert_ff % group != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("geometry: expert_ff ", expert_ff, " is not a multiple of ",
-                                                   group, ", the group of scheme ", std::string(kernels::SchemeName(scheme))));
-  }
-  BlobLayout layout;
-  layout.scheme = scheme;
-  layout.n_embd = n_embd;
-  layout.expert_ff = expert_ff;
-  // gate and up map n_embd -> ff; down maps ff -> n_embd.
-  const int64_t rows[3] = {expert_ff, expert_ff, n_embd};
-  const int64_t cols[3] = {n_embd, n_embd, expert_ff};
-  uint64_t offset = 0;
-  for (int r = 0; r < 3; ++r) {
-    RETURN_IF_ERROR(kernels::CheckRoleShape(scheme, rows[r], cols[r]));
-    layout.role_offset[r] = offset;
-    layout.role_bytes[r] = kernels::RoleBytes(scheme, rows[r], cols[r]);
-    offset = RoundUp(offset + layout.role_bytes[r], kRoleAlignment);
-  }
-  layout.blob_bytes = RoundUp(offset, kBlobAlignment);
-  return layout;
-}
-
 void SetManifestLayout(const BlobLayout& layout, v1::Manifest* manifest) {
   manifest->set_scheme(std::string(kernels::SchemeName(layout.scheme)));
   manifest->clear_roles();

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/cpu/scheme.h"
+#include "kernels/format/expert_layout.h"
 #include "strata/pack/v1/manifest.pb.h"
 
 namespace strata::pack {
@@ -19,24 +19,15 @@ inline constexpr uint32_t kFormatVersion = 1;
 inline constexpr char kManifestFile[] = "manifest.json";
 inline constexpr char kExpertsFile[] = "experts.bin";
 inline constexpr char kDenseFile[] = "dense.gguf";
-inline constexpr uint64_t kBlobAlignment = 4096;  // blob_bytes is a multiple, for O_DIRECT and DMA
-inline constexpr uint64_t kRoleAlignment = 256;   // each role's offset inside a blob
+using kernels::kBlobAlignment;
+using kernels::kRoleAlignment;
+using kernels::kRoleNames;
 
-// The three roles of a SwiGLU expert, in blob order.
-inline constexpr const char* kRoleNames[3] = {"gate", "up", "down"};
-
-// Where gate (ff x n_embd), up (ff x n_embd) and down (n_embd x ff) lie in a blob of `scheme`.
-struct BlobLayout {
-  kernels::Scheme scheme = kernels::Scheme::kF16;
-  int64_t n_embd = 0;
-  int64_t expert_ff = 0;
-  uint64_t role_offset[3] = {0, 0, 0};
-  uint64_t role_bytes[3] = {0, 0, 0};
-  uint64_t blob_bytes = 0;
-};
-
-// Fails with INVALID_ARGUMENT naming n_embd / expert_ff when the scheme's group does not divide them.
-absl::StatusOr<BlobLayout> ComputeBlobLayout(kernels::Scheme scheme, int64_t n_embd, int64_t expert_ff);
+// Where gate, up and down lie in a blob: defined once, in kernels/format/expert_layout.h.
+using BlobLayout = kernels::ExpertLayout;
+inline absl::StatusOr<BlobLayout> ComputeBlobLayout(kernels::Scheme scheme, int64_t n_embd, int64_t expert_ff) {
+  return kernels::ComputeExpertLayout(scheme, n_embd, expert_ff);
+}
 
 // Writes the layout's roles and blob_bytes into `manifest`.
 void SetManifestLayout(const BlobLayout& layout, v1::Manifest* manifest);

@@ -30,7 +30,7 @@ struct Engine::Sequence {
   std::shared_ptr<RequestHandle> handle;
   std::vector<int32_t> prompt;
   int64_t positions = 0;  // KV positions this sequence needs
-  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<model::KvCache> cache;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<StopMatcher> stop;
   std::unique_ptr<tokenizer::StreamingDecoder> decoder;
@@ -39,14 +39,16 @@ struct Engine::Sequence {
   bool finished = false;
   GenerationResult result;
   double expert_bytes = 0, dense_bytes = 0;
+  double expert_hits = 0, expert_routed = 0;  // its share of each step's routed pairs
   Clock::time_point submitted, started, first_token, last_token;
 };
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
-  if (options.threads < 0 || options.threads > kernels::ThreadPool::kMaxThreads) {
+  if (options.threads < 0 || options.threads > exec::ThreadPool::kMaxThreads) {
     return absl::InvalidArgumentError(
-        absl::StrCat("threads: ", options.threads, " is not in 0 (all cores) .. ", kernels::ThreadPool::kMaxThreads));
+        absl::StrCat("threads: ", options.threads, " is not in 0 (all cores) .. ", exec::ThreadPool::kMaxThreads));
   }
+  if (options.max_seqs < 1) return absl::InvalidArgumentError("max_seqs: must be at least 1");
   if (options.max_ctx < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_ctx: ", options.max_ctx, " must not be negative"));
   }
@@ -54,46 +56,42 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   e->options_ = options;
   const auto start = Clock::now();
   ASSIGN_OR_RETURN(e->pack_, pack::Pack::Open(options.pack_dir));
-  if (options.source_factory) {
-    e->source_ = options.source_factory(*e->pack_);
-    if (e->source_ == nullptr) return absl::InternalError("the expert source factory returned null");
-  } else {
-    pack::ExpertSourceOptions so = options.experts;
-    if (so.threads == 0) so.threads = options.threads;
-    ASSIGN_OR_RETURN(e->source_, pack::OpenExpertSource(*e->pack_, so, &e->info_.source));
-  }
-  const int threads = kernels::ResolveThreads(options.threads);
-  ASSIGN_OR_RETURN(e->pool_, kernels::ThreadPool::Create(threads));
-  const pack::BlobLayout& bl = e->pack_->layout();
-  kernels::ExpertLayout layout{bl.scheme, bl.n_embd, bl.expert_ff, bl.role_offset[0], bl.role_offset[1],
-                               bl.role_offset[2]};
-  RETURN_IF_ERROR(kernels::CheckExpertLayout(layout, bl.blob_bytes));
-  auto dispatch = std::make_unique<model::CpuMoeDispatch>(e->source_.get(), layout,
-                                                          e->pack_->manifest().geometry().n_expert(), e->pool_.get());
-  ASSIGN_OR_RETURN(e->model_, model::Model::Create(*e->pack_, std::move(dispatch), e->pool_.get()));
+  const int threads = exec::ResolveThreads(options.threads);
+  ASSIGN_OR_RETURN(e->pool_, exec::ThreadPool::Create(threads));
+  pack::ExpertSourceOptions so = options.experts;
+  if (so.threads == 0) so.threads = options.threads;
+  // A step holds one token of each decoding sequence and up to prefill_chunk prompt tokens.
+  DeviceOptions device = options.device;
+  device.max_batch = std::max(1, options.max_seqs);
+  device.max_prefill = std::max(1, options.prefill_chunk) + device.max_batch;
+  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(*e->pack_, device, so, options.source_factory,
+                                                 e->pool_.get(), &e->info_.source));
+  e->source_ = std::move(loaded.source);
+  e->model_ = std::move(loaded.model);
   ASSIGN_OR_RETURN(e->tokenizer_, tokenizer::Tokenizer::FromMetadata(e->pack_->dense().metadata()));
   const model::ModelConfig& c = e->model_->config();
   if (e->tokenizer_->n_vocab() != c.n_vocab) {
     return absl::InvalidArgumentError(absl::StrCat("tokenizer has ", e->tokenizer_->n_vocab(),
                                                    " tokens but the model's vocabulary is ", c.n_vocab));
   }
-  if (options.max_seqs < 1) return absl::InvalidArgumentError("max_seqs: must be at least 1");
   if (options.max_queue < 0) return absl::InvalidArgumentError("max_queue: must not be negative");
-  int64_t max_ctx = options.max_ctx > 0 ? options.max_ctx : std::min<int64_t>(c.n_ctx_train, 8192);
+  const int64_t max_ctx = options.max_ctx > 0 ? options.max_ctx : std::min<int64_t>(c.n_ctx_train, 8192);
   const int64_t kv_dim = c.n_head_kv * c.head_dim;
   uint64_t budget = options.kv_budget_bytes;
   if (budget == 0) {
-    budget = std::min<uint64_t>(KvCachePool::BytesFor(c.n_layer, kv_dim, max_ctx) * options.max_seqs, uint64_t{8} << 30);
+    budget = std::min<uint64_t>(model::KvCachePool::BytesFor(c.n_layer, kv_dim, max_ctx) * options.max_seqs,
+                                uint64_t{8} << 30);
   }
-  e->kv_pool_ = std::make_unique<KvCachePool>(c.n_layer, kv_dim, budget);
+  e->kv_pool_ = std::make_unique<model::KvCachePool>(c.n_layer, kv_dim, budget, e->model_->backend().kv_memory());
 
   EngineInfo& info = e->info_;
   info.config = c;
   info.scheme = e->pack_->manifest().scheme();
   info.experts_bytes = e->pack_->manifest().experts_bytes();
   info.dense_bytes_per_token = e->model_->weights().dense_bytes_per_token;
-  info.expert_bytes_per_token = static_cast<uint64_t>(c.n_layer) * c.n_expert_used * kernels::ExpertWeightBytes(layout);
-  info.source_kind = std::string(e->source_->kind());
+  info.expert_bytes_per_token = static_cast<uint64_t>(c.n_layer) * c.n_expert_used * e->pack_->layout().weight_bytes();
+  info.source_kind = e->source_ != nullptr ? std::string(e->source_->kind()) : std::string("vram");
+  info.backend = e->model_->backend().info();
   info.threads = threads;
   info.max_ctx = max_ctx;
   info.load_seconds = Since(start, Clock::now());
@@ -119,7 +117,9 @@ EngineStats Engine::stats() const {
   s.queued = static_cast<int>(queue_.size());
   s.active = active_count_;
   s.kv_bytes_in_use = kv_pool_->in_use();
-  const kernels::ThreadPool::PostedStats posted = pool_->posted_stats();  // only callbacks are posted
+  s.kv_bytes_budget = kv_pool_->budget();
+  s.device = info_.backend.device;
+  const exec::ThreadPool::PostedStats posted = pool_->posted_stats();  // only callbacks are posted
   s.callbacks_run = posted.items;
   s.callback_seconds = posted.seconds;
   return s;
@@ -216,6 +216,7 @@ void Engine::Finish(Sequence* seq, FinishReason reason, absl::Status status) {
   }
   u.expert_bytes = static_cast<uint64_t>(seq->expert_bytes);
   u.dense_bytes = static_cast<uint64_t>(seq->dense_bytes);
+  u.expert_hit_rate = seq->expert_routed > 0 ? seq->expert_hits / seq->expert_routed : 0;
   seq->cache.reset();
   {
     // Counted before on_done, so a client that reads the stats after its result sees itself finished.
@@ -280,7 +281,7 @@ void Engine::Admit() {
       Finish(seq.get(), FinishReason::kCancelled, absl::OkStatus());
       continue;
     }
-    absl::StatusOr<std::unique_ptr<KvCache>> cache = kv_pool_->Allocate(seq->positions);
+    absl::StatusOr<std::unique_ptr<model::KvCache>> cache = kv_pool_->Allocate(seq->positions);
     if (!cache.ok()) {
       if (!active_.empty()) {
         // Wait for running sequences to free their caches.
@@ -344,6 +345,8 @@ bool Engine::Step() {
   for (const auto& [seq, index] : owners) {
     seq->expert_bytes += static_cast<double>(fstats.dispatch.expert_bytes) * share;
     seq->dense_bytes += static_cast<double>(fstats.dense_bytes) * share;
+    seq->expert_hits += static_cast<double>(fstats.dispatch.hits) * share;
+    seq->expert_routed += static_cast<double>(fstats.dispatch.routed) * share;
   }
   if (!status.ok()) {
     spdlog::warn("decode step failed: {}", std::string(status.message()));
@@ -371,6 +374,8 @@ bool Engine::Step() {
   stats_.tokens_generated += generated;
   stats_.prompt_tokens += prompt;
   stats_.expert_bytes += fstats.dispatch.expert_bytes;
+  stats_.expert_hits += fstats.dispatch.hits;
+  stats_.expert_misses += fstats.dispatch.misses;
   return true;
 }
 

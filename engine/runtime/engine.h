@@ -24,10 +24,11 @@
 #include "engine/model/model.h"
 #include "engine/pack/expert_source.h"
 #include "engine/pack/pack.h"
-#include "engine/runtime/kv_cache.h"
+#include "engine/model/kv_cache.h"
+#include "engine/runtime/model_factory.h"
 #include "engine/runtime/request.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "kernels/cpu/thread_pool.h"
+#include "engine/exec/thread_pool.h"
 
 namespace strata::runtime {
 
@@ -40,6 +41,7 @@ struct EngineOptions {
   uint64_t kv_budget_bytes = 0;     // all KV caches together; 0 = enough for max_seqs x max_ctx
   int prefill_chunk = 256;          // prompt tokens per step, over all joining sequences
   pack::ExpertSourceOptions experts;
+  DeviceOptions device;
   // Replaces the pack's expert source (tests inject failures); null = open experts as `experts` says.
   std::function<std::unique_ptr<pack::ExpertSource>(const pack::Pack&)> source_factory;
 };
@@ -51,7 +53,8 @@ struct EngineInfo {
   uint64_t dense_bytes_per_token = 0;
   uint64_t expert_bytes_per_token = 0;  // k experts x their weight bytes x MoE layers (batch of one)
   pack::ExpertSourceStats source;
-  std::string source_kind;
+  std::string source_kind;         // "arena", "mmap" or "vram" (every expert on the GPU)
+  model::BackendInfo backend;      // device, kernels' ISA, device memory
   double load_seconds = 0;
   int threads = 0;
   int64_t max_ctx = 0;
@@ -64,7 +67,11 @@ struct EngineStats {
   uint64_t tokens_generated = 0;
   uint64_t prompt_tokens = 0;
   uint64_t expert_bytes = 0;
+  uint64_t expert_hits = 0;      // routed pairs served from VRAM
+  uint64_t expert_misses = 0;    // routed pairs computed from host memory
   uint64_t kv_bytes_in_use = 0;
+  uint64_t kv_bytes_budget = 0;
+  std::string device;            // "cpu" or "cuda"
   uint64_t requests_finished = 0;
   uint64_t callbacks_run = 0;    // on_tokens and on_done calls made
   double callback_seconds = 0;   // time spent in them, summed over the threads that ran them
@@ -122,11 +129,11 @@ class Engine {
   EngineOptions options_;
   EngineInfo info_;
   std::unique_ptr<pack::Pack> pack_;
-  std::unique_ptr<pack::ExpertSource> source_;
-  std::unique_ptr<kernels::ThreadPool> pool_;
-  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<exec::ThreadPool> pool_;
+  std::unique_ptr<pack::ExpertSource> source_;  // null when every expert is in VRAM
+  std::unique_ptr<model::Model> model_;         // reads source_ and pool_: declared after them
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  std::unique_ptr<KvCachePool> kv_pool_;
+  std::unique_ptr<model::KvCachePool> kv_pool_;
 
   std::atomic<uint64_t> next_request_id_{0};
   mutable absl::Mutex mu_;

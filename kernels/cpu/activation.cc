@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "kernels/cpu/scheme.h"
+#include "kernels/cpu/quantize.h"
 
 namespace strata::kernels {
 

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/fp16.h"
+#include "kernels/format/fp16.h"
 
 namespace strata::kernels {
 
@@ -13,13 +13,6 @@ void DenseGemvAvx2(DenseType type, const uint8_t* w, int64_t cols, int64_t row_b
                    const float* x, int64_t x_stride, int n_tokens, float* y, int64_t y_stride);
 
 namespace {
-
-float Bf16ToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
 
 // Widens one row into `row` (cols floats).
 void WidenRow(DenseType type, const uint8_t* src, int64_t cols, float* row) {
@@ -55,19 +48,6 @@ void WidenRow(DenseType type, const uint8_t* src, int64_t cols, float* row) {
 }
 
 }  // namespace
-
-uint64_t DenseRowBytes(DenseType type, int64_t cols) {
-  switch (type) {
-    case DenseType::kF32:
-      return static_cast<uint64_t>(cols) * 4;
-    case DenseType::kF16:
-    case DenseType::kBF16:
-      return static_cast<uint64_t>(cols) * 2;
-    case DenseType::kQ8_0:
-      return static_cast<uint64_t>(cols / 32) * 34;
-  }
-  return 0;
-}
 
 void DenseGemvReference(DenseType type, const uint8_t* w, int64_t cols, int64_t row_begin, int64_t row_end,
                         const float* x, int64_t x_stride, int n_tokens, float* y, int64_t y_stride) {

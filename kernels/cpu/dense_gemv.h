@@ -7,14 +7,9 @@
 
 #include <cstdint>
 
+#include "kernels/format/dense_type.h"
+
 namespace strata::kernels {
-
-// Storage types the dense kernels read directly (ggml's F32, F16, BF16 and Q8_0 layouts). Other GGUF
-// types are widened to F32 by the loader.
-enum class DenseType : uint8_t { kF32, kF16, kBF16, kQ8_0 };
-
-// Bytes of one row of `cols` weights (cols a multiple of 32 for Q8_0).
-uint64_t DenseRowBytes(DenseType type, int64_t cols);
 
 // For rows r in [row_begin, row_end) and tokens t < n_tokens:
 //   y[t * y_stride + r] = sum_c W[r][c] * x[t * x_stride + c]

@@ -6,37 +6,20 @@
 //   out = down . h                   (f32, n_embd elements)
 // for every token routed to an expert, streaming each expert's weights once for all its tokens. The
 // router weight is not applied here.
+//
+// The work comes in two phases of row ranges, which a caller spreads over its threads (the engine's
+// thread pool does): every GateUpRows of a set of jobs, then, after all of them finished, every DownRows.
+// Distinct row ranges of one phase may run on different threads at once. Results do not depend on how the
+// rows are split.
 
 #include <cstdint>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "kernels/cpu/scheme.h"
-#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/format/expert_layout.h"
 
 namespace strata::kernels {
-
-// Where the roles of one expert sit in its blob: gate and up are ff x n_embd, down is n_embd x ff.
-struct ExpertLayout {
-  Scheme scheme = Scheme::kF16;
-  int64_t n_embd = 0;
-  int64_t ff = 0;
-  uint64_t gate_offset = 0;
-  uint64_t up_offset = 0;
-  uint64_t down_offset = 0;
-};
-
-// The layout of pack format v1: gate, up, down in that order, each starting at a multiple of 256 bytes.
-ExpertLayout PackedExpertLayout(Scheme scheme, int64_t n_embd, int64_t ff);
-// Bytes from the blob start to the end of the last role (before any padding of the blob).
-uint64_t ExpertLayoutEnd(const ExpertLayout& layout);
-// Sum of the three roles' bytes: what one forward pass reads.
-uint64_t ExpertWeightBytes(const ExpertLayout& layout);
-
-// OK when the roles have valid shapes and lie inside a blob of blob_bytes; otherwise INVALID_ARGUMENT
-// naming the role.
-absl::Status CheckExpertLayout(const ExpertLayout& layout, uint64_t blob_bytes);
 
 // One expert's work: its blob and the tokens routed to it.
 struct ExpertJob {
@@ -46,15 +29,27 @@ struct ExpertJob {
   float* const* outs = nullptr;  // n_tokens outputs of n_embd floats, overwritten
 };
 
-// Buffers ExpertForward reuses between calls (grown as needed). One per calling thread.
-class ExpertScratch {
+// The hidden states of a set of jobs between the two phases. Owned by one caller; reused between calls.
+class ExpertWork {
  public:
-  ExpertScratch() = default;
-  ExpertScratch(const ExpertScratch&) = delete;
-  ExpertScratch& operator=(const ExpertScratch&) = delete;
+  ExpertWork() = default;
+  ExpertWork(const ExpertWork&) = delete;
+  ExpertWork& operator=(const ExpertWork&) = delete;
+
+  // Sizes the scratch for `jobs` (each with n_tokens >= 1 and activations of n_embd elements; blobs laid
+  // out as `layout`). `jobs` must stay valid until the last phase call.
+  void Prepare(const ExpertLayout& layout, absl::Span<const ExpertJob> jobs);
+
+  size_t n_jobs() const { return jobs_.size(); }
+  // Rows [row_begin, row_end) of gate and up of job `job`, and h for those rows. The bounds are multiples
+  // of kActBlock (32) or expert_ff.
+  void GateUpRows(size_t job, int64_t row_begin, int64_t row_end);
+  // Rows [row_begin, row_end) of down of job `job`, into its outs.
+  void DownRows(size_t job, int64_t row_begin, int64_t row_end);
 
  private:
-  friend void ExpertForward(const ExpertLayout&, absl::Span<const ExpertJob>, ThreadPool*, ExpertScratch*);
+  ExpertLayout layout_;
+  absl::Span<const ExpertJob> jobs_;
   std::vector<size_t> first_slot_;  // per job: its first slot
   std::vector<float> gate_;         // per (job, token) slot: ff
   std::vector<float> up_;
@@ -63,12 +58,9 @@ class ExpertScratch {
   std::vector<float*> gate_ptrs_, up_ptrs_;
 };
 
-// Computes every job: gate and up rows of all experts split across the pool's threads, then (after a
-// barrier) down rows. All jobs share `layout`, which must pass CheckExpertLayout for their blobs; every
-// job has n_tokens >= 1 and activations of n_embd elements. `pool` may be null (runs on the caller).
-// Results do not depend on the number of threads.
-void ExpertForward(const ExpertLayout& layout, absl::Span<const ExpertJob> jobs, ThreadPool* pool,
-                   ExpertScratch* scratch);
+// Rows per task for a phase over `rows` rows of n_jobs jobs on `threads` threads: about four tasks a thread
+// in all, a multiple of `unit` (kActBlock for GateUpRows, kRowTile for DownRows).
+int64_t ExpertRowsPerTask(int64_t rows, size_t n_jobs, int threads, int64_t unit);
 
 }  // namespace strata::kernels
 

@@ -2,9 +2,9 @@
 
 #include <cmath>
 
-#include "kernels/cpu/fp16.h"
-#include "kernels/cpu/role_layout.h"
-#include "kernels/cpu/scheme.h"
+#include "kernels/format/fp16.h"
+#include "kernels/format/role_layout.h"
+#include "kernels/cpu/quantize.h"
 
 namespace strata::kernels {
 namespace {

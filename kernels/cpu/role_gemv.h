@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "kernels/cpu/scheme.h"
+#include "kernels/cpu/quantize.h"
 
 namespace strata::kernels {
 

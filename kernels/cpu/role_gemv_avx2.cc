@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "kernels/cpu/role_gemv_internal.h"
-#include "kernels/cpu/role_layout.h"
+#include "kernels/format/role_layout.h"
 
 namespace strata::kernels::internal {
 namespace {

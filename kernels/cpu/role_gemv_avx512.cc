@@ -19,7 +19,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/role_gemv_internal.h"
-#include "kernels/cpu/role_layout.h"
+#include "kernels/format/role_layout.h"
 
 namespace strata::kernels::internal {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/scheme.h"
+#include "kernels/cpu/quantize.h"
 
 namespace strata::kernels::internal {
 

@@ -24,6 +24,11 @@ absl::StatusOr<DeviceInfo> QueryDevices();
 // driver and the device agree. UNAVAILABLE without a device, INTERNAL on a wrong answer.
 absl::Status SmokeTest();
 
+// Device memory bandwidth measured by `repeats` device-to-device copies of `bytes` (after a warm-up copy),
+// in GB/s counting the bytes read plus the bytes written: the HBM bound benchmarks print their results
+// beside. The median of the repeats.
+absl::StatusOr<double> MeasureDeviceCopyGBps(size_t bytes = size_t{1} << 30, int repeats = 10);
+
 }  // namespace strata::kernels::cuda
 
 #endif  // STRATA_KERNELS_CUDA_DEVICE_INFO_H_

@@ -12,7 +12,7 @@
 #include "engine/pack/pack_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/scheme.h"
+#include "kernels/cpu/quantize.h"
 #include "tests/packtool/packtool_test_util.h"
 #include "tests/testing/test_util.h"
 

@@ -1,15 +1,26 @@
 #include "packtool/synth.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/pack/pack_format.h"
+#include "engine/runtime/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/quantize.h"
+#include "kernels/format/fp16.h"
+#include "kernels/format/role_layout.h"
+#include "packtool/synth_codes.h"
 #include "packtool/synth_values.h"
+#include "packtool/validate.h"
 #include "tests/packtool/packtool_test_util.h"
+#include "tests/testing/reference_model.h"
 #include "tests/testing/test_util.h"
 
 namespace strata::packtool {
@@ -171,6 +182,7 @@ TEST(SynthTest, PackOnlyEqualsSynthesizeThenConvert) {
                                                               kernels::Scheme::kS4);
   SynthOptions o = TinyOptions(dir.Join("direct"));
   o.pack_scheme = kernels::Scheme::kS4;
+  o.exact_quantize = true;
   auto direct = SynthesizePack(o, nullptr, nullptr);
   ASSERT_TRUE(direct.ok()) << direct.status();
   EXPECT_EQ(direct->created_by(), "synth");
@@ -190,6 +202,260 @@ TEST(SynthTest, PackOnlyEqualsSynthesizeThenConvert) {
     EXPECT_EQ(0, std::memcmp(t.data, u->data, t.bytes)) << t.name;
   }
 }
+
+// ---- Random codes (exact_quantize = false) ----
+
+constexpr kernels::Scheme kAllSchemes[] = {kernels::Scheme::kF16, kernels::Scheme::kS8, kernels::Scheme::kS4,
+                                           kernels::Scheme::kS2};
+
+std::string Name(kernels::Scheme scheme) { return std::string(kernels::SchemeName(scheme)); }
+
+// A tiny model whose roles differ in spread (gate and up 1/sqrt(128), down 1/sqrt(256)), as random codes.
+SynthOptions RandomCodeOptions(const std::string& path, kernels::Scheme scheme) {
+  SynthOptions o = TinyOptions(path);
+  o.geometry.expert_ff = 256;
+  o.pack_scheme = scheme;
+  o.exact_quantize = false;
+  return o;
+}
+
+// The standard deviation of the f32 weights of role r (what the float path draws).
+double RoleStd(const SynthGeometry& g, int r) {
+  return 1.0 / std::sqrt(static_cast<double>(r == kernels::kDown ? g.expert_ff : g.n_embd));
+}
+
+// The blobs of a pack, one vector of bytes.
+struct PackBlobs {
+  pack::BlobLayout layout;
+  std::vector<uint8_t> bytes;
+  int64_t count = 0;
+  const uint8_t* Role(int64_t blob, int r) const { return bytes.data() + blob * layout.blob_bytes + layout.role_offset[r]; }
+};
+
+PackBlobs ReadBlobs(const std::string& pack_dir, const SynthOptions& o) {
+  PackBlobs b;
+  b.layout = *pack::ComputeBlobLayout(o.pack_scheme, o.geometry.n_embd, o.geometry.expert_ff);
+  b.bytes = ReadFileBytes(pack_dir + "/experts.bin");
+  b.count = o.geometry.n_layer * o.geometry.n_expert;
+  EXPECT_EQ(b.bytes.size(), static_cast<uint64_t>(b.count) * b.layout.blob_bytes);
+  return b;
+}
+
+TEST(SynthRandomCodesTest, PacksOfEverySchemeValidateAndSayTheyAreRandomCodes) {
+  ScratchDir dir;
+  for (kernels::Scheme scheme : kAllSchemes) {
+    const SynthOptions o = RandomCodeOptions(dir.Join(Name(scheme)), scheme);
+    auto manifest = SynthesizePack(o, nullptr, nullptr);
+    ASSERT_TRUE(manifest.ok()) << Name(scheme) << ": " << manifest.status();
+    EXPECT_EQ(manifest->scheme(), Name(scheme));
+    EXPECT_EQ(manifest->created_by(), kSynthRandomCodesCreatedBy);
+    EXPECT_EQ(manifest->quant_error_size(), 0) << "random codes have no quantization error to report";
+    EXPECT_FALSE(std::filesystem::exists(o.output + ".partial"));
+    auto report = ValidatePack(o.output, ValidateOptions{});
+    ASSERT_TRUE(report.ok()) << report.status();
+    for (const ValidationProblem& p : report->problems) ADD_FAILURE() << Name(scheme) << ": " << p.file << ": " << p.message;
+    EXPECT_EQ(report->blobs_checked, 16u);
+  }
+}
+
+TEST(SynthRandomCodesTest, SameSeedGivesTheSameBytesAndAnotherSeedDoesNot) {
+  ScratchDir dir;
+  SynthOptions a = RandomCodeOptions(dir.Join("a"), kernels::Scheme::kS2);
+  SynthOptions b = a;
+  b.output = dir.Join("b");
+  b.threads = 1;  // the thread count must not change the bytes
+  SynthOptions c = a;
+  c.output = dir.Join("c");
+  c.seed = 8;
+  auto ma = SynthesizePack(a, nullptr, nullptr);
+  auto mb = SynthesizePack(b, nullptr, nullptr);
+  auto mc = SynthesizePack(c, nullptr, nullptr);
+  ASSERT_TRUE(ma.ok() && mb.ok() && mc.ok());
+  const std::vector<uint8_t> experts_a = ReadFileBytes(a.output + "/experts.bin");
+  EXPECT_EQ(experts_a, ReadFileBytes(b.output + "/experts.bin"));
+  EXPECT_NE(experts_a, ReadFileBytes(c.output + "/experts.bin"));
+  EXPECT_EQ(ReadFileBytes(a.output + "/dense.gguf"), ReadFileBytes(b.output + "/dense.gguf"));
+  // Every expert has its own codes.
+  const std::set<std::string> distinct(ma->blob_xxh3().begin(), ma->blob_xxh3().end());
+  EXPECT_EQ(distinct.size(), static_cast<size_t>(ma->blob_xxh3_size()));
+}
+
+TEST(SynthRandomCodesTest, DecodedWeightsHaveTheSpreadOfTheFloatWeights) {
+  ScratchDir dir;
+  for (kernels::Scheme scheme : kAllSchemes) {
+    const SynthOptions o = RandomCodeOptions(dir.Join(Name(scheme)), scheme);
+    ASSERT_TRUE(SynthesizePack(o, nullptr, nullptr).ok()) << Name(scheme);
+    const PackBlobs blobs = ReadBlobs(o.output, o);
+    const int64_t rows[3] = {o.geometry.expert_ff, o.geometry.expert_ff, o.geometry.n_embd};
+    const int64_t cols[3] = {o.geometry.n_embd, o.geometry.n_embd, o.geometry.expert_ff};
+    for (int r = 0; r < 3; ++r) {
+      std::vector<float> w(static_cast<size_t>(rows[r] * cols[r]));
+      double sum = 0, sum2 = 0;
+      for (int64_t blob = 0; blob < blobs.count; ++blob) {
+        kernels::DequantizeRole(scheme, blobs.Role(blob, r), rows[r], cols[r], w.data());
+        for (float v : w) {
+          ASSERT_TRUE(std::isfinite(v));
+          sum += v;
+          sum2 += static_cast<double>(v) * v;
+        }
+      }
+      const double n = static_cast<double>(w.size() * blobs.count);
+      const double mean = sum / n, spread = std::sqrt(sum2 / n - mean * mean);
+      const double expected = RoleStd(o.geometry, r);
+      // Over 16 x 32768 weights the sample's own spread is ~0.1%; scales rounded to half add ~0.05%.
+      EXPECT_NEAR(spread / expected, 1.0, 0.01) << Name(scheme) << " " << kernels::kRoleNames[r];
+      EXPECT_LT(std::fabs(mean), 0.01 * expected) << Name(scheme) << " " << kernels::kRoleNames[r];
+    }
+  }
+}
+
+TEST(SynthRandomCodesTest, CodesAreInRangeAndScalesPositiveAndS4Centred) {
+  ScratchDir dir;
+  namespace layout = kernels::layout;
+  for (kernels::Scheme scheme : {kernels::Scheme::kS8, kernels::Scheme::kS4, kernels::Scheme::kS2}) {
+    const SynthOptions o = RandomCodeOptions(dir.Join(Name(scheme)), scheme);
+    ASSERT_TRUE(SynthesizePack(o, nullptr, nullptr).ok()) << Name(scheme);
+    const PackBlobs blobs = ReadBlobs(o.output, o);
+    int min_code = 0, max_code = 0;
+    for (int64_t blob = 0; blob < blobs.count; ++blob) {
+      for (int r = 0; r < 3; ++r) {
+        const int64_t rows = blobs.layout.rows(r), cols = blobs.layout.cols(r);
+        const uint8_t* role = blobs.Role(blob, r);
+        const int64_t codes = layout::CodesBytes(scheme, rows, cols);
+        if (scheme == kernels::Scheme::kS8) {
+          for (int64_t i = 0; i < codes; ++i) {
+            const int q = static_cast<int8_t>(role[i]);
+            ASSERT_NE(q, -128) << "blob " << blob << " role " << r << " byte " << i;
+            min_code = std::min(min_code, q);
+            max_code = std::max(max_code, q);
+          }
+        }
+        for (int64_t row = 0; row < rows; ++row) {
+          for (int64_t g = 0; g < cols / layout::Group(scheme); ++g) {
+            const uint8_t* at = role + layout::ScaleOffset(scheme, rows, cols, row, g);
+            const float d = kernels::HalfToFloat(kernels::LoadHalf(at));
+            ASSERT_TRUE(d > 0 && std::isfinite(d)) << Name(scheme) << " scale " << d;
+            if (scheme == kernels::Scheme::kS4) {
+              // w = d q + m over q = 0 .. 15 is centred when m = -7.5 d (up to rounding m to half).
+              const float m = kernels::HalfToFloat(kernels::LoadHalf(at + layout::kMinOffsetInRecord));
+              ASSERT_NEAR(m, -7.5f * d, 7.5f * d / 1024) << "blob " << blob << " role " << r;
+            }
+          }
+        }
+      }
+    }
+    if (scheme == kernels::Scheme::kS8) {
+      EXPECT_EQ(min_code, -127);
+      EXPECT_EQ(max_code, 127);
+    }
+  }
+}
+
+TEST(SynthRandomCodesTest, ProgressCancellationAndExistingOutputAsForTheExactPath) {
+  ScratchDir dir;
+  SynthOptions o = RandomCodeOptions(dir.Join("p"), kernels::Scheme::kS4);
+  std::vector<std::string> phases;
+  ConvertProgress last;
+  auto manifest = SynthesizePack(
+      o,
+      [&](const ConvertProgress& p) {
+        if (phases.empty() || phases.back() != p.phase) phases.push_back(p.phase);
+        last = p;
+      },
+      nullptr);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_THAT(phases, ::testing::ElementsAre("dense", "experts", "finish", "done"));
+  EXPECT_EQ(last.experts_done, 16u);
+  EXPECT_EQ(last.bytes_done, manifest->experts_bytes());
+  EXPECT_TRUE(std::isnan(last.rel_rms_error)) << "not measured, so not a number";
+  // An existing output is never touched.
+  EXPECT_THAT(SynthesizePack(o, nullptr, nullptr).status(), StatusIs(absl::StatusCode::kAlreadyExists));
+
+  // Cancelled while writing experts: nothing is left behind.
+  std::atomic<bool> cancel{false};
+  SynthOptions c = RandomCodeOptions(dir.Join("c"), kernels::Scheme::kS4);
+  auto cancelled = SynthesizePack(
+      c,
+      [&](const ConvertProgress& p) {
+        if (p.phase == "experts") cancel = true;
+      },
+      &cancel);
+  EXPECT_THAT(cancelled.status(), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_FALSE(std::filesystem::exists(c.output));
+  EXPECT_FALSE(std::filesystem::exists(c.output + ".partial"));
+}
+
+TEST(SynthRandomCodesTest, RoleFillerRefusesABadSpreadAndKnowsItsLevels) {
+  std::vector<uint8_t> role(kernels::RoleBytes(kernels::Scheme::kS2, 16, 64));
+  EXPECT_THAT(FillRandomRole(kernels::Scheme::kS2, 16, 64, 0.0f, 1, 0, role.data()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(FillRandomRole(kernels::Scheme::kS2, 16, 64, NAN, 1, 0, role.data()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(FillRandomRole(kernels::Scheme::kS8, 16, 64, 1e30f, 1, 0, role.data()),
+              StatusIs(absl::StatusCode::kInternal));
+  EXPECT_DOUBLE_EQ(RandomCodeLevelMeanSquare(kernels::Scheme::kS2), 5.0);
+  EXPECT_DOUBLE_EQ(RandomCodeLevelMeanSquare(kernels::Scheme::kS4), 21.25);
+  EXPECT_DOUBLE_EQ(RandomCodeLevelMeanSquare(kernels::Scheme::kS8), 5397.5);
+}
+
+class SynthRandomCodesEngineTest : public ::testing::TestWithParam<kernels::Scheme> {};
+
+// The engine decodes a pack of random codes into finite, varied logits, the same as the float reference
+// reading the same pack (up to the int8 activations of the integer schemes).
+TEST_P(SynthRandomCodesEngineTest, DecodesTokensWithFiniteLogits) {
+  ScratchDir dir;
+  SynthOptions o = TinyOptions(dir.Join("pack"));
+  o.pack_scheme = GetParam();
+  o.exact_quantize = false;
+  ASSERT_TRUE(SynthesizePack(o, nullptr, nullptr).ok());
+  runtime::EngineOptions eo;
+  eo.pack_dir = o.output;
+  eo.threads = 2;
+  eo.max_seqs = 1;
+  eo.max_ctx = 64;
+  auto engine = runtime::Engine::Create(eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  runtime::GenerateRequest req;
+  req.prompt_tokens = {5, 77, 140, 3, 250, 31};
+  req.sampling.temperature = 0;
+  req.sampling.max_tokens = 8;
+  req.sampling.ignore_eos = true;
+  auto first = (*engine)->Generate(req);
+  ASSERT_TRUE(first.ok() && first->result.status.ok());
+  ASSERT_EQ(first->result.tokens.size(), 8u);
+
+  // The logits of every position of prompt + decoded tokens.
+  req.prompt_tokens.insert(req.prompt_tokens.end(), first->result.tokens.begin(), first->result.tokens.end());
+  req.sampling.max_tokens = 1;
+  req.prompt_logits = true;
+  auto all = (*engine)->Generate(req);
+  ASSERT_TRUE(all.ok() && all->result.status.ok());
+  auto ref = strata::testing::ReferenceModel::FromPack(o.output);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const int64_t n_vocab = (*ref)->n_vocab();
+  const std::vector<float> expected = (*ref)->Logits(req.prompt_tokens);
+  const std::vector<float>& logits = all->result.prompt_logits;
+  ASSERT_EQ(logits.size(), expected.size());
+  for (size_t p = 0; p < req.prompt_tokens.size(); ++p) {
+    const float* row = logits.data() + p * n_vocab;
+    const float* want = expected.data() + p * n_vocab;
+    double sum = 0, sum2 = 0, err2 = 0, ref2 = 0;
+    for (int64_t v = 0; v < n_vocab; ++v) {
+      ASSERT_TRUE(std::isfinite(row[v])) << "position " << p << " token " << v;
+      sum += row[v];
+      sum2 += static_cast<double>(row[v]) * row[v];
+      err2 += (static_cast<double>(row[v]) - want[v]) * (static_cast<double>(row[v]) - want[v]);
+      ref2 += static_cast<double>(want[v]) * want[v];
+    }
+    const double mean = sum / n_vocab;
+    // The float path's logits have a spread of about 2 (output weights of std 2/sqrt(n_embd)).
+    EXPECT_GT(std::sqrt(sum2 / n_vocab - mean * mean), 0.5) << "position " << p;
+    EXPECT_LT(std::sqrt(err2 / ref2), GetParam() == kernels::Scheme::kF16 ? 1e-3 : 0.02) << "position " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SynthRandomCodeSchemes, SynthRandomCodesEngineTest, ::testing::ValuesIn(kAllSchemes),
+                         [](const auto& info) { return Name(info.param); });
 
 }  // namespace
 }  // namespace strata::packtool

@@ -11,7 +11,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/pack/pack_format.h"
 #include "engine/status_macros.h"
-#include "kernels/cpu/scheme.h"
+#include "kernels/cpu/quantize.h"
 
 namespace strata::testing {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/fp16.h"
+#include "kernels/format/fp16.h"
 
 namespace strata::kernels {
 namespace {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -26,19 +28,22 @@ struct TestExpert {
   std::vector<float> gate, up, down;  // dequantized, row-major
 };
 
+ExpertLayout Layout(Scheme s, int64_t n_embd, int64_t ff) { return *ComputeExpertLayout(s, n_embd, ff); }
+
 TestExpert MakeExpert(const ExpertLayout& l, std::mt19937& rng) {
   TestExpert e;
-  e.blob.assign(ExpertLayoutEnd(l) + 100, 0xCD);
+  e.blob.assign(l.blob_bytes + 100, 0xCD);
   const float sg = 1.0f / std::sqrt(static_cast<float>(l.n_embd));
-  const float sd = 1.0f / std::sqrt(static_cast<float>(l.ff));
+  const float sd = 1.0f / std::sqrt(static_cast<float>(l.expert_ff));
   struct Role {
     int64_t rows, cols;
     uint64_t offset;
     float sigma;
     std::vector<float>* deq;
   };
-  for (const Role& r : {Role{l.ff, l.n_embd, l.gate_offset, sg, &e.gate}, Role{l.ff, l.n_embd, l.up_offset, sg, &e.up},
-                        Role{l.n_embd, l.ff, l.down_offset, sd, &e.down}}) {
+  for (const Role& r : {Role{l.expert_ff, l.n_embd, l.role_offset[kGate], sg, &e.gate},
+                        Role{l.expert_ff, l.n_embd, l.role_offset[kUp], sg, &e.up},
+                        Role{l.n_embd, l.expert_ff, l.role_offset[kDown], sd, &e.down}}) {
     const std::vector<float> w = Gaussian(r.rows * r.cols, r.sigma, rng);
     QuantizeRole(l.scheme, w.data(), r.rows, r.cols, e.blob.data() + r.offset);
     r.deq->resize(r.rows * r.cols);
@@ -49,8 +54,9 @@ TestExpert MakeExpert(const ExpertLayout& l, std::mt19937& rng) {
 
 // The SwiGLU expert in double with the dequantized weights and the unquantized activation.
 std::vector<double> FloatExpert(const ExpertLayout& l, const TestExpert& e, const std::vector<float>& x) {
-  std::vector<double> h(l.ff), out(l.n_embd);
-  for (int64_t r = 0; r < l.ff; ++r) {
+  const int64_t ff = l.expert_ff;
+  std::vector<double> h(ff), out(l.n_embd);
+  for (int64_t r = 0; r < ff; ++r) {
     double g = 0, u = 0;
     for (int64_t c = 0; c < l.n_embd; ++c) {
       g += double(e.gate[r * l.n_embd + c]) * x[c];
@@ -59,9 +65,22 @@ std::vector<double> FloatExpert(const ExpertLayout& l, const TestExpert& e, cons
     h[r] = g / (1 + std::exp(-g)) * u;
   }
   for (int64_t r = 0; r < l.n_embd; ++r) {
-    for (int64_t c = 0; c < l.ff; ++c) out[r] += double(e.down[r * l.ff + c]) * h[c];
+    for (int64_t c = 0; c < ff; ++c) out[r] += double(e.down[r * ff + c]) * h[c];
   }
   return out;
+}
+
+// Runs both phases of `jobs`, cutting each role's rows into pieces of `gate_rows` (a multiple of 32) and
+// `down_rows` (a multiple of 16).
+void RunJobs(const ExpertLayout& l, const std::vector<ExpertJob>& jobs, int64_t gate_rows, int64_t down_rows,
+             ExpertWork* work) {
+  work->Prepare(l, jobs);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (int64_t r = 0; r < l.expert_ff; r += gate_rows) work->GateUpRows(j, r, std::min(l.expert_ff, r + gate_rows));
+  }
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (int64_t r = 0; r < l.n_embd; r += down_rows) work->DownRows(j, r, std::min(l.n_embd, r + down_rows));
+  }
 }
 
 double RelativeRms(const std::vector<float>& got, const std::vector<double>& want) {
@@ -73,35 +92,10 @@ double RelativeRms(const std::vector<float>& got, const std::vector<double>& wan
   return std::sqrt(num / den);
 }
 
-TEST(ExpertLayoutTest, PackedLayout) {
-  const ExpertLayout l = PackedExpertLayout(Scheme::kS2, 2560, 640);
-  EXPECT_EQ(l.gate_offset, 0u);
-  EXPECT_EQ(l.up_offset, 460800u);
-  EXPECT_EQ(l.down_offset, 921600u);
-  EXPECT_EQ(ExpertLayoutEnd(l), 1382400u);
-  EXPECT_EQ(ExpertWeightBytes(l), 1382400u);
-  EXPECT_THAT(CheckExpertLayout(l, 1382400), IsOk());
-  // Roles are 256-byte aligned when their sizes are not.
-  const ExpertLayout odd = PackedExpertLayout(Scheme::kS4, 96, 32);
-  EXPECT_EQ(odd.up_offset % 256, 0u);
-  EXPECT_GE(odd.up_offset, RoleBytes(Scheme::kS4, 32, 96));
-  EXPECT_EQ(odd.down_offset % 256, 0u);
-}
-
-TEST(ExpertLayoutTest, CheckRejectsBadLayouts) {
-  ExpertLayout l = PackedExpertLayout(Scheme::kS2, 2560, 640);
-  EXPECT_THAT(CheckExpertLayout(l, 1382399), StatusIsWith(absl::StatusCode::kInvalidArgument, "down role"));
-  l.up_offset = ~uint64_t{0} - 10;
-  EXPECT_THAT(CheckExpertLayout(l, 1382400), StatusIsWith(absl::StatusCode::kInvalidArgument, "up role"));
-  ExpertLayout bad = PackedExpertLayout(Scheme::kS2, 2560, 640);
-  bad.ff = 600;
-  EXPECT_THAT(CheckExpertLayout(bad, 1 << 24), StatusIsWith(absl::StatusCode::kInvalidArgument, "gate role"));
-}
-
 TEST(ExpertForwardTest, MatchesFloatSwiGlu) {
   std::mt19937 rng(21);
   for (Scheme s : kAllSchemes) {
-    const ExpertLayout l = PackedExpertLayout(s, 256, 128);
+    const ExpertLayout l = Layout(s, 256, 128);
     const TestExpert e = MakeExpert(l, rng);
     std::vector<std::vector<float>> xf;
     std::vector<QuantizedActivation> xq(3);
@@ -112,8 +106,8 @@ TEST(ExpertForwardTest, MatchesFloatSwiGlu) {
     std::vector<std::vector<float>> out(3, std::vector<float>(l.n_embd));
     const QuantizedActivation* xp[] = {&xq[0], &xq[1], &xq[2]};
     float* op[] = {out[0].data(), out[1].data(), out[2].data()};
-    ExpertScratch scratch;
-    ExpertForward(l, {ExpertJob{e.blob.data(), xp, 3, op}}, nullptr, &scratch);
+    ExpertWork work;
+    RunJobs(l, {ExpertJob{e.blob.data(), xp, 3, op}}, l.expert_ff, l.n_embd, &work);
     for (int t = 0; t < 3; ++t) {
       // f16 computes in f32 throughout; the integer schemes quantize x and h to int8.
       const double err = RelativeRms(out[t], FloatExpert(l, e, xf[t]));
@@ -122,10 +116,10 @@ TEST(ExpertForwardTest, MatchesFloatSwiGlu) {
   }
 }
 
-TEST(ExpertForwardTest, SameBitsForAnyThreadsBatchingAndTokenGrouping) {
+TEST(ExpertForwardTest, SameBitsForAnyRowSplitBatchingAndTokenGrouping) {
   std::mt19937 rng(22);
   for (Scheme s : kAllSchemes) {
-    const ExpertLayout l = PackedExpertLayout(s, 512, 192);
+    const ExpertLayout l = Layout(s, 512, 192);
     std::vector<TestExpert> experts;
     for (int j = 0; j < 3; ++j) experts.push_back(MakeExpert(l, rng));
     const int tokens[] = {1, 5, 2};
@@ -139,7 +133,7 @@ TEST(ExpertForwardTest, SameBitsForAnyThreadsBatchingAndTokenGrouping) {
     for (int j = 0; j < 3; ++j) {
       for (int t = 0; t < tokens[j]; ++t) xp[j].push_back(&xq[(3 * j + t) % 8]);
     }
-    auto run = [&](ThreadPool* pool, bool batched) {
+    auto run = [&](int64_t gate_rows, int64_t down_rows, bool batched) {
       std::vector<std::vector<float>> out(8, std::vector<float>(l.n_embd, -1.0f));
       std::vector<std::vector<float*>> op(3);
       int next = 0;
@@ -148,29 +142,28 @@ TEST(ExpertForwardTest, SameBitsForAnyThreadsBatchingAndTokenGrouping) {
         for (int t = 0; t < tokens[j]; ++t) op[j].push_back(out[next++].data());
         jobs.push_back(ExpertJob{experts[j].blob.data(), xp[j].data(), tokens[j], op[j].data()});
       }
-      ExpertScratch scratch;
+      ExpertWork work;
       if (batched) {
-        ExpertForward(l, jobs, pool, &scratch);
+        RunJobs(l, jobs, gate_rows, down_rows, &work);
       } else {
-        for (const ExpertJob& job : jobs) ExpertForward(l, {job}, pool, &scratch);
+        for (const ExpertJob& job : jobs) RunJobs(l, {job}, gate_rows, down_rows, &work);
       }
       return out;
     };
-    const std::vector<std::vector<float>> base = run(nullptr, false);
+    const std::vector<std::vector<float>> base = run(l.expert_ff, l.n_embd, false);
     // Token t of a multi-token job equals that token computed alone.
     {
       std::vector<float> alone(l.n_embd);
       float* op[] = {alone.data()};
       const QuantizedActivation* x1[] = {xp[1][3]};
-      ExpertScratch scratch;
-      ExpertForward(l, {ExpertJob{experts[1].blob.data(), x1, 1, op}}, nullptr, &scratch);
+      ExpertWork work;
+      RunJobs(l, {ExpertJob{experts[1].blob.data(), x1, 1, op}}, l.expert_ff, l.n_embd, &work);
       EXPECT_EQ(alone, base[1 + 3]) << SchemeName(s);
     }
-    for (int threads : {1, 2, 3, 5}) {
-      std::unique_ptr<ThreadPool> pool = *ThreadPool::Create(threads);
+    for (const auto [gate_rows, down_rows] : {std::pair<int64_t, int64_t>{32, 16}, {64, 48}, {96, 512}}) {
       for (bool batched : {false, true}) {
-        EXPECT_EQ(run(pool.get(), batched), base) << SchemeName(s) << " threads " << threads << " batched "
-                                                   << batched;
+        EXPECT_EQ(run(gate_rows, down_rows, batched), base)
+            << SchemeName(s) << " rows " << gate_rows << "/" << down_rows << " batched " << batched;
       }
     }
     for (const std::vector<float>& o : base) {

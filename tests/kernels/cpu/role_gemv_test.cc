@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/fp16.h"
-#include "kernels/cpu/role_layout.h"
+#include "kernels/format/fp16.h"
+#include "kernels/format/role_layout.h"
 #include "tests/testing/test_util.h"
 
 namespace strata::kernels {

@@ -1,4 +1,4 @@
-#include "kernels/cpu/scheme.h"
+#include "kernels/cpu/quantize.h"
 
 #include <cmath>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/fp16.h"
+#include "kernels/format/fp16.h"
 #include "tests/testing/test_util.h"
 
 namespace strata::kernels {

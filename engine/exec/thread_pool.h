@@ -1,5 +1,5 @@
-#ifndef STRATA_KERNELS_CPU_THREAD_POOL_H_
-#define STRATA_KERNELS_CPU_THREAD_POOL_H_
+#ifndef STRATA_ENGINE_EXEC_THREAD_POOL_H_
+#define STRATA_ENGINE_EXEC_THREAD_POOL_H_
 
 // A fixed set of threads that runs the tasks of one ParallelFor at a time, for work issued per layer and
 // token where a few microseconds of dispatch matter.
@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
-namespace strata::kernels {
+namespace strata::exec {
 
 class ThreadPool {
  public:
@@ -128,6 +128,6 @@ inline int ResolveThreads(int threads) { return threads > 0 ? threads : Availabl
 // Runs fn(i) for every i in [0, n_tasks): on `pool`, or on the caller when `pool` is null.
 void ParallelFor(ThreadPool* pool, int64_t n_tasks, absl::FunctionRef<void(int64_t)> fn);
 
-}  // namespace strata::kernels
+}  // namespace strata::exec
 
-#endif  // STRATA_KERNELS_CPU_THREAD_POOL_H_
+#endif  // STRATA_ENGINE_EXEC_THREAD_POOL_H_

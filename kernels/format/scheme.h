@@ -1,11 +1,13 @@
-#ifndef STRATA_KERNELS_CPU_SCHEME_H_
-#define STRATA_KERNELS_CPU_SCHEME_H_
+#ifndef STRATA_KERNELS_FORMAT_SCHEME_H_
+#define STRATA_KERNELS_FORMAT_SCHEME_H_
 
-// Expert weight schemes of a Strata pack and their scalar references.
+// Expert weight schemes of a Strata pack: the one definition of their byte layouts, shared by the CPU
+// kernels (kernels/cpu), the CUDA kernels (kernels/cuda), packs (engine/pack) and the converter.
 //
 // A role is a rows x cols matrix of one expert (rows = output features, cols = input features), stored in
-// one of four schemes with weights grouped along cols. The functions here are the reference every SIMD
-// and CUDA kernel is tested against; they are pure and thread-safe.
+// one of four schemes with weights grouped along cols. The scalar references that define the arithmetic
+// (quantize, dequantize, dot) are in kernels/cpu/quantize.h; every SIMD and CUDA kernel is tested against
+// them. Everything here is pure and thread-safe.
 //
 // Shapes: rows is a positive multiple of kRowTile (16) and cols a positive multiple of 32 and of the
 // scheme's group, both at most kMaxRoleDim. (Every role of a SwiGLU expert has as rows a dimension that
@@ -52,10 +54,16 @@
 
 #include <cstdint>
 #include <string_view>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
+// Marks the small layout helpers that CUDA kernels call too.
+#if defined(__CUDACC__)
+#define STRATA_HOST_DEVICE __host__ __device__
+#else
+#define STRATA_HOST_DEVICE
+#endif
 
 namespace strata::kernels {
 
@@ -85,49 +93,6 @@ absl::Status CheckRoleShape(Scheme scheme, int64_t rows, int64_t cols);
 // Bytes of a rows x cols role in this scheme (shape must pass CheckRoleShape).
 uint64_t RoleBytes(Scheme scheme, int64_t rows, int64_t cols);
 
-// Quantizes a row-major rows x cols f32 matrix into `dst` (RoleBytes bytes). Scales are chosen per group
-// to minimise squared error (a small search over candidate scales, refined by least squares for s4 and
-// s2). Thread-safe and single-threaded: some 50 ns a weight for s4 and s2, so converters split a model's
-// roles across threads. Weights must be finite.
-void QuantizeRole(Scheme scheme, const float* src, int64_t rows, int64_t cols, uint8_t* dst);
-
-// Decodes a role back to row-major f32.
-void DequantizeRole(Scheme scheme, const uint8_t* src, int64_t rows, int64_t cols, float* dst);
-
-// An activation vector quantized once per layer for the integer schemes: int8 codes with one fp32 scale
-// per 32 elements (x ~= q * scale), plus the per-32 sums of the codes that affine schemes need. `f32` keeps
-// the unquantized values, which the f16 scheme uses so that it is exact. The kernels rely on q being in
-// [-127, 127] and sum matching q.
-struct QuantizedActivation {
-  int64_t n = 0;                 // multiple of 32
-  std::vector<float> f32;        // n
-  std::vector<int8_t> q;         // n
-  std::vector<float> scale;      // n / 32
-  std::vector<int32_t> sum;      // n / 32: sum of q over each block
-};
-
-// Quantizes x[0..n) (n a multiple of 32) into `out`, resizing its vectors. Per 32-block:
-// scale = amax / 127.0f (amax = largest |x|); if scale is 0, every q is 0; otherwise
-// q = round-half-even(x / scale) (IEEE f32 division), clamped to [-127, 127] (NaN gives -127).
-// A GPU implementation must use the same operations to produce the same codes.
-void QuantizeActivation(const float* x, int64_t n, QuantizedActivation* out);
-
-// Sizes `out` for n elements (n a multiple of 32) without computing anything.
-void ResizeActivation(int64_t n, QuantizedActivation* out);
-
-// Whether the scheme's kernels read an activation's int8 codes (q, scale, sum); f16 reads only f32, so
-// quantizing for it is wasted work.
-inline bool ReadsQuantizedActivation(Scheme scheme) { return scheme != Scheme::kF16; }
-
-// Quantizes blocks [block_begin, block_end) of out->f32 in place into out->q/scale/sum, exactly as
-// QuantizeActivation would; `out` must already be sized. Distinct block ranges may be quantized by
-// different threads at once.
-void QuantizeActivationBlocks(int64_t block_begin, int64_t block_end, QuantizedActivation* out);
-
-// Reference dot product of row `row` of a role with an activation of length cols.
-float DotRowReference(Scheme scheme, const uint8_t* role, int64_t rows, int64_t cols, int64_t row,
-                      const QuantizedActivation& x);
-
 }  // namespace strata::kernels
 
-#endif  // STRATA_KERNELS_CPU_SCHEME_H_
+#endif  // STRATA_KERNELS_FORMAT_SCHEME_H_

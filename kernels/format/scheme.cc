@@ -1,7 +1,7 @@
-#include "kernels/cpu/scheme.h"
+#include "kernels/format/scheme.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/role_layout.h"
+#include "kernels/format/role_layout.h"
 
 namespace strata::kernels {
 namespace {

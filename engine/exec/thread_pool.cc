@@ -1,4 +1,4 @@
-#include "kernels/cpu/thread_pool.h"
+#include "engine/exec/thread_pool.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace strata::kernels {
+namespace strata::exec {
 namespace {
 
 inline int64_t NowNs() {
@@ -249,4 +249,4 @@ void ParallelFor(ThreadPool* pool, int64_t n_tasks, absl::FunctionRef<void(int64
   }
 }
 
-}  // namespace strata::kernels
+}  // namespace strata::exec

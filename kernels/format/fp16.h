@@ -1,8 +1,9 @@
-#ifndef STRATA_KERNELS_CPU_FP16_H_
-#define STRATA_KERNELS_CPU_FP16_H_
+#ifndef STRATA_KERNELS_FORMAT_FP16_H_
+#define STRATA_KERNELS_FORMAT_FP16_H_
 
-// IEEE binary16 <-> binary32 conversions in portable code, bit-identical to F16C's vcvtph2ps and to
-// vcvtps2ph with round-to-nearest-even.
+// The project's one set of number conversions: IEEE binary16 and bfloat16 <-> binary32, in portable code,
+// bit-identical to F16C's vcvtph2ps and vcvtps2ph with round-to-nearest-even (and to CUDA's __half2float
+// and __float2half_rn). Used by the CPU kernels, the GGUF reader and writer, packs and the tests.
 
 #include <cstdint>
 #include <cstring>
@@ -64,6 +65,24 @@ inline uint16_t FloatToHalf(float f) {
   return sign | static_cast<uint16_t>(result);
 }
 
+// bfloat16 is the top half of a binary32: widening is exact.
+inline float Bf16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Round-to-nearest-even narrowing; NaN stays a quiet NaN.
+inline uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  const uint32_t odd = (bits >> 16) & 1u;
+  return static_cast<uint16_t>((bits + 0x7FFFu + odd) >> 16);
+}
+
+// Little-endian 16-bit loads and stores at any alignment (half and bf16 fields in packed blocks).
 inline uint16_t LoadHalf(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 inline void StoreHalf(uint16_t h, uint8_t* p) {
   p[0] = static_cast<uint8_t>(h);
@@ -72,4 +91,4 @@ inline void StoreHalf(uint16_t h, uint8_t* p) {
 
 }  // namespace strata::kernels
 
-#endif  // STRATA_KERNELS_CPU_FP16_H_
+#endif  // STRATA_KERNELS_FORMAT_FP16_H_

@@ -1,4 +1,4 @@
-#include "kernels/cpu/thread_pool.h"
+#include "engine/exec/thread_pool.h"
 
 #include <atomic>
 #include <mutex>
@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
 
-namespace strata::kernels {
+namespace strata::exec {
 namespace {
 
 std::unique_ptr<ThreadPool> MakePool(int threads, int spin_us = 50) {
@@ -273,4 +273,4 @@ TEST(ThreadPoolTest, DestructorRunsWhatIsStillPosted) {
 }
 
 }  // namespace
-}  // namespace strata::kernels
+}  // namespace strata::exec

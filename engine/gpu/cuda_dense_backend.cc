@@ -1,0 +1,375 @@
+#include "engine/gpu/cuda_dense_backend.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/gguf/ggml_types.h"
+#include "engine/model/ops.h"
+#include "engine/status_macros.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace strata::gpu {
+namespace {
+
+using kernels::cuda::CudaStatus;
+using kernels::cuda::DeviceBuffer;
+using kernels::cuda::PinnedBuffer;
+using kernels::cuda::TokenSlot;
+
+constexpr uint64_t kAlign = 256;
+uint64_t AlignUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// Positions a graph's attention grid covers: the next power of two, at least 256.
+int PositionsBound(int64_t max_pos_plus_one) {
+  return static_cast<int>(std::max<uint64_t>(256, std::bit_ceil(static_cast<uint64_t>(max_pos_plus_one))));
+}
+
+// The host bytes of the weights in upload order; each entry is copied to an aligned offset.
+struct UploadItem {
+  const void* host;
+  uint64_t bytes;
+  const void** device_out;
+};
+
+}  // namespace
+
+absl::StatusOr<void*> CudaKvMemory::Allocate(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return CudaStatus(e, absl::StrCat("KV cache: cudaMalloc of ", bytes, " bytes"));
+  }
+  return p;
+}
+
+void CudaKvMemory::Free(void* data) { cudaFree(data); }
+
+uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model::ModelWeights& w, int max_batch,
+                                       int max_prefill) {
+  uint64_t bytes = 0;
+  for (const model::LayerWeights& L : w.layers) {
+    bytes += AlignUp(L.wq.bytes()) + AlignUp(L.wk.bytes()) + AlignUp(L.wv.bytes()) + AlignUp(L.wo.bytes()) +
+             AlignUp(L.router.bytes()) + 4 * AlignUp(c.n_embd * 4) + 2 * AlignUp(c.head_dim * 4);
+  }
+  bytes += AlignUp(w.output.bytes()) + AlignUp(c.n_embd * 4);
+  bytes += static_cast<uint64_t>(c.n_vocab) * c.n_embd * 4;  // the embedding, at most widened to F32
+  const uint64_t n = static_cast<uint64_t>(std::max(max_batch, max_prefill));
+  const uint64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  bytes += n * 4 * (4 * c.n_embd + 2 * q_dim + 2 * kv_dim + c.n_expert_used * (c.n_embd + 2) + c.n_vocab);
+  bytes += n * 4 * c.n_layer * c.n_expert_used;
+  return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const model::ModelConfig& config,
+                                                                           const model::ModelWeights& weights,
+                                                                           int max_batch, int max_prefill) {
+  std::unique_ptr<CudaDenseBackend> b(new CudaDenseBackend(config));
+  b->max_batch_ = std::max(1, max_batch);
+  b->max_tokens_ = std::max(b->max_batch_, std::max(1, max_prefill));
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  // The widening workspace holds the largest matrix, up to 64 Mi weights (larger ones go in row blocks).
+  int64_t largest = weights.output.rows * weights.output.cols;
+  for (const model::LayerWeights& L : weights.layers) {
+    for (const model::DenseMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo}) largest = std::max(largest, m->rows * m->cols);
+  }
+  ASSIGN_OR_RETURN(b->matmul_, kernels::cuda::MatmulContext::Create(b->stream_, std::min<int64_t>(largest, 64 << 20)));
+  RETURN_IF_ERROR(b->Upload(weights));
+  RETURN_IF_ERROR(b->AllocateBuffers());
+  return b;
+}
+
+CudaDenseBackend::~CudaDenseBackend() {
+  DropGraphs();
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    matmul_.reset();
+    cudaStreamDestroy(stream_);
+  }
+}
+
+void CudaDenseBackend::DropGraphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+}
+
+absl::Status CudaDenseBackend::Upload(const model::ModelWeights& w) {
+  const model::ModelConfig& c = config_;
+  // The embedding: read in place when the kernels can, else widened to F32 here.
+  std::vector<uint8_t> widened;
+  const gguf::TensorInfo* table = w.token_embd;
+  const void* embd_host = table->data;
+  kernels::DenseType embd_type = kernels::DenseType::kF32;
+  switch (table->type) {
+    case gguf::GgmlType::kF32: embd_type = kernels::DenseType::kF32; break;
+    case gguf::GgmlType::kF16: embd_type = kernels::DenseType::kF16; break;
+    case gguf::GgmlType::kBF16: embd_type = kernels::DenseType::kBF16; break;
+    case gguf::GgmlType::kQ8_0: embd_type = kernels::DenseType::kQ8_0; break;
+    default: {
+      widened.resize(static_cast<size_t>(c.n_vocab * c.n_embd) * sizeof(float));
+      RETURN_IF_ERROR(gguf::Dequantize(table->type, table->data, reinterpret_cast<float*>(widened.data()),
+                                       c.n_vocab * c.n_embd));
+      embd_host = widened.data();
+    }
+  }
+  const uint64_t embd_bytes = kernels::DenseRowBytes(embd_type, c.n_embd) * c.n_vocab;
+  embedding_ = {embd_type, c.n_vocab, c.n_embd, nullptr};
+
+  layers_.assign(static_cast<size_t>(c.n_layer), DeviceLayer{});
+  std::vector<UploadItem> items;
+  auto matrix = [&](const model::DenseMatrix& m, DeviceMatrix* d) {
+    *d = {m.type, m.rows, m.cols, nullptr};
+    items.push_back({m.data, m.bytes(), reinterpret_cast<const void**>(&d->data)});
+  };
+  auto vec = [&](const std::vector<float>& v, const float** d) {
+    items.push_back({v.data(), v.size() * sizeof(float), reinterpret_cast<const void**>(d)});
+  };
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const model::LayerWeights& L = w.layers[l];
+    DeviceLayer& D = layers_[l];
+    vec(L.attn_norm, &D.attn_norm);
+    matrix(L.wq, &D.wq);
+    matrix(L.wk, &D.wk);
+    matrix(L.wv, &D.wv);
+    matrix(L.wo, &D.wo);
+    if (c.qk_norm) {
+      vec(L.q_norm, &D.q_norm);
+      vec(L.k_norm, &D.k_norm);
+    }
+    vec(L.ffn_norm, &D.ffn_norm);
+    items.push_back({L.router.data, L.router.bytes(), reinterpret_cast<const void**>(&D.router)});
+  }
+  vec(w.output_norm, &output_norm_);
+  matrix(w.output, &output_);
+  items.push_back({embd_host, embd_bytes, reinterpret_cast<const void**>(&embedding_.data)});
+
+  uint64_t total = 0;
+  for (const UploadItem& it : items) total += AlignUp(it.bytes);
+  ASSIGN_OR_RETURN(weights_buf_, DeviceBuffer::Allocate(total));
+  uint64_t offset = 0;
+  for (const UploadItem& it : items) {
+    uint8_t* dst = weights_buf_.as<uint8_t>() + offset;
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, it.host, it.bytes, cudaMemcpyHostToDevice), "uploading dense weights");
+    *it.device_out = dst;
+    offset += AlignUp(it.bytes);
+  }
+  memory_used_ += total;
+
+  const std::vector<double> freq = model::RopeFrequencies(c.head_dim, c.rope_freq_base);
+  ASSIGN_OR_RETURN(freq_, DeviceBuffer::Allocate(freq.size() * sizeof(double)));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(freq_.data(), freq.data(), freq.size() * sizeof(double), cudaMemcpyHostToDevice),
+                       "uploading RoPE frequencies");
+  return absl::OkStatus();
+}
+
+absl::Status CudaDenseBackend::AllocateBuffers() {
+  const model::ModelConfig& c = config_;
+  const uint64_t n = static_cast<uint64_t>(max_tokens_);
+  const uint64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim, k = c.n_expert_used;
+  struct Need {
+    DeviceBuffer* buf;
+    uint64_t bytes;
+  };
+  const Need needs[] = {
+      {&x_, n * c.n_embd * 4},      {&h_, n * c.n_embd * 4},         {&q_, n * q_dim * 4},
+      {&k_, n * kv_dim * 4},        {&v_, n * kv_dim * 4},           {&attn_, n * q_dim * 4},
+      {&parts_, n * k * c.n_embd * 4}, {&weights_, n * k * 4},       {&ids_, c.n_layer * n * k * 4},
+      {&logits_, n * c.n_vocab * 4}, {&final_, n * c.n_embd * 4},    {&slots_, n * sizeof(TokenSlot)},
+  };
+  for (const Need& need : needs) {
+    ASSIGN_OR_RETURN(*need.buf, DeviceBuffer::Allocate(need.bytes));
+    memory_used_ += need.bytes;
+  }
+  ASSIGN_OR_RETURN(router_ws_, DeviceBuffer::Allocate(kernels::cuda::RouterWorkspaceBytes(max_tokens_, c.n_expert)));
+  CUDA_RETURN_IF_ERROR(cudaMemset(router_ws_.data(), 0, router_ws_.bytes()), "clearing the router workspace");
+  ASSIGN_OR_RETURN(pad_cache_, DeviceBuffer::Allocate(2 * c.n_layer * kv_dim * sizeof(float)));
+  ASSIGN_OR_RETURN(slots_host_, PinnedBuffer::Allocate(n * sizeof(TokenSlot)));
+  ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::Allocate(n * c.n_vocab * 4));
+  ASSIGN_OR_RETURN(ids_host_, PinnedBuffer::Allocate(c.n_layer * n * k * 4));
+  return EnsureAttentionWorkspace(PositionsBound(1));
+}
+
+absl::Status CudaDenseBackend::EnsureAttentionWorkspace(int max_positions) {
+  if (max_positions <= attention_positions_) return absl::OkStatus();
+  const int positions = PositionsBound(max_positions);
+  const size_t bytes = kernels::cuda::AttentionWorkspaceBytes(max_tokens_, static_cast<int>(config_.n_head),
+                                                              static_cast<int>(config_.head_dim), positions);
+  // Graphs hold the old workspace's address.
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "waiting for the stream");
+  DropGraphs();
+  memory_used_ -= attention_ws_.bytes();
+  attention_ws_ = DeviceBuffer();
+  ASSIGN_OR_RETURN(attention_ws_, DeviceBuffer::Allocate(bytes));
+  memory_used_ += bytes;
+  attention_positions_ = positions;
+  return absl::OkStatus();
+}
+
+model::BackendInfo CudaDenseBackend::info() const {
+  model::BackendInfo b;
+  b.device = "cuda";
+  cudaDeviceProp prop{};
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+    b.name = prop.name;
+    b.isa = absl::StrCat("sm_", prop.major, prop.minor);
+    b.memory_total = prop.totalGlobalMem;
+  }
+  b.memory_used = memory_used_;
+  return b;
+}
+
+absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> tokens) {
+  const int n = static_cast<int>(tokens.size());
+  if (n > max_tokens_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a batch of ", n, " tokens exceeds the ", max_tokens_, " the device buffers hold"));
+  }
+  n_real_ = n;
+  wanted_.clear();
+  int64_t max_pos = 0;
+  for (int t = 0; t < n; ++t) {
+    if (tokens[t].want_logits) wanted_.push_back(t);
+    max_pos = std::max(max_pos, tokens[t].pos);
+  }
+  graph_step_ = graphs_enabled_ && n <= max_batch_ && static_cast<int>(wanted_.size()) == n;
+  n_ = graph_step_ ? static_cast<int>(std::bit_ceil(static_cast<unsigned>(n))) : n;
+  if (n_ > max_tokens_) n_ = n;  // a bucket may not exceed the buffers
+  max_positions_ = PositionsBound(max_pos + 1);
+  RETURN_IF_ERROR(EnsureAttentionWorkspace(max_positions_));
+
+  TokenSlot* host = slots_host_.as<TokenSlot>();
+  for (int t = 0; t < n; ++t) {
+    const model::ForwardToken& tok = tokens[t];
+    host[t] = TokenSlot{tok.cache->keys(), tok.cache->values(), tok.cache->capacity(), static_cast<int32_t>(tok.pos),
+                        tok.token};
+  }
+  const int64_t kv_dim = config_.n_head_kv * config_.head_dim;
+  float* pad = pad_cache_.as<float>();
+  for (int t = n; t < n_; ++t) host[t] = TokenSlot{pad, pad + config_.n_layer * kv_dim, 1, 0, 0};
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slots_.data(), host, n_ * sizeof(TokenSlot), cudaMemcpyHostToDevice, stream_),
+                       "uploading the batch");
+  return absl::OkStatus();
+}
+
+absl::Status CudaDenseBackend::Run(absl::FunctionRef<absl::Status()> blocks) {
+  if (!graph_step_) return blocks();
+  const std::pair<int, int> key{n_, max_positions_};
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "starting a graph capture");
+    const absl::Status captured = blocks();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (!captured.ok()) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      return captured;
+    }
+    CUDA_RETURN_IF_ERROR(end, "ending a graph capture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_RETURN_IF_ERROR(inst, "instantiating the decode graph");
+    it = graphs_.emplace(key, exec).first;
+  }
+  CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, stream_), "launching the decode graph");
+  return absl::OkStatus();
+}
+
+absl::Status CudaDenseBackend::Embed() {
+  const model::ModelConfig& c = config_;
+  RETURN_IF_ERROR(kernels::cuda::EmbedRows(embedding_.type, embedding_.data, c.n_embd, slots_.as<TokenSlot>(), n_,
+                                           x_.as<float>(), stream_));
+  return kernels::cuda::RmsNorm(x_.as<float>(), c.n_embd, layers_[0].attn_norm, c.n_embd, n_, c.rms_norm_eps,
+                                h_.as<float>(), c.n_embd, stream_);
+}
+
+absl::Status CudaDenseBackend::Attention(int64_t l) {
+  const model::ModelConfig& c = config_;
+  const DeviceLayer& L = layers_[l];
+  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  const kernels::cuda::MatmulOutput qkv[3] = {{L.wq.data, L.wq.rows, q_.as<float>(), q_dim},
+                                              {L.wk.data, L.wk.rows, k_.as<float>(), kv_dim},
+                                              {L.wv.data, L.wv.rows, v_.as<float>(), kv_dim}};
+  RETURN_IF_ERROR(kernels::cuda::DenseMatmulGroup(*matmul_, L.wq.type, c.n_embd, qkv, h_.as<float>(), c.n_embd, n_,
+                                                  stream_));
+  RETURN_IF_ERROR(kernels::cuda::QkNormRopeStore(
+      q_.as<float>(), k_.as<float>(), v_.as<float>(), slots_.as<TokenSlot>(), n_, l, static_cast<int>(c.n_head),
+      static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim), L.q_norm, L.k_norm, c.rms_norm_eps,
+      freq_.as<double>(), c.rope_style == model::RopeStyle::kNeox ? 1 : 0, stream_));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  RETURN_IF_ERROR(kernels::cuda::Attention(q_.as<float>(), slots_.as<TokenSlot>(), n_, l, static_cast<int>(c.n_head),
+                                           static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim), scale,
+                                           max_positions_, attn_.as<float>(), attention_ws_.data(),
+                                           attention_ws_.bytes(), stream_));
+  return kernels::cuda::DenseMatmul(*matmul_, L.wo.type, L.wo.data, L.wo.rows, L.wo.cols, attn_.as<float>(), q_dim,
+                                    n_, x_.as<float>(), c.n_embd, /*accumulate=*/true, stream_);
+}
+
+absl::Status CudaDenseBackend::Router(int64_t l, model::MoeBatch* moe) {
+  const model::ModelConfig& c = config_;
+  const DeviceLayer& L = layers_[l];
+  const int k = static_cast<int>(c.n_expert_used);
+  RETURN_IF_ERROR(kernels::cuda::RmsNorm(x_.as<float>(), c.n_embd, L.ffn_norm, c.n_embd, n_, c.rms_norm_eps,
+                                         h_.as<float>(), c.n_embd, stream_));
+  int32_t* ids = ids_.as<int32_t>() + l * n_ * k;
+  RETURN_IF_ERROR(kernels::cuda::RouterTopK(L.router, static_cast<int>(c.n_expert), c.n_embd, h_.as<float>(), n_, k,
+                                            ids, weights_.as<float>(), router_ws_.data(), router_ws_.bytes(),
+                                            stream_));
+  moe->n_tokens = n_;
+  moe->k = k;
+  moe->x_device = h_.as<float>();
+  moe->ids_device = ids;
+  moe->parts_device = parts_.as<float>();
+  moe->stream = stream_;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDenseBackend::Combine(int64_t l, const model::MoeBatch& moe) {
+  const model::ModelConfig& c = config_;
+  // Fused with the next norm: the next layer's attention norm, or the output norm after the last layer.
+  const float* next_norm = l + 1 < c.n_layer ? layers_[l + 1].attn_norm : output_norm_;
+  return kernels::cuda::CombineAndNorm(parts_.as<float>(), weights_.as<float>(), n_, moe.k, c.n_embd,
+                                       x_.as<float>(), next_norm, c.rms_norm_eps, h_.as<float>(), stream_);
+}
+
+absl::Status CudaDenseBackend::Head() {
+  const model::ModelConfig& c = config_;
+  const int m = static_cast<int>(wanted_.size());
+  if (m == 0) return absl::OkStatus();
+  // h holds every token's output-normed state; gather the wanted rows unless they are the first m.
+  const float* rows = h_.as<float>();
+  bool contiguous = true;
+  for (int i = 0; i < m; ++i) contiguous &= wanted_[i] == i;
+  if (!contiguous) {
+    for (int i = 0; i < m; ++i) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(final_.as<float>() + i * c.n_embd, h_.as<float>() + wanted_[i] * c.n_embd,
+                                           c.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+                           "gathering the rows that want logits");
+    }
+    rows = final_.as<float>();
+  }
+  // In graph mode every token (padding too) wants logits: the head runs over the padded count.
+  const int count = graph_step_ ? n_ : m;
+  return kernels::cuda::DenseMatmul(*matmul_, output_.type, output_.data, output_.rows, output_.cols, rows,
+                                    c.n_embd, count, logits_.as<float>(), c.n_vocab, /*accumulate=*/false, stream_);
+}
+
+absl::Status CudaDenseBackend::EndBatch(float* logits) {
+  const model::ModelConfig& c = config_;
+  const size_t m = wanted_.size();
+  const size_t logit_bytes = m * c.n_vocab * sizeof(float);
+  const size_t ids_bytes = static_cast<size_t>(c.n_layer) * n_ * c.n_expert_used * sizeof(int32_t);
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits_host_.data(), logits_.data(), logit_bytes, cudaMemcpyDeviceToHost,
+                                       stream_), "copying the logits back");
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ids_host_.data(), ids_.data(), ids_bytes, cudaMemcpyDeviceToHost, stream_),
+                       "copying the routing back");
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "the decode step");
+  std::memcpy(logits, logits_host_.data(), logit_bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace strata::gpu

@@ -1,0 +1,126 @@
+#ifndef STRATA_ENGINE_GPU_CUDA_DENSE_BACKEND_H_
+#define STRATA_ENGINE_GPU_CUDA_DENSE_BACKEND_H_
+
+// The dense blocks on a CUDA device: weights, activations and KV caches in VRAM, every block enqueued on
+// one stream, one host sync a step (EndBatch). A decode step (every token wants logits, at most max_batch
+// tokens) is captured as a CUDA graph the first time a batch of its shape arrives (token count rounded up
+// to a power of two, positions bounded by a power of two) and replayed after; the tokens' ids, positions and
+// caches reach the graph through a device table uploaded before each launch. Padding tokens run on a
+// private one-position cache and their results are dropped. Used by one thread at a time (the scheduler).
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/dense_backend.h"
+#include "engine/model/model_config.h"
+#include "engine/model/weights.h"
+#include "kernels/cuda/dense_kernels.h"
+#include "kernels/cuda/device_buffer.h"
+
+namespace strata::gpu {
+
+struct DeviceMatrix {
+  kernels::DenseType type = kernels::DenseType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t* data = nullptr;  // device
+};
+
+struct DeviceLayer {
+  const float* attn_norm = nullptr;
+  DeviceMatrix wq, wk, wv, wo;
+  const float* q_norm = nullptr;  // null when the architecture has no q/k norm
+  const float* k_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  const float* router = nullptr;  // n_expert x n_embd, F32
+};
+
+// Device memory, by cudaMalloc, for KV caches.
+class CudaKvMemory : public model::KvMemory {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes) override;
+  void Free(void* data) override;
+  bool host_accessible() const override { return false; }
+};
+
+class CudaDenseBackend : public model::DenseBackend {
+ public:
+  // Uploads the weights. `config` must outlive the backend. `capturable_dispatch`: whether the MoE dispatch
+  // may sit inside a CUDA graph (else no graphs are used).
+  static absl::StatusOr<std::unique_ptr<CudaDenseBackend>> Create(const model::ModelConfig& config,
+                                                                  const model::ModelWeights& weights,
+                                                                  int max_batch, int max_prefill);
+  ~CudaDenseBackend() override;
+
+  // Bytes Create will take on the device (weights and step buffers), for the VRAM check.
+  static uint64_t DeviceBytes(const model::ModelConfig& config, const model::ModelWeights& weights, int max_batch,
+                              int max_prefill);
+
+  void set_graphs(bool enabled) { graphs_enabled_ = enabled; }
+  cudaStream_t stream() const { return stream_; }
+  void add_memory_used(uint64_t bytes) { memory_used_ += bytes; }
+
+  model::BackendInfo info() const override;
+  model::KvMemory* kv_memory() override { return &kv_memory_; }
+  absl::Status BeginBatch(std::span<const model::ForwardToken> tokens) override;
+  absl::Status Run(absl::FunctionRef<absl::Status()> blocks) override;
+  absl::Status Embed() override;
+  absl::Status Attention(int64_t layer) override;
+  absl::Status Router(int64_t layer, model::MoeBatch* moe) override;
+  absl::Status Combine(int64_t layer, const model::MoeBatch& moe) override;
+  absl::Status Head() override;
+  absl::Status EndBatch(float* logits) override;
+  const int32_t* routing(int64_t layer) const override {
+    return ids_host_.as<int32_t>() + layer * n_ * config_.n_expert_used;
+  }
+
+ private:
+  explicit CudaDenseBackend(const model::ModelConfig& config) : config_(config) {}
+  absl::Status Upload(const model::ModelWeights& weights);
+  absl::Status AllocateBuffers();
+  absl::Status EnsureAttentionWorkspace(int max_positions);
+  void DropGraphs();
+
+  const model::ModelConfig& config_;
+  int max_tokens_ = 0;  // max(max_batch, max_prefill)
+  int max_batch_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<kernels::cuda::MatmulContext> matmul_;
+  CudaKvMemory kv_memory_;
+  uint64_t memory_used_ = 0;
+
+  kernels::cuda::DeviceBuffer weights_buf_;
+  std::vector<DeviceLayer> layers_;
+  DeviceMatrix embedding_, output_;
+  const float* output_norm_ = nullptr;
+  kernels::cuda::DeviceBuffer freq_;  // head_dim / 2 doubles
+
+  // Step buffers, max_tokens_ rows each.
+  kernels::cuda::DeviceBuffer x_, h_, q_, k_, v_, attn_, parts_, weights_, ids_, logits_, final_;
+  kernels::cuda::DeviceBuffer slots_, router_ws_, attention_ws_;
+  kernels::cuda::PinnedBuffer slots_host_, logits_host_, ids_host_;
+  int attention_positions_ = 0;  // what attention_ws_ is sized for
+  // A one-position cache for padding tokens.
+  kernels::cuda::DeviceBuffer pad_cache_;
+
+  // The current batch.
+  int n_ = 0;            // tokens computed (padded in graph mode)
+  int n_real_ = 0;       // tokens given
+  int max_positions_ = 0;
+  std::vector<int> wanted_;  // indices of tokens with want_logits
+  bool graph_step_ = false;
+
+  bool graphs_enabled_ = true;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (tokens, positions bound) -> graph
+};
+
+}  // namespace strata::gpu
+
+#endif  // STRATA_ENGINE_GPU_CUDA_DENSE_BACKEND_H_

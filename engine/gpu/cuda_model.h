@@ -1,0 +1,46 @@
+#ifndef STRATA_ENGINE_GPU_CUDA_MODEL_H_
+#define STRATA_ENGINE_GPU_CUDA_MODEL_H_
+
+// Builds a model's CUDA backend and GPU expert dispatch: dense weights, every expert and the buffers of a
+// step in VRAM. Only built with CUDA; engine/runtime/model_factory.cc is its one caller.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/exec/thread_pool.h"
+#include "engine/model/dense_backend.h"
+#include "engine/model/model_config.h"
+#include "engine/model/moe_dispatch.h"
+#include "engine/model/weights.h"
+#include "engine/pack/pack.h"
+
+namespace strata::gpu {
+
+// Whether a CUDA device is visible; `why` says what was found (a device name, or why none).
+bool CudaDevicePresent(std::string* why);
+
+struct CudaModelOptions {
+  uint64_t vram_bytes = 0;  // device memory the model may use; 0 = what is free less a margin
+  int max_batch = 64;       // decode tokens a step
+  int max_prefill = 512;    // prompt tokens a step
+  bool verify = false;      // check each blob's xxh3 as the experts are uploaded
+};
+
+struct CudaModelParts {
+  std::unique_ptr<model::DenseBackend> backend;
+  std::unique_ptr<model::MoeDispatch> dispatch;
+};
+
+// Uploads the dense weights and every expert of `pack` (read from experts.bin through page-locked staging,
+// filled by `pool`'s threads). RESOURCE_EXHAUSTED naming both numbers when the model needs more device
+// memory than allowed (until the offload tier lands, every expert must fit); DATA_LOSS naming the blob when
+// verification finds a bad checksum; UNAVAILABLE without a device.
+absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, const model::ModelConfig& config,
+                                                    const model::ModelWeights& weights,
+                                                    const CudaModelOptions& options, exec::ThreadPool* pool);
+
+}  // namespace strata::gpu
+
+#endif  // STRATA_ENGINE_GPU_CUDA_MODEL_H_

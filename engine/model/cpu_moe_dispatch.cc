@@ -1,0 +1,113 @@
+#include "engine/model/cpu_moe_dispatch.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "engine/status_macros.h"
+
+namespace strata::model {
+
+uint64_t RoutingCounter::Distinct(const int32_t* ids, int n) {
+  if (++epoch_ == 0) {  // wrapped: clear the marks once every 2^32 calls
+    std::fill(seen_.begin(), seen_.end(), 0);
+    epoch_ = 1;
+  }
+  uint64_t distinct = 0;
+  for (int i = 0; i < n; ++i) {
+    const int32_t e = ids[i];
+    if (e < 0 || static_cast<size_t>(e) >= seen_.size() || seen_[e] == epoch_) continue;
+    seen_[e] = epoch_;
+    ++distinct;
+  }
+  return distinct;
+}
+
+void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels::ExpertJob> jobs,
+                   exec::ThreadPool* pool, kernels::ExpertWork* work) {
+  if (jobs.empty()) return;
+  work->Prepare(layout, jobs);
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  const int64_t ff = layout.expert_ff, n_embd = layout.n_embd;
+  const int64_t rows1 = kernels::ExpertRowsPerTask(ff, jobs.size(), threads, kernels::kActBlock);
+  const int64_t chunks1 = (ff + rows1 - 1) / rows1;
+  exec::ParallelFor(pool, static_cast<int64_t>(jobs.size()) * chunks1, [&](int64_t task) {
+    const int64_t r0 = task % chunks1 * rows1;
+    work->GateUpRows(static_cast<size_t>(task / chunks1), r0, std::min(ff, r0 + rows1));
+  });
+  const int64_t rows2 = kernels::ExpertRowsPerTask(n_embd, jobs.size(), threads, kernels::kRowTile);
+  const int64_t chunks2 = (n_embd + rows2 - 1) / rows2;
+  exec::ParallelFor(pool, static_cast<int64_t>(jobs.size()) * chunks2, [&](int64_t task) {
+    const int64_t r0 = task % chunks2 * rows2;
+    work->DownRows(static_cast<size_t>(task / chunks2), r0, std::min(n_embd, r0 + rows2));
+  });
+}
+
+CpuMoeDispatch::CpuMoeDispatch(pack::ExpertSource* source, const kernels::ExpertLayout& layout, int64_t n_expert,
+                               exec::ThreadPool* pool)
+    : source_(source),
+      layout_(layout),
+      n_expert_(n_expert),
+      pool_(pool),
+      counter_(n_expert),
+      routed_(static_cast<size_t>(n_expert)) {}
+
+absl::Status CpuMoeDispatch::Run(const MoeBatch& batch) {
+  if (batch.x == nullptr || batch.ids == nullptr || batch.parts == nullptr) {
+    return absl::InternalError("the CPU expert dispatch needs host views of the batch");
+  }
+  const int64_t n_embd = layout_.n_embd;
+  const int n_tokens = batch.n_tokens, k = batch.k;
+  // Quantize each token's activation once for this layer (never cached across layers: the buffer is the
+  // same address every layer).
+  if (acts_.size() < static_cast<size_t>(n_tokens)) acts_.resize(static_cast<size_t>(n_tokens));
+  for (int t = 0; t < n_tokens; ++t) {
+    kernels::QuantizedActivation& a = acts_[t];
+    if (a.n != n_embd) kernels::ResizeActivation(n_embd, &a);
+    std::copy_n(batch.x + t * n_embd, n_embd, a.f32.begin());
+    if (kernels::ReadsQuantizedActivation(layout_.scheme)) {
+      kernels::QuantizeActivationBlocks(0, n_embd / kernels::kActBlock, &a);
+    }
+  }
+
+  for (auto& r : routed_) r.clear();
+  for (int t = 0; t < n_tokens; ++t) {
+    for (int j = 0; j < k; ++j) {
+      const int32_t e = batch.ids[t * k + j];
+      if (e < 0 || e >= n_expert_) {
+        return absl::InternalError(absl::StrCat("router chose expert ", e, " of ", n_expert_));
+      }
+      routed_[e].push_back(t * k + j);
+    }
+  }
+  x_ptrs_.clear();
+  out_ptrs_.clear();
+  jobs_.clear();
+  x_ptrs_.reserve(static_cast<size_t>(n_tokens) * k);
+  out_ptrs_.reserve(static_cast<size_t>(n_tokens) * k);
+  for (int64_t e = 0; e < n_expert_; ++e) {
+    const auto& r = routed_[e];
+    if (r.empty()) continue;
+    // A failed read fails the whole step before anything is computed.
+    ASSIGN_OR_RETURN(const uint8_t* blob, source_->Blob(batch.moe_layer, e));
+    const size_t first = x_ptrs_.size();
+    for (int32_t slot : r) {
+      x_ptrs_.push_back(&acts_[slot / k]);
+      out_ptrs_.push_back(batch.parts + static_cast<int64_t>(slot) * n_embd);
+    }
+    jobs_.push_back({blob, x_ptrs_.data() + first, static_cast<int>(r.size()), out_ptrs_.data() + first});
+  }
+  RunExpertJobs(layout_, jobs_, pool_, &work_);
+  return absl::OkStatus();
+}
+
+void CpuMoeDispatch::Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k,
+                             DispatchStats* stats) const {
+  const uint64_t distinct = counter_.Distinct(ids, n_tokens * k);
+  const uint64_t routed = static_cast<uint64_t>(n_tokens) * k;
+  stats->expert_computations += distinct;
+  stats->routed += routed;
+  stats->expert_bytes += distinct * layout_.weight_bytes();
+  stats->misses += routed;
+}
+
+}  // namespace strata::model

@@ -1,0 +1,60 @@
+#ifndef STRATA_ENGINE_MODEL_CPU_MOE_DISPATCH_H_
+#define STRATA_ENGINE_MODEL_CPU_MOE_DISPATCH_H_
+
+// Every routed expert computed on the CPU threads from an ExpertSource (the arena or the mapped file).
+// Reads the batch's host views. Every routed pair counts as a miss (nothing is resident in VRAM).
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/exec/thread_pool.h"
+#include "engine/model/moe_dispatch.h"
+#include "engine/pack/expert_source.h"
+#include "kernels/cpu/expert_forward.h"
+#include "kernels/format/expert_layout.h"
+
+namespace strata::model {
+
+// Counts the distinct experts of a layer's routing: a per-expert mark reused between calls.
+class RoutingCounter {
+ public:
+  explicit RoutingCounter(int64_t n_expert) : seen_(static_cast<size_t>(n_expert), 0) {}
+  // Distinct valid expert ids among ids[0..n); ids outside [0, n_expert) are skipped.
+  uint64_t Distinct(const int32_t* ids, int n);
+
+ private:
+  std::vector<uint32_t> seen_;
+  uint32_t epoch_ = 0;
+};
+
+// Runs the two phases of kernels::ExpertWork over the pool: all gate/up rows, then all down rows.
+void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels::ExpertJob> jobs,
+                   exec::ThreadPool* pool, kernels::ExpertWork* work);
+
+class CpuMoeDispatch : public MoeDispatch {
+ public:
+  // `source` and `pool` must outlive the dispatch; `pool` may be null.
+  CpuMoeDispatch(pack::ExpertSource* source, const kernels::ExpertLayout& layout, int64_t n_expert,
+                 exec::ThreadPool* pool);
+  std::string_view device() const override { return "cpu"; }
+  absl::Status Run(const MoeBatch& batch) override;
+  void Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k, DispatchStats* stats) const override;
+
+ private:
+  pack::ExpertSource* source_;
+  kernels::ExpertLayout layout_;
+  int64_t n_expert_;
+  exec::ThreadPool* pool_;
+  mutable RoutingCounter counter_;
+  // Reused between calls so the token path does not allocate once warmed up.
+  std::vector<kernels::QuantizedActivation> acts_;
+  std::vector<std::vector<int32_t>> routed_;  // per expert: t * k + j
+  std::vector<const kernels::QuantizedActivation*> x_ptrs_;
+  std::vector<float*> out_ptrs_;
+  std::vector<kernels::ExpertJob> jobs_;
+  kernels::ExpertWork work_;
+};
+
+}  // namespace strata::model
+
+#endif  // STRATA_ENGINE_MODEL_CPU_MOE_DISPATCH_H_

@@ -1,0 +1,66 @@
+#include "engine/runtime/model_factory.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/model/cpu_dense_backend.h"
+#include "engine/model/cpu_moe_dispatch.h"
+#include "engine/status_macros.h"
+#if STRATA_HAVE_CUDA
+#include "engine/gpu/cuda_model.h"
+#endif
+
+namespace strata::runtime {
+
+bool CudaDeviceAvailable(std::string* why) {
+#if STRATA_HAVE_CUDA
+  return gpu::CudaDevicePresent(why);
+#else
+  if (why != nullptr) *why = "this build has no CUDA support";
+  return false;
+#endif
+}
+
+absl::StatusOr<LoadedModel> LoadModel(
+    const pack::Pack& pack, const DeviceOptions& options, const pack::ExpertSourceOptions& experts,
+    const std::function<std::unique_ptr<pack::ExpertSource>(const pack::Pack&)>& source_factory,
+    exec::ThreadPool* pool, pack::ExpertSourceStats* source_stats) {
+  if (options.device != "auto" && options.device != "cpu" && options.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device: '", options.device, "' is not one of auto, cpu, cuda"));
+  }
+  std::string why;
+  const bool cuda = !source_factory && (options.device == "cuda" ||
+                                        (options.device == "auto" && CudaDeviceAvailable(&why)));
+  if (options.device == "cuda" && !CudaDeviceAvailable(&why)) {
+    return absl::UnavailableError(absl::StrCat("device: cuda was asked for, but ", why));
+  }
+  LoadedModel loaded;
+  ASSIGN_OR_RETURN(loaded.model, model::Model::Create(pack));
+  model::Model& m = *loaded.model;
+  const pack::BlobLayout& layout = pack.layout();
+  if (cuda) {
+#if STRATA_HAVE_CUDA
+    gpu::CudaModelOptions o;
+    o.vram_bytes = static_cast<uint64_t>(options.vram_gib * (1ull << 30));
+    o.max_batch = options.max_batch;
+    o.max_prefill = options.max_prefill;
+    o.verify = experts.verify;
+    ASSIGN_OR_RETURN(gpu::CudaModelParts parts, gpu::CreateCudaModelParts(pack, m.config(), m.weights(), o, pool));
+    m.Attach(std::move(parts.backend), std::move(parts.dispatch));
+    loaded.device = "cuda";
+    return loaded;
+#endif
+  }
+  if (source_factory) {
+    loaded.source = source_factory(pack);
+    if (loaded.source == nullptr) return absl::InternalError("the expert source factory returned null");
+  } else {
+    ASSIGN_OR_RETURN(loaded.source, pack::OpenExpertSource(pack, experts, source_stats));
+  }
+  m.Attach(std::make_unique<model::CpuDenseBackend>(m.config(), m.weights(), pool),
+           std::make_unique<model::CpuMoeDispatch>(loaded.source.get(), layout, pack.manifest().geometry().n_expert(),
+                                                   pool));
+  loaded.device = "cpu";
+  return loaded;
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,46 @@
+#ifndef STRATA_ENGINE_RUNTIME_MODEL_FACTORY_H_
+#define STRATA_ENGINE_RUNTIME_MODEL_FACTORY_H_
+
+// The one place that picks where a model runs: the device (CPU or CUDA), its dense backend, its MoE
+// dispatch and where the experts are read from. Nothing else in the project tests STRATA_HAVE_CUDA.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/exec/thread_pool.h"
+#include "engine/model/model.h"
+#include "engine/pack/expert_source.h"
+#include "engine/pack/pack.h"
+
+namespace strata::runtime {
+
+struct DeviceOptions {
+  std::string device = "auto";  // "auto" (cuda when a CUDA device is present), "cpu" or "cuda"
+  double vram_gib = 0;          // device memory the model may use; 0 = what is free, less a margin
+  int max_batch = 64;           // tokens of one decode step the device sizes its buffers for (prefill is chunked)
+  int max_prefill = 512;        // tokens of one prefill step
+};
+
+// Whether this build has CUDA and a device is visible; `why` says what was found, for logs.
+bool CudaDeviceAvailable(std::string* why);
+
+struct LoadedModel {
+  std::unique_ptr<pack::ExpertSource> source;  // null when the experts live elsewhere (all in VRAM)
+  std::unique_ptr<model::Model> model;         // reads `source`, so destroy the model first
+  std::string device;                          // "cpu" or "cuda"
+};
+
+// Loads the pack's model for the device `options.device` asks for. `experts` says how the CPU reads
+// experts; `source_factory`, when set, replaces it (tests inject failures) and forces the CPU. `pool` must
+// outlive the model. Errors: INVALID_ARGUMENT for an unknown device name; UNAVAILABLE for --device cuda
+// without a CUDA build or device; RESOURCE_EXHAUSTED when the model does not fit in the VRAM allowed
+// (with both numbers); the pack's own errors.
+absl::StatusOr<LoadedModel> LoadModel(
+    const pack::Pack& pack, const DeviceOptions& options, const pack::ExpertSourceOptions& experts,
+    const std::function<std::unique_ptr<pack::ExpertSource>(const pack::Pack&)>& source_factory,
+    exec::ThreadPool* pool, pack::ExpertSourceStats* source_stats);
+
+}  // namespace strata::runtime
+
+#endif  // STRATA_ENGINE_RUNTIME_MODEL_FACTORY_H_

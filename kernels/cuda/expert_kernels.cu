@@ -1,0 +1,346 @@
+// ExpertFfn and QuantizeActivations (contracts in expert_kernels.h; byte layouts in kernels/format/scheme.h).
+//
+// ExpertFfn is three launches on the caller's stream:
+//  1. PrepareKernel: block 0 groups the (token, j) pairs by expert (a counting sort into `list`, the pairs
+//     of an expert at consecutive positions, "slots") and cuts each expert's run into work items of up to
+//     tile_max slots; the other blocks quantize x (integer schemes).
+//  2. GateUpKernel (expert_weight_kernels.cu), grid (work item, 32-row strip of ff): gate and up rows of the
+//     strip for every token of the item, then h = silu(g) * u for the strip, which is one 32-block of h,
+//     quantized in the same kernel (f16 keeps it in f32), stored per slot.
+//  3. DownKernel, grid (work item, group of 16-row tiles of n_embd): down rows into parts.
+// The grids come from n_tokens, k and n_expert alone (the bound on work items); blocks past the item count
+// the prepare kernel wrote exit at once.
+
+#include "kernels/cuda/expert_kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/expert_kernels_internal.cuh"
+#include "kernels/format/role_layout.h"
+
+namespace strata::kernels::cuda {
+namespace {
+
+namespace lay = ::strata::kernels::layout;
+using expert_internal::ActBase;
+using expert_internal::BlockCode;
+using expert_internal::FfnArgs;
+using expert_internal::kNarrowTile;
+using expert_internal::kWideTile;
+using expert_internal::QuantizeBlock32;
+using expert_internal::WorkItem;
+
+constexpr int kPrepThreads = 256;
+constexpr int kPrepWarps = kPrepThreads / 32;
+constexpr int kQuantBlocksPerWarp = 4;  // 32-element blocks a warp quantizes (grid-stride)
+// Calls with at least this many pairs per expert on average use wide tiles.
+constexpr int64_t kWideTokensPerExpert = 4;
+constexpr int64_t kMaxPairs = int64_t{1} << 24;
+// Activation offsets inside the kernels are int32 (elements of x and of h: pairs * ff).
+constexpr int64_t kMaxActivationElements = (int64_t{1} << 31) - 1;
+constexpr size_t kWorkspaceAlignment = 256;
+
+// ---------------------------------------------------------------------------------------------------
+// Workspace
+
+struct WorkspacePlan {
+  size_t n_items = 0, counts = 0, list = 0, items = 0;
+  size_t xq = 0, xscale = 0, xsum = 0;  // integer schemes: quantized x, per token
+  size_t hq = 0, hscale = 0, hsum = 0;  // integer schemes: quantized h, per slot
+  size_t hf = 0;                        // f16: h in f32, per slot
+  size_t total = 0;
+};
+
+// Bound on the work items of `pairs` pairs: sum over experts of ceil(c_e / tile) <= pairs / tile + (number
+// of experts with a pair).
+int64_t MaxWorkItems(int64_t pairs, int n_expert, int tile) { return pairs / tile + std::min<int64_t>(n_expert, pairs); }
+
+WorkspacePlan PlanWorkspace(const ExpertLayout& l, int64_t n_tokens, int k, int n_expert) {
+  const int64_t pairs = n_tokens * k;
+  WorkspacePlan w;
+  size_t at = 0;
+  auto take = [&at](int64_t bytes) {
+    const size_t start = at;
+    at = (at + static_cast<size_t>(bytes) + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+    return start;
+  };
+  w.n_items = take(sizeof(int32_t));
+  w.counts = take(int64_t{n_expert} * 4);
+  w.list = take(pairs * 4);
+  // The narrow tile gives the larger bound, so one plan serves both tile sizes.
+  w.items = take(MaxWorkItems(pairs, n_expert, kNarrowTile) * static_cast<int64_t>(sizeof(WorkItem)));
+  if (l.scheme != Scheme::kF16) {
+    w.xq = take(n_tokens * l.n_embd);
+    w.xscale = take(n_tokens * (l.n_embd / 32) * 4);
+    w.xsum = take(n_tokens * (l.n_embd / 32) * 4);
+    w.hq = take(pairs * l.expert_ff);
+    w.hscale = take(pairs * (l.expert_ff / 32) * 4);
+    w.hsum = take(pairs * (l.expert_ff / 32) * 4);
+  } else {
+    w.hf = take(pairs * l.expert_ff * 4);
+  }
+  w.total = at;
+  return w;
+}
+
+uint64_t ExpectedRoleBytes(Scheme s, int64_t rows, int64_t cols) {
+  if (s == Scheme::kF16) return static_cast<uint64_t>(2 * rows * cols);
+  return static_cast<uint64_t>(lay::CodesBytes(s, rows, cols) + rows / kRowTile * lay::TileScaleBytes(s, cols));
+}
+
+// The shape rules of kernels/format for all three roles, and role sizes and offsets the kernels can trust.
+absl::Status CheckLayout(const ExpertLayout& l) {
+  const int scheme = static_cast<int>(l.scheme);
+  if (scheme < 0 || scheme > static_cast<int>(Scheme::kS2)) {
+    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: layout.scheme ", scheme, " is not a scheme"));
+  }
+  const int64_t multiple = l.scheme == Scheme::kS2 ? 64 : 32;
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"n_embd", l.n_embd}, {"expert_ff", l.expert_ff}}) {
+    if (value <= 0 || value % multiple != 0 || value > kMaxRoleDim) {
+      return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: layout.", name, " ", value,
+                                                     " must be a positive multiple of ", multiple, " at most ",
+                                                     kMaxRoleDim));
+    }
+  }
+  for (int r = 0; r < 3; ++r) {
+    const uint64_t expected = ExpectedRoleBytes(l.scheme, l.rows(r), l.cols(r));
+    if (l.role_bytes[r] != expected) {
+      return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: layout.role_bytes of ", kRoleNames[r], " is ",
+                                                     l.role_bytes[r], ", expected ", expected));
+    }
+    if (l.role_offset[r] % 16 != 0 || l.role_offset[r] + l.role_bytes[r] > l.blob_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: layout.role_offset of ", kRoleNames[r], " (",
+                                                     l.role_offset[r], ") must be 16-byte aligned with the role "
+                                                     "inside blob_bytes ", l.blob_bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Everything ExpertFfn checks before it looks at pointers.
+absl::Status CheckFfnSizes(const ExpertLayout& layout, int n_expert, int n_tokens, int k) {
+  if (absl::Status s = CheckLayout(layout); !s.ok()) return s;
+  if (n_expert < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: n_expert ", n_expert, " must be at least 1"));
+  }
+  if (k < 1 || k > n_expert) {
+    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: k ", k, " must be in [1, n_expert = ", n_expert, "]"));
+  }
+  if (n_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: n_tokens ", n_tokens, " must not be negative"));
+  }
+  const int64_t pairs = int64_t{n_tokens} * k;
+  if (pairs > kMaxPairs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExpertFfn: n_tokens * k = ", pairs, " exceeds the limit of ", kMaxPairs, " pairs"));
+  }
+  if (int64_t{n_tokens} * layout.n_embd > kMaxActivationElements ||
+      pairs * layout.expert_ff > kMaxActivationElements) {
+    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: n_tokens ", n_tokens, " x k ", k,
+                                                   " is too large for n_embd ", layout.n_embd, " and expert_ff ",
+                                                   layout.expert_ff, " (activations above 2^31 elements)"));
+  }
+  return absl::OkStatus();
+}
+
+bool Aligned(const void* p, uintptr_t alignment) { return reinterpret_cast<uintptr_t>(p) % alignment == 0; }
+
+// ---------------------------------------------------------------------------------------------------
+// Kernels
+
+// Quantizes 32-element blocks [0, n_blocks) of x (block b = x[32b .. 32b+31]), a warp per block, the
+// warps of `n_ctas` blocks striding over them.
+__device__ __forceinline__ void QuantizeBlocks(const float* __restrict__ x, int64_t n_blocks, int8_t* __restrict__ q,
+                                               float* __restrict__ scale, int32_t* __restrict__ sum, int64_t cta,
+                                               int64_t n_ctas) {
+  const int lane = threadIdx.x % 32;
+  const int64_t stride = n_ctas * kPrepWarps;
+  for (int64_t b = cta * kPrepWarps + threadIdx.x / 32; b < n_blocks; b += stride) {
+    const BlockCode c = QuantizeBlock32(__ldg(x + 32 * b + lane));
+    q[32 * b + lane] = static_cast<int8_t>(c.q);
+    if (lane == 0) {
+      scale[b] = c.scale;
+      sum[b] = c.sum;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kPrepThreads)
+    QuantizeKernel(const float* x, int64_t n_blocks, int8_t* q, float* scale, int32_t* sum) {
+  QuantizeBlocks(x, n_blocks, q, scale, sum, blockIdx.x, gridDim.x);
+}
+
+struct GroupArgs {
+  const uint8_t* const* blobs;
+  const int32_t* ids;
+  int n_pairs;
+  int n_expert;
+  int tile;              // tokens per work item at most
+  int32_t* counts;       // n_expert
+  int32_t* list;         // n_pairs: pair indices t * k + j grouped by expert
+  WorkItem* items;
+  int32_t* n_items;
+};
+
+// A counting sort of the valid pairs by expert, run by one block of kPrepThreads threads. The order of
+// pairs inside an expert's run depends on atomics; nothing downstream depends on it.
+__device__ void GroupPairsByExpert(const GroupArgs& a) {
+  __shared__ int32_t scan_pairs[kPrepThreads];
+  __shared__ int32_t scan_items[kPrepThreads];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < a.n_expert; e += kPrepThreads) a.counts[e] = 0;
+  __syncthreads();
+  for (int p = tid; p < a.n_pairs; p += kPrepThreads) {
+    const int e = a.ids[p];
+    if (e >= 0 && e < a.n_expert) atomicAdd(&a.counts[e], 1);
+  }
+  __syncthreads();
+  // Each thread owns a contiguous range of experts; an exclusive scan over threads places their runs.
+  const int per_thread = (a.n_expert + kPrepThreads - 1) / kPrepThreads;
+  const int e_begin = min(tid * per_thread, a.n_expert);
+  const int e_end = min(e_begin + per_thread, a.n_expert);
+  int my_pairs = 0, my_items = 0;
+  for (int e = e_begin; e < e_end; ++e) {
+    const int c = __ldcg(a.counts + e);  // counted by atomics (in L2): read from L2
+    my_pairs += c;
+    my_items += (c + a.tile - 1) / a.tile;
+  }
+  scan_pairs[tid] = my_pairs;
+  scan_items[tid] = my_items;
+  __syncthreads();
+  for (int offset = 1; offset < kPrepThreads; offset <<= 1) {
+    const int add_pairs = tid >= offset ? scan_pairs[tid - offset] : 0;
+    const int add_items = tid >= offset ? scan_items[tid - offset] : 0;
+    __syncthreads();
+    scan_pairs[tid] += add_pairs;
+    scan_items[tid] += add_items;
+    __syncthreads();
+  }
+  int pair_at = scan_pairs[tid] - my_pairs;
+  int item_at = scan_items[tid] - my_items;
+  for (int e = e_begin; e < e_end; ++e) {
+    const int c = __ldcg(a.counts + e);
+    const uint8_t* blob = c > 0 ? a.blobs[e] : nullptr;  // blobs of experts without pairs may be null
+    for (int s = 0; s < c; s += a.tile) a.items[item_at++] = WorkItem{blob, pair_at + s, min(a.tile, c - s)};
+    a.counts[e] = pair_at;  // from here on: expert e's next free list position
+    pair_at += c;
+  }
+  if (tid == kPrepThreads - 1) *a.n_items = scan_items[tid];
+  __syncthreads();
+  for (int p = tid; p < a.n_pairs; p += kPrepThreads) {
+    const int e = a.ids[p];
+    if (e >= 0 && e < a.n_expert) a.list[atomicAdd(&a.counts[e], 1)] = p;
+  }
+}
+
+__global__ void __launch_bounds__(kPrepThreads)
+    PrepareKernel(GroupArgs group, const float* x, int64_t x_blocks, int8_t* xq, float* xscale, int32_t* xsum) {
+  if (blockIdx.x == 0) {
+    GroupPairsByExpert(group);
+    return;
+  }
+  QuantizeBlocks(x, x_blocks, xq, xscale, xsum, blockIdx.x - 1, gridDim.x - 1);
+}
+
+}  // namespace
+
+size_t ExpertFfnWorkspaceBytes(const ExpertLayout& layout, int max_tokens, int k, int n_expert) {
+  if (!CheckFfnSizes(layout, n_expert, max_tokens, k).ok()) return 0;
+  return PlanWorkspace(layout, max_tokens, k, n_expert).total;
+}
+
+absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, int n_expert, const int32_t* ids,
+                       int n_tokens, int k, const float* x, float* parts, void* workspace, size_t workspace_bytes,
+                       cudaStream_t stream) {
+  if (absl::Status s = CheckFfnSizes(layout, n_expert, n_tokens, k); !s.ok()) return s;
+  if (n_tokens == 0) return absl::OkStatus();
+  const struct {
+    const char* name;
+    const void* pointer;
+    uintptr_t alignment;
+  } pointers[] = {{"blobs", blobs, alignof(const uint8_t*)},
+                  {"ids", ids, 4},
+                  {"x", x, 16},
+                  {"parts", parts, 16},
+                  {"workspace", workspace, 16}};
+  for (const auto& p : pointers) {
+    if (p.pointer == nullptr || !Aligned(p.pointer, p.alignment)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ExpertFfn: ", p.name, " must be a non-null device pointer aligned to ", p.alignment, " bytes"));
+    }
+  }
+  const WorkspacePlan plan = PlanWorkspace(layout, n_tokens, k, n_expert);
+  if (workspace_bytes < plan.total) {
+    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: workspace_bytes ", workspace_bytes, " is less than the ",
+                                                   plan.total, " bytes needed for n_tokens ", n_tokens, ", k ", k,
+                                                   ", n_expert ", n_expert));
+  }
+  uint8_t* ws = static_cast<uint8_t*>(workspace);
+  const bool quantized = layout.scheme != Scheme::kF16;
+  const int64_t pairs = int64_t{n_tokens} * k;
+  const int tile = pairs >= kWideTokensPerExpert * n_expert ? kWideTile : kNarrowTile;
+  const int64_t max_items = MaxWorkItems(pairs, n_expert, tile);
+
+  GroupArgs group;
+  group.blobs = blobs;
+  group.ids = ids;
+  group.n_pairs = static_cast<int>(pairs);
+  group.n_expert = n_expert;
+  group.tile = tile;
+  group.counts = reinterpret_cast<int32_t*>(ws + plan.counts);
+  group.list = reinterpret_cast<int32_t*>(ws + plan.list);
+  group.items = reinterpret_cast<WorkItem*>(ws + plan.items);
+  group.n_items = reinterpret_cast<int32_t*>(ws + plan.n_items);
+  int8_t* xq = quantized ? reinterpret_cast<int8_t*>(ws + plan.xq) : nullptr;
+  float* xscale = quantized ? reinterpret_cast<float*>(ws + plan.xscale) : nullptr;
+  int32_t* xsum = quantized ? reinterpret_cast<int32_t*>(ws + plan.xsum) : nullptr;
+  const int64_t x_blocks = quantized ? int64_t{n_tokens} * (layout.n_embd / 32) : 0;
+  const int64_t quant_ctas = (x_blocks + kPrepWarps * kQuantBlocksPerWarp - 1) / (kPrepWarps * kQuantBlocksPerWarp);
+  PrepareKernel<<<static_cast<unsigned>(1 + quant_ctas), kPrepThreads, 0, stream>>>(group, x, x_blocks, xq, xscale,
+                                                                                  xsum);
+  if (absl::Status s = LaunchStatus("ExpertFfn prepare kernel"); !s.ok()) return s;
+
+  FfnArgs a;
+  a.items = group.items;
+  a.n_items = group.n_items;
+  a.list = group.list;
+  a.k = k;
+  a.n_embd = layout.n_embd;
+  a.ff = layout.expert_ff;
+  for (int r = 0; r < 3; ++r) a.role_offset[r] = layout.role_offset[r];
+  a.x = quantized ? ActBase{xq, xscale, xsum, nullptr} : ActBase{nullptr, nullptr, nullptr, x};
+  a.hq = quantized ? reinterpret_cast<int8_t*>(ws + plan.hq) : nullptr;
+  a.hscale = quantized ? reinterpret_cast<float*>(ws + plan.hscale) : nullptr;
+  a.hsum = quantized ? reinterpret_cast<int32_t*>(ws + plan.hsum) : nullptr;
+  a.hf = quantized ? nullptr : reinterpret_cast<float*>(ws + plan.hf);
+  a.parts = parts;
+  a.down_tiles_per_warp = 1;  // LaunchWeightKernels picks it
+  return expert_internal::LaunchWeightKernels(layout.scheme, a, tile, max_items, stream);
+}
+
+absl::Status QuantizeActivations(const float* x, int64_t n, int n_tokens, int8_t* q, float* scale, int32_t* sum,
+                                 cudaStream_t stream) {
+  if (n <= 0 || n % kActBlock != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("QuantizeActivations: n ", n, " must be a positive multiple of ", kActBlock));
+  }
+  if (n_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("QuantizeActivations: n_tokens ", n_tokens, " must not be negative"));
+  }
+  if (n_tokens == 0) return absl::OkStatus();
+  if (x == nullptr || q == nullptr || scale == nullptr || sum == nullptr) {
+    return absl::InvalidArgumentError("QuantizeActivations: x, q, scale and sum must be non-null device pointers");
+  }
+  const int64_t blocks = int64_t{n_tokens} * (n / kActBlock);
+  const int64_t per_cta = kPrepWarps * kQuantBlocksPerWarp;
+  const int64_t ctas = std::min<int64_t>((blocks + per_cta - 1) / per_cta, int64_t{1} << 20);
+  QuantizeKernel<<<static_cast<unsigned>(ctas), kPrepThreads, 0, stream>>>(x, blocks, q, scale, sum);
+  return LaunchStatus("QuantizeActivations kernel");
+}
+
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,89 @@
+#ifndef STRATA_KERNELS_CUDA_EXPERT_KERNELS_INTERNAL_CUH_
+#define STRATA_KERNELS_CUDA_EXPERT_KERNELS_INTERNAL_CUH_
+
+// Shared between expert_kernels.cu (argument checks, workspace, grouping, quantization) and
+// expert_weight_kernels.cu (the gate/up and down kernels). Not part of the API; nvcc only.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/format/scheme.h"
+
+namespace strata::kernels::cuda::expert_internal {
+
+inline constexpr unsigned kFullMask = 0xFFFFFFFFu;
+inline constexpr int kFfnWarps = 4;  // warps per block of the weight kernels
+inline constexpr int kFfnThreads = 32 * kFfnWarps;
+// Tokens per work item: decode-like calls use narrow tiles (a lean kernel for weight streaming); calls with
+// many tokens per expert use wide tiles, which share each weight load among 8 tokens.
+inline constexpr int kNarrowTile = 2;
+inline constexpr int kWideTile = 8;
+// Consecutive 16-row tiles of down one warp streams (at most), so that a warp has enough bytes to read
+// when expert_ff is small; 1 for wide tiles, whose shared memory goes to the tokens.
+inline constexpr int kMaxDownTilesPerWarp = 4;
+
+// Up to `tile` consecutive positions [start, start + count) of the grouped pair list, all routed to the
+// expert whose blob is `blob`.
+struct WorkItem {
+  const uint8_t* blob;
+  int32_t start;
+  int32_t count;
+};
+
+// Activation rows for the weight kernels. Row r starts at block first_block = r * cols / 32: its codes at
+// q + 32 * first_block, its block scales and code sums at scale / sum + first_block (integer schemes), or
+// its values at f32 + 32 * first_block (f16).
+struct ActBase {
+  const int8_t* q;
+  const float* scale;
+  const int32_t* sum;
+  const float* f32;
+};
+
+struct FfnArgs {
+  const WorkItem* items;
+  const int32_t* n_items;  // written by the prepare kernel
+  const int32_t* list;     // grouped pair indices t * k + j
+  int k;
+  int64_t n_embd;
+  int64_t ff;
+  uint64_t role_offset[3];
+  ActBase x;     // integer schemes: x quantized in the workspace; f16: the caller's x
+  int8_t* hq;    // integer schemes: h quantized, one row of ff per list position (slot)
+  float* hscale;
+  int32_t* hsum;
+  float* hf;     // f16: h in f32, per slot
+  float* parts;
+  int down_tiles_per_warp;  // 1 .. kMaxDownTilesPerWarp (1 for wide tiles)
+};
+
+struct BlockCode {
+  int q;        // this lane's code
+  float scale;  // the block's scale, in every lane
+  int sum;      // the block's sum of codes, in every lane
+};
+
+// Quantizes a 32-element block held one element a lane, with the operations of kernels/cpu/activation.cc:
+// fmaxf returns the non-NaN operand (as maxps/minps return their second), so amax skips NaN and a NaN
+// quotient clamps to -127; __fdiv_rn is IEEE division; __float2int_rn rounds half to even. All 32 lanes
+// must call it.
+__device__ __forceinline__ BlockCode QuantizeBlock32(float v) {
+  float amax = fmaxf(fabsf(v), 0.0f);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
+  const float scale = __fdiv_rn(amax, 127.0f);
+  int q = 0;
+  if (scale != 0.0f) q = __float2int_rn(fminf(fmaxf(__fdiv_rn(v, scale), -127.0f), 127.0f));
+  return {q, scale, __reduce_add_sync(kFullMask, q)};
+}
+
+// Enqueues the gate/up kernel and the down kernel for `scheme` with tiles of up to tile_max (kNarrowTile
+// or kWideTile) tokens over a grid of max_items work items.
+absl::Status LaunchWeightKernels(Scheme scheme, const FfnArgs& args, int tile_max, int64_t max_items,
+                                 cudaStream_t stream);
+
+}  // namespace strata::kernels::cuda::expert_internal
+
+#endif  // STRATA_KERNELS_CUDA_EXPERT_KERNELS_INTERNAL_CUH_

@@ -1,0 +1,454 @@
+// The gate/up and down kernels of ExpertFfn (see expert_kernels.cu for the launch sequence and
+// kernels/format/scheme.h for the byte layouts).
+//
+// A warp computes whole 16-row tiles of a role for the T tokens of a work item. Lane = 4 * cl + rg: rg
+// (0..3) picks rows 4rg..4rg+3 of each tile and cl (0..7) the lane's share of the cols: for the integer
+// schemes the 32-col blocks b = cl, cl + 8, ...; for f16 the 8-col segments at 8cl, 8cl + 64, ....
+// For the integer schemes a lane's 16-byte load at chunk k of a tile's codes is rows 4rg..4rg+3 of that
+// chunk, one int32 a row; plane p of such an int32 (shift p * bits) is a dp4a operand against activation
+// int32 k * codes_per_byte + p. Each block's integer sum is exact; each lane accumulates its blocks in
+// ascending order in f32 (fmaf, as DotRowReference per block), and the 8 lanes of a row are added in a
+// fixed tree, so results do not depend on the tile size, the ring depth or the routing.
+//
+// Every lane keeps a ring of units (a block, or an f16 segment) loaded ahead of use so that HBM sees
+// enough outstanding requests; the ring runs on across the tile boundaries of a warp that owns several
+// tiles (down, when expert_ff is small), with the lane's per-tile sums parked in shared memory.
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/expert_kernels_internal.cuh"
+#include "kernels/format/expert_layout.h"
+#include "kernels/format/role_layout.h"
+
+namespace strata::kernels::cuda::expert_internal {
+namespace {
+
+namespace lay = ::strata::kernels::layout;
+
+// Blocks per SM the kernels are compiled for. Narrow: at most 128 registers a thread without spills, so
+// 16 warps of 128 bytes a lane in flight, about 64 KiB per SM, above what HBM latency times bandwidth
+// needs (~36 KiB). Wide (compute-bound): 12 warps of up to 168 registers.
+template <int kTileMax>
+constexpr int kMinBlocksPerSm = kTileMax == kNarrowTile ? 4 : 3;
+
+// Down shares tiles among fewer warps once a call has this many tiles of work (work items x tiles), enough
+// to fill the GPU many times over; smaller calls keep a warp a tile, for latency.
+constexpr int64_t kShareDownTilesFrom = 32768;
+
+// Streaming 16-byte load of weights: read once per work item, so kept out of L1 (where the activations
+// live); L2 still serves the other work items of the same expert.
+__device__ __forceinline__ int4 LoadWeights16(const uint8_t* p) {
+  int4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float HalfBitsToFloat(unsigned bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xFFFFu)));
+}
+
+template <int T>
+__device__ __forceinline__ void ZeroAcc(float (&acc)[4][T]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int t = 0; t < T; ++t) acc[i][t] = 0.0f;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Units: what one lane loads and accumulates per step. Each provides kStep (the distance between a lane's
+// positions), kDepth (units in flight), Data, Start(lane), End(), Load(tile, position) and
+// Accumulate(data, position, acc) with acc[i][t] for row 4rg+i and token t.
+
+template <Scheme S>
+struct IntScheme {
+  static constexpr int kBits = lay::CodeBits(S);
+  static constexpr int kPlanes = 8 / kBits;      // codes per byte
+  static constexpr int kChunksPerBlock = kBits;  // 64-byte chunks a 32-col block spans: 32 / (4 * kPlanes)
+  static constexpr int kBlocksPerGroup = static_cast<int>(lay::Group(S) / 32);
+  static constexpr int kRecordBytes = static_cast<int>(2 * kRowTile * lay::HalvesPerRecord(S));
+  static constexpr unsigned kPlaneMask = S == Scheme::kS2 ? 0x03030303u : 0x0F0F0F0Fu;
+};
+
+// One lane's share of a 32-col block: codes[c] = the int32 of rows 4rg..4rg+3 (x, y, z, w) in the block's
+// chunk c; d = their scales, two halves a word, low half first; m = their mins (s4).
+template <Scheme S>
+struct IntBlock {
+  int4 codes[IntScheme<S>::kChunksPerBlock];
+  uint2 d;
+  uint2 m;
+};
+
+template <Scheme S, int T>
+struct IntUnits {
+  using Sc = IntScheme<S>;
+  using Data = IntBlock<S>;
+  static constexpr int kStep = 8;
+  // 128 bytes of codes in flight per lane for narrow tiles; half (at least one block) for wide tiles,
+  // whose registers go to the accumulators.
+  static constexpr int kFullDepth = 8 / Sc::kChunksPerBlock;
+  static constexpr int kDepth = T >= 4 ? (kFullDepth > 1 ? kFullDepth / 2 : 1) : kFullDepth;
+
+  const uint8_t* codes;   // the lane's 16 bytes of chunk 0 of the first tile
+  const uint8_t* scales;  // the lane's 8 bytes of record 0 of the first tile
+  int64_t tile_codes_bytes;
+  int64_t tile_scale_bytes;
+  int n_blocks;
+  ActBase act;
+  int first_block[T];
+
+  __device__ __forceinline__ IntUnits(const uint8_t* role, int64_t rows, int64_t cols, int64_t first_tile, int lane,
+                                      const ActBase& a, const int (&first)[T])
+      : tile_codes_bytes(lay::TileCodesBytes(S, cols)),
+        tile_scale_bytes(lay::TileScaleBytes(S, cols)),
+        n_blocks(static_cast<int>(cols / 32)),
+        act(a) {
+    const int rg = lane & 3;
+    codes = role + first_tile * tile_codes_bytes + 16 * rg;
+    scales = role + lay::CodesBytes(S, rows, cols) + first_tile * tile_scale_bytes + 8 * rg;
+#pragma unroll
+    for (int t = 0; t < T; ++t) first_block[t] = first[t];
+  }
+
+  __device__ __forceinline__ int Start(int lane) const { return lane >> 2; }
+  __device__ __forceinline__ int End() const { return n_blocks; }
+
+  __device__ __forceinline__ Data Load(int tile, int b) const {
+    Data blk;
+    const uint8_t* chunk = codes + tile * tile_codes_bytes + static_cast<int64_t>(b) * Sc::kChunksPerBlock * 64;
+#pragma unroll
+    for (int c = 0; c < Sc::kChunksPerBlock; ++c) blk.codes[c] = LoadWeights16(chunk + 64 * c);
+    const uint8_t* record = scales + tile * tile_scale_bytes + (b / Sc::kBlocksPerGroup) * Sc::kRecordBytes;
+    blk.d = __ldg(reinterpret_cast<const uint2*>(record));
+    blk.m = S == Scheme::kS4 ? __ldg(reinterpret_cast<const uint2*>(record + lay::kMinOffsetInRecord))
+                             : make_uint2(0, 0);
+    return blk;
+  }
+
+  __device__ __forceinline__ void Accumulate(const Data& blk, int b, float (&acc)[4][T]) const {
+    const float d[4] = {HalfBitsToFloat(blk.d.x), HalfBitsToFloat(blk.d.x >> 16), HalfBitsToFloat(blk.d.y),
+                        HalfBitsToFloat(blk.d.y >> 16)};
+    const float m[4] = {HalfBitsToFloat(blk.m.x), HalfBitsToFloat(blk.m.x >> 16), HalfBitsToFloat(blk.m.y),
+                        HalfBitsToFloat(blk.m.y >> 16)};
+    // op[i][j]: row 4rg+i's codes of the block's cols 4j .. 4j+3, against activation int32 j.
+    int op[4][8];
+#pragma unroll
+    for (int c = 0; c < Sc::kChunksPerBlock; ++c) {
+      const unsigned words[4] = {static_cast<unsigned>(blk.codes[c].x), static_cast<unsigned>(blk.codes[c].y),
+                                 static_cast<unsigned>(blk.codes[c].z), static_cast<unsigned>(blk.codes[c].w)};
+#pragma unroll
+      for (int p = 0; p < Sc::kPlanes; ++p) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          op[i][c * Sc::kPlanes + p] =
+              S == Scheme::kS8 ? static_cast<int>(words[i])
+                               : static_cast<int>((words[i] >> (Sc::kBits * p)) & Sc::kPlaneMask);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const int64_t block = static_cast<int64_t>(first_block[t]) + b;
+      const int4* xq = reinterpret_cast<const int4*>(act.q + 32 * block);
+      const int4 a0 = __ldg(xq), a1 = __ldg(xq + 1);
+      const int a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float xs = __ldg(act.scale + block);
+      const int xsum = S == Scheme::kS8 ? 0 : __ldg(act.sum + block);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        int dot = 0;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dot = __dp4a(op[i][j], a[j], dot);
+        if constexpr (S == Scheme::kS2) dot = 2 * dot - 3 * xsum;  // levels 2q - 3
+        acc[i][t] = fmaf(static_cast<float>(dot), d[i] * xs, acc[i][t]);
+        if constexpr (S == Scheme::kS4) acc[i][t] = fmaf(m[i], xs * static_cast<float>(xsum), acc[i][t]);
+      }
+    }
+  }
+};
+
+template <int T>
+struct F16Units {
+  struct Data {
+    int4 w[4];  // 8 halves of each of rows 4rg..4rg+3
+  };
+  static constexpr int kStep = 64;
+  static constexpr int kDepth = T >= 4 ? 1 : 2;
+
+  const uint8_t* row0;  // the lane's first row (4rg) of the first tile
+  int64_t cols;
+  const float* act;
+  int first_block[T];
+
+  __device__ __forceinline__ F16Units(const uint8_t* role, int64_t n_cols, int64_t first_tile, int lane,
+                                      const ActBase& a, const int (&first)[T])
+      : row0(role + 2 * (kRowTile * first_tile + 4 * (lane & 3)) * n_cols), cols(n_cols), act(a.f32) {
+#pragma unroll
+    for (int t = 0; t < T; ++t) first_block[t] = first[t];
+  }
+
+  __device__ __forceinline__ int Start(int lane) const { return 8 * (lane >> 2); }
+  __device__ __forceinline__ int End() const { return static_cast<int>(cols); }
+
+  __device__ __forceinline__ Data Load(int tile, int c) const {
+    Data st;
+    const uint8_t* p = row0 + 2 * (kRowTile * tile * cols + c);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.w[i] = LoadWeights16(p + 2 * i * cols);
+    return st;
+  }
+
+  __device__ __forceinline__ void Accumulate(const Data& st, int c, float (&acc)[4][T]) const {
+    float w[4][8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int words[4] = {st.w[i].x, st.w[i].y, st.w[i].z, st.w[i].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[j]));
+        w[i][2 * j] = f.x;
+        w[i][2 * j + 1] = f.y;
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const float4* xp = reinterpret_cast<const float4*>(act + 32 * static_cast<int64_t>(first_block[t]) + c);
+      const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
+      const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][t] = fmaf(w[i][j], x[j], acc[i][t]);
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Streaming and reduction. `partial` is the warp's shared [n_tiles][4][T][32] floats: [tile][i][t][lane].
+
+template <int T>
+__device__ __forceinline__ void StorePartial(float* partial, int tile, const float (&acc)[4][T], int lane) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int t = 0; t < T; ++t) partial[((tile * 4 + i) * T + t) * 32 + lane] = acc[i][t];
+  }
+}
+
+// The lane's sums over its units of each of n_tiles consecutive tiles, into `partial`.
+template <int T, typename Units>
+__device__ __forceinline__ void StreamPartials(const Units& units, int n_tiles, int lane, float* partial) {
+  constexpr int kDepth = Units::kDepth, kStep = Units::kStep;
+  const int start = units.Start(lane), end = units.End();
+  const int per_tile = start < end ? (end - 1 - start) / kStep + 1 : 0;
+  const int total = per_tile * n_tiles;
+  float acc[4][T];
+  ZeroAcc(acc);
+  if (per_tile == 0) {
+    for (int tile = 0; tile < n_tiles; ++tile) StorePartial(partial, tile, acc, lane);
+    return;
+  }
+  typename Units::Data ring[kDepth];
+  int load_tile = 0, load_pos = start;  // the next unit to load
+#pragma unroll
+  for (int s = 0; s < kDepth; ++s) {
+    if (s < total) {
+      ring[s] = units.Load(load_tile, load_pos);
+      load_pos += kStep;
+      if (load_pos >= end) {
+        load_pos = start;
+        ++load_tile;
+      }
+    }
+  }
+  int tile = 0, pos = start;  // the unit to accumulate
+  for (int v0 = 0; v0 < total; v0 += kDepth) {
+#pragma unroll
+    for (int s = 0; s < kDepth; ++s) {
+      if (v0 + s < total) {
+        const typename Units::Data current = ring[s];
+        if (v0 + s + kDepth < total) {
+          ring[s] = units.Load(load_tile, load_pos);
+          load_pos += kStep;
+          if (load_pos >= end) {
+            load_pos = start;
+            ++load_tile;
+          }
+        }
+        units.Accumulate(current, pos, acc);
+        pos += kStep;
+        if (pos >= end) {
+          StorePartial(partial, tile, acc, lane);
+          ZeroAcc(acc);
+          pos = start;
+          ++tile;
+        }
+      }
+    }
+  }
+}
+
+// Rows [16 * first_tile, 16 * (first_tile + n_tiles)) of a rows x cols role for T activation rows:
+// sink(tile, row, t, value) for tile < n_tiles, row < 16 (within the tile), t < T, spread over the lanes.
+// The 8 partial sums of a row are added as ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)) by cl.
+template <Scheme S, int T, typename Sink>
+__device__ __forceinline__ void RowsDot(const uint8_t* role, int64_t rows, int64_t cols, int64_t first_tile,
+                                        int n_tiles, const ActBase& act, const int (&first_block)[T], int lane,
+                                        float* partial, Sink&& sink) {
+  if constexpr (S == Scheme::kF16) {
+    StreamPartials<T>(F16Units<T>(role, cols, first_tile, lane, act, first_block), n_tiles, lane, partial);
+  } else {
+    StreamPartials<T>(IntUnits<S, T>(role, rows, cols, first_tile, lane, act, first_block), n_tiles, lane, partial);
+  }
+  __syncwarp();
+  for (int idx = lane; idx < n_tiles * 16 * T; idx += 32) {
+    const int row = idx % 16, t = (idx / 16) % T, tile = idx / (16 * T);
+    const float* p = partial + ((tile * 4 + row % 4) * T + t) * 32 + row / 4;
+    sink(tile, row, t, ((p[0] + p[4]) + (p[8] + p[12])) + ((p[16] + p[20]) + (p[24] + p[28])));
+  }
+  __syncwarp();
+}
+
+// Calls body(std::integral_constant<int, T>) with the smallest T in {1, 2, 4, 8} (at most kTileMax) that
+// holds `count` tokens; padding tokens repeat the last one and are not stored.
+template <int kTileMax, typename Body>
+__device__ __forceinline__ void WithTile(int count, Body&& body) {
+  if (count <= 1) {
+    body(std::integral_constant<int, 1>{});
+  } else if (kTileMax == 2 || count == 2) {
+    body(std::integral_constant<int, 2>{});
+  } else if constexpr (kTileMax > 2) {
+    if (count <= 4) {
+      body(std::integral_constant<int, 4>{});
+    } else {
+      body(std::integral_constant<int, 8>{});
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Kernels. Grid x: work items (the prepare kernel's bound; items past *n_items exit at once).
+
+// Grid y: 32-row strips of ff. Warps 0-1 compute the strip's two tiles of gate, warps 2-3 those of up; then
+// h = silu(g) * u for the strip, which is one 32-block of h, stored per slot (list position).
+template <Scheme S, int kTileMax>
+__global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUpKernel(const FfnArgs a) {
+  __shared__ float partials[kFfnWarps][4 * kTileMax * 32];
+  __shared__ float gate_up[2][32][kTileMax];  // [gate, up][row of the strip][token]
+  const int n_items = *a.n_items;
+  const WorkItem item = a.items[blockIdx.x];  // in bounds (the grid is the item capacity); used only if valid
+  if (static_cast<int>(blockIdx.x) >= n_items) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int role = warp >> 1;
+  const int64_t strip = blockIdx.y;
+  const uint8_t* weights = item.blob + a.role_offset[role == 0 ? kGate : kUp];
+  WithTile<kTileMax>(item.count, [&](auto tile_size) {
+    constexpr int T = decltype(tile_size)::value;
+    int first_block[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const int token = a.list[item.start + min(t, item.count - 1)] / a.k;
+      first_block[t] = token * static_cast<int>(a.n_embd / 32);
+    }
+    RowsDot<S, T>(weights, a.ff, a.n_embd, 2 * strip + (warp & 1), 1, a.x, first_block, lane, partials[warp],
+                  [&](int, int row, int t, float v) { gate_up[role][16 * (warp & 1) + row][t] = v; });
+  });
+  __syncthreads();
+  for (int t = warp; t < item.count; t += kFfnWarps) {  // a warp per token, lane = row of the strip
+    const float g = gate_up[0][lane][t], u = gate_up[1][lane][t];
+    const float h = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);  // silu(g) * u, as the CPU
+    const int64_t slot = item.start + t;
+    const int64_t at = slot * a.ff + 32 * strip + lane;
+    if constexpr (S == Scheme::kF16) {
+      a.hf[at] = h;
+    } else {
+      const BlockCode c = QuantizeBlock32(h);
+      a.hq[at] = static_cast<int8_t>(c.q);
+      if (lane == 0) {
+        a.hscale[slot * (a.ff / 32) + strip] = c.scale;
+        a.hsum[slot * (a.ff / 32) + strip] = c.sum;
+      }
+    }
+  }
+}
+
+// Grid y: groups of kFfnWarps * down_tiles_per_warp tiles of down; a warp streams its consecutive tiles and
+// writes the rows into parts.
+template <Scheme S, int kTileMax>
+__global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKernel(const FfnArgs a) {
+  constexpr int kTilesPerWarp = kTileMax == kNarrowTile ? kMaxDownTilesPerWarp : 1;
+  __shared__ float partials[kFfnWarps][kTilesPerWarp * 4 * kTileMax * 32];
+  const int n_items = *a.n_items;
+  const WorkItem item = a.items[blockIdx.x];
+  if (static_cast<int>(blockIdx.x) >= n_items) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t tiles = a.n_embd / kRowTile;
+  const int64_t first_tile = (static_cast<int64_t>(blockIdx.y) * kFfnWarps + warp) * a.down_tiles_per_warp;
+  if (first_tile >= tiles) return;
+  const int n_tiles = static_cast<int>(min(static_cast<int64_t>(a.down_tiles_per_warp), tiles - first_tile));
+  const uint8_t* weights = item.blob + a.role_offset[kDown];
+  const ActBase h{a.hq, a.hscale, a.hsum, a.hf};
+  WithTile<kTileMax>(item.count, [&](auto tile_size) {
+    constexpr int T = decltype(tile_size)::value;
+    int first_block[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) first_block[t] = (item.start + min(t, item.count - 1)) * static_cast<int>(a.ff / 32);
+    RowsDot<S, T>(weights, a.n_embd, a.ff, first_tile, n_tiles, h, first_block, lane, partials[warp],
+                  [&](int tile, int row, int t, float v) {
+                    if (t < item.count) {
+                      const int64_t pair = a.list[item.start + t];
+                      a.parts[pair * a.n_embd + kRowTile * (first_tile + tile) + row] = v;
+                    }
+                  });
+  });
+}
+
+template <Scheme S, int kTileMax>
+absl::Status Launch(const FfnArgs& a, int64_t max_items, cudaStream_t stream) {
+  const dim3 gate_up_grid(static_cast<unsigned>(max_items), static_cast<unsigned>(a.ff / 32));
+  GateUpKernel<S, kTileMax><<<gate_up_grid, kFfnThreads, 0, stream>>>(a);
+  if (absl::Status s = LaunchStatus("ExpertFfn gate/up kernel"); !s.ok()) return s;
+  const int64_t tiles_per_block = int64_t{kFfnWarps} * a.down_tiles_per_warp;
+  const int64_t tiles = a.n_embd / kRowTile;
+  const dim3 down_grid(static_cast<unsigned>(max_items),
+                       static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block));
+  DownKernel<S, kTileMax><<<down_grid, kFfnThreads, 0, stream>>>(a);
+  return LaunchStatus("ExpertFfn down kernel");
+}
+
+template <Scheme S>
+absl::Status LaunchForScheme(const FfnArgs& a, int tile_max, int64_t max_items, cudaStream_t stream) {
+  return tile_max == kWideTile ? Launch<S, kWideTile>(a, max_items, stream)
+                               : Launch<S, kNarrowTile>(a, max_items, stream);
+}
+
+}  // namespace
+
+absl::Status LaunchWeightKernels(Scheme scheme, const FfnArgs& args, int tile_max, int64_t max_items,
+                                 cudaStream_t stream) {
+  FfnArgs a = args;
+  const int64_t tiles = a.n_embd / kRowTile;
+  a.down_tiles_per_warp =
+      tile_max == kNarrowTile && max_items * tiles >= kShareDownTilesFrom ? kMaxDownTilesPerWarp : 1;
+  switch (scheme) {
+    case Scheme::kF16:
+      return LaunchForScheme<Scheme::kF16>(a, tile_max, max_items, stream);
+    case Scheme::kS8:
+      return LaunchForScheme<Scheme::kS8>(a, tile_max, max_items, stream);
+    case Scheme::kS4:
+      return LaunchForScheme<Scheme::kS4>(a, tile_max, max_items, stream);
+    case Scheme::kS2:
+      return LaunchForScheme<Scheme::kS2>(a, tile_max, max_items, stream);
+  }
+  return absl::InvalidArgumentError("ExpertFfn: unknown scheme");
+}
+
+}  // namespace strata::kernels::cuda::expert_internal
