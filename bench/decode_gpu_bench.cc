@@ -7,7 +7,12 @@
 //
 //   strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32]
 //                           [--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0]
+//                           [--vram-experts -1,0,6144] [--cache-policy lfu-decay]
+// With --vram-experts below the expert count the experts not in VRAM are read over PCIe from the
+// page-locked arena, and the bound printed is the slower of HBM and PCIe at the hit rate seen.
 
+#include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -16,6 +21,7 @@
 #include "bench/bench_util.h"
 #include "engine/runtime/engine.h"
 #include "kernels/cuda/device_info.h"
+#include "packtool/synth.h"
 
 namespace {
 
@@ -70,7 +76,9 @@ RunResult RunConcurrent(Engine& engine, int n, int prompt_len, int tokens) {
 int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
                              "strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
-                             "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N]");
+                             "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
+                             "[--vram-experts -1] [--cache-policy lfu-decay] [--preset seed --scheme s2 (to make --pack when "
+                             "it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
   const int tokens = static_cast<int>(flags.Int("tokens", 128));
@@ -79,61 +87,97 @@ int main(int argc, char** argv) {
   const int prefill_chunk = static_cast<int>(flags.Int("prefill-chunk", 512));
   const double vram_gib = flags.Double("vram-gib", 0);
   const int threads = static_cast<int>(flags.Int("threads", 0));
+  const std::vector<int64_t> vram_experts = flags.IntList("vram-experts", {-1});
+  const std::string cache_policy = flags.String("cache-policy", "lfu-decay");
+  const std::string flags_preset = flags.String("preset", "seed");
+  const std::string flags_scheme = flags.String("scheme", "s2");
   flags.CheckNoUnknown();
   if (pack.empty()) {
-    std::fprintf(stderr, "--pack is required (make one with strata-pack synth --pack-only)\n");
+    std::fprintf(stderr, "--pack is required\n");
     return 2;
+  }
+  if (!std::filesystem::exists(pack)) {
+    // The seed geometry with random codes: strata-pack synth --arch qwen3moe --preset seed --pack-only.
+    strata::packtool::SynthOptions o;
+    o.geometry = *strata::packtool::PresetGeometry("qwen3moe", flags_preset);
+    o.pack_scheme = *strata::kernels::ParseScheme(flags_scheme);
+    o.exact_quantize = false;
+    o.output = pack;
+    strata::bench::Timer synth;
+    auto m = strata::packtool::SynthesizePack(o, nullptr, nullptr);
+    if (!m.ok()) {
+      std::fprintf(stderr, "synth: %s\n", std::string(m.status().message()).c_str());
+      return 1;
+    }
+    std::printf("synthesized the %s preset as a %s pack in %s in %.1f s (%.1f GB)\n", flags_preset.c_str(),
+                flags_scheme.c_str(), pack.c_str(), synth.Seconds(), m->experts_bytes() / 1e9);
   }
 
   absl::StatusOr<double> hbm = strata::kernels::cuda::MeasureDeviceCopyGBps();
-  if (!hbm.ok()) {
-    std::fprintf(stderr, "bandwidth probe: %s\n", std::string(hbm.status().message()).c_str());
+  absl::StatusOr<double> pcie = strata::kernels::cuda::MeasureHostToDeviceGBps();
+  if (!hbm.ok() || !pcie.ok()) {
+    std::fprintf(stderr, "bandwidth probe: %s\n", std::string((hbm.ok() ? pcie : hbm).status().message()).c_str());
     return 1;
   }
+  std::printf("HBM copy bandwidth %.0f GB/s (read + write); PCIe host-to-device %.1f GB/s (page-locked)\n", *hbm,
+              *pcie);
   int64_t max_seqs = 1;
   for (int64_t n : concurrency) max_seqs = std::max(max_seqs, n);
   int64_t longest = 0;
   for (int64_t p : prefill) longest = std::max(longest, p);
-  strata::runtime::EngineOptions eo;
-  eo.pack_dir = pack;
-  eo.threads = threads;
-  eo.max_seqs = static_cast<int>(max_seqs);
-  eo.max_ctx = std::max<int64_t>(prompt_len + tokens, longest + 2) + 64;
-  eo.prefill_chunk = prefill_chunk;
-  eo.device.device = "cuda";
-  eo.device.vram_gib = vram_gib;
-  strata::bench::Timer load;
-  auto engine = Engine::Create(eo);
-  if (!engine.ok()) {
-    std::fprintf(stderr, "engine: %s\n", std::string(engine.status().message()).c_str());
-    return 1;
-  }
-  const auto& info = (*engine)->info();
-  const double bytes_per_token = static_cast<double>(info.expert_bytes_per_token + info.dense_bytes_per_token);
-  std::printf("pack %s: %s, %lld layers, %lld experts top-%lld, n_embd %lld, scheme %s; loaded in %.1f s\n",
-              pack.c_str(), info.config.arch.c_str(), (long long)info.config.n_layer,
-              (long long)info.config.n_expert, (long long)info.config.n_expert_used, (long long)info.config.n_embd,
-              info.scheme.c_str(), load.Seconds());
-  std::printf("device %s (%s), %.2f GiB in use; HBM copy bandwidth %.0f GB/s (read + write)\n",
-              info.backend.name.c_str(), info.backend.isa.c_str(), info.backend.memory_used / 1073741824.0, *hbm);
-  std::printf("bytes per decoded token (batch 1): experts %.1f MB + dense %.1f MB = %.1f MB -> bound %.0f tokens/s\n",
-              info.expert_bytes_per_token / 1e6, info.dense_bytes_per_token / 1e6, bytes_per_token / 1e6,
-              *hbm * 1e9 / bytes_per_token);
-  RunConcurrent(**engine, 1, 8, 8);  // warm up: graphs captured, buffers touched
-  for (int64_t n : concurrency) {
-    RunConcurrent(**engine, static_cast<int>(n), prompt_len, 4);  // capture this batch size's graphs
-    const RunResult r = RunConcurrent(**engine, static_cast<int>(n), prompt_len, tokens);
-    std::printf("decode batch %2lld: %8.1f tokens/s in all (%.1f per sequence), hit rate %.2f\n", (long long)n,
-                r.decode_tps, r.decode_tps / n, r.hit_rate);
-    if (n == 1) {
-      strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", *hbm * 1e9 / bytes_per_token,
-                                 "HBM bound");
+  for (int64_t slots : vram_experts) {
+    strata::runtime::EngineOptions eo;
+    eo.pack_dir = pack;
+    eo.threads = threads;
+    eo.max_seqs = static_cast<int>(max_seqs);
+    eo.max_ctx = std::max<int64_t>(prompt_len + tokens, longest + 2) + 64;
+    eo.prefill_chunk = prefill_chunk;
+    eo.device.device = "cuda";
+    eo.device.vram_gib = vram_gib;
+    eo.device.vram_experts = slots;
+    eo.device.cache_policy = cache_policy;
+    strata::bench::Timer load;
+    auto engine = Engine::Create(eo);
+    if (!engine.ok()) {
+      std::fprintf(stderr, "engine: %s\n", std::string(engine.status().message()).c_str());
+      return 1;
     }
-  }
-  for (int64_t p : prefill) {
-    RunConcurrent(**engine, 1, static_cast<int>(p), 1);  // warm up this prompt length
-    const RunResult r = RunConcurrent(**engine, 1, static_cast<int>(p), 1);
-    std::printf("prefill %5lld tokens: %9.1f tokens/s (chunks of %d)\n", (long long)p, r.prefill_tps, prefill_chunk);
+    const auto& info = (*engine)->info();
+    const uint64_t n_blobs = static_cast<uint64_t>(info.config.n_layer) * info.config.n_expert;
+    const double bytes_per_token = static_cast<double>(info.expert_bytes_per_token + info.dense_bytes_per_token);
+    std::printf("\npack %s: %s, %lld layers, %lld experts top-%lld, n_embd %lld, scheme %s; loaded in %.1f s\n",
+                pack.c_str(), info.config.arch.c_str(), (long long)info.config.n_layer,
+                (long long)info.config.n_expert, (long long)info.config.n_expert_used, (long long)info.config.n_embd,
+                info.scheme.c_str(), load.Seconds());
+    std::printf("device %s (%s), %.2f GiB in use, experts from %s%s, VRAM experts %s of %llu (%s)\n",
+                info.backend.name.c_str(), info.backend.isa.c_str(), info.backend.memory_used / 1073741824.0,
+                info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
+                slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
+                cache_policy.c_str());
+    // Batch 1: hits from HBM, misses over PCIe; at a hit rate h the bound is
+    // 1 / max(dense/HBM + h*experts/HBM, (1-h)*experts/PCIe) (the GPU reads both at once).
+    std::printf("bytes per decoded token (batch 1): experts %.1f MB + dense %.1f MB = %.1f MB -> HBM bound %.0f "
+                "tokens/s\n",
+                info.expert_bytes_per_token / 1e6, info.dense_bytes_per_token / 1e6, bytes_per_token / 1e6,
+                *hbm * 1e9 / bytes_per_token);
+    RunConcurrent(**engine, 1, 8, 8);  // warm up: graphs captured, buffers touched
+    for (int64_t n : concurrency) {
+      RunConcurrent(**engine, static_cast<int>(n), prompt_len, 4);  // capture this batch size's graphs
+      const RunResult r = RunConcurrent(**engine, static_cast<int>(n), prompt_len, tokens);
+      const double h = r.hit_rate;
+      const double t_hbm = (info.dense_bytes_per_token + h * info.expert_bytes_per_token) / (*hbm * 1e9);
+      const double t_pcie = (1 - h) * info.expert_bytes_per_token / (*pcie * 1e9);
+      const double bound = 1.0 / std::max(t_hbm, t_pcie);
+      std::printf("decode batch %2lld: %8.1f tokens/s in all (%.1f per sequence), hit rate %.3f\n", (long long)n,
+                  r.decode_tps, r.decode_tps / n, h);
+      if (n == 1) strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", bound, "HBM+PCIe bound");
+    }
+    for (int64_t p : prefill) {
+      RunConcurrent(**engine, 1, static_cast<int>(p), 1);  // warm up this prompt length
+      const RunResult r = RunConcurrent(**engine, 1, static_cast<int>(p), 1);
+      std::printf("prefill %5lld tokens: %9.1f tokens/s (chunks of %d)\n", (long long)p, r.prefill_tps,
+                  prefill_chunk);
+    }
   }
   return 0;
 }

@@ -22,7 +22,7 @@ struct VocabMetadata {
 // The built-in vocabulary, padded with unused "[PAD<i>]" tokens up to `n_vocab` when that is larger.
 absl::StatusOr<VocabMetadata> BuiltinVocab(int64_t n_vocab);
 
-// The tokenizer.* keys of a GGUF file (e.g. ../shared/testdata/vocab/ggml-vocab-qwen2.gguf).
+// The tokenizer.* keys of a GGUF file (e.g. tests/data/vocab/ggml-vocab-qwen2.gguf.gz, unpacked).
 absl::StatusOr<VocabMetadata> VocabFromGguf(const std::string& path);
 
 }  // namespace strata::packtool

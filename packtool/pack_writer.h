@@ -6,14 +6,14 @@
 //
 // The pack is built in `<output>.partial/` and renamed to `<output>` only once complete and synced; on any
 // error or cancellation the partial directory is removed, so a directory named `<output>` is always whole.
-// Experts are quantized (or their blobs filled) by `threads` workers, each holding one expert's f32 roles
-// and one blob, so memory stays bounded by the thread count, not the model size.
+// Experts are quantized (or their blobs filled) by `threads` workers, each holding one blob (and, when
+// quantizing, one expert's f32 roles), so memory stays bounded by the thread count, not the model size.
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <string>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"

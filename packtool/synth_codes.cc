@@ -79,7 +79,11 @@ const std::vector<double>& NormalQuantiles() {
       double lo = -10, hi = 10;
       for (int iteration = 0; iteration < 64; ++iteration) {
         const double mid = (lo + hi) / 2;
-        (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
+        if (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p) {
+          lo = mid;
+        } else {
+          hi = mid;
+        }
       }
       (*t)[k] = (lo + hi) / 2;
       sum2 += (*t)[k] * (*t)[k];

@@ -212,6 +212,11 @@ int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const ClientI
   out << "device             " << s.device() << "\n";
   out << absl::StrFormat("expert hit rate    %.1f%% (%d of %d routed experts from VRAM)\n",
                          routed > 0 ? 100.0 * s.expert_hits() / routed : 0.0, s.expert_hits(), routed);
+  if (s.vram_expert_slots() > 0) {
+    out << absl::StrFormat("vram cache         %d slots (%s), %d admissions, %d evictions, %s over PCIe\n",
+                           s.vram_expert_slots(), s.cache_policy(), s.cache_admissions(), s.cache_evictions(),
+                           FormatBytes(s.pcie_bytes()));
+  }
   return kExitOk;
 }
 

@@ -180,6 +180,11 @@ v1::EngineStats EngineStatsToProto(const runtime::EngineStats& stats) {
   proto.set_expert_misses(stats.expert_misses);
   proto.set_kv_bytes_budget(stats.kv_bytes_budget);
   proto.set_device(stats.device);
+  proto.set_vram_expert_slots(stats.cache.slots);
+  proto.set_cache_policy(stats.cache.policy);
+  proto.set_cache_admissions(stats.cache.admissions);
+  proto.set_cache_evictions(stats.cache.evictions);
+  proto.set_pcie_bytes(stats.cache.pcie_bytes);
   return proto;
 }
 

@@ -31,6 +31,10 @@ ABSL_FLAG(std::string, expert_source, "arena", "where experts are read from: are
 ABSL_FLAG(bool, verify, false, "check every expert blob's checksum");
 ABSL_FLAG(std::string, device, "auto", "where the model runs: auto (cuda when a CUDA device is present), cpu or cuda");
 ABSL_FLAG(double, vram_gib, 0, "device memory the model may use, GiB; 0: what is free less a margin");
+ABSL_FLAG(int64_t, vram_experts, -1,
+          "experts kept in VRAM; -1: all of them when they fit, else as many as fit (the rest are read from the "
+          "page-locked arena over PCIe)");
+ABSL_FLAG(std::string, cache_policy, "lfu-decay", "VRAM expert cache policy: lru, lfu-decay or static");
 ABSL_FLAG(int, max_tokens, 128, "tokens to generate at most");
 ABSL_FLAG(double, temperature, 0.8, "sampling temperature; 0 = greedy");
 ABSL_FLAG(int, top_k, 40, "keep the k most likely tokens (0 = off)");
@@ -53,7 +57,8 @@ int main(int argc, char** argv) {
     std::cout << "usage: strata-run --pack DIR [--max-tokens N --temperature T --top-k K --top-p P --min-p P\n"
                  "         --repeat-penalty R --presence-penalty P --frequency-penalty F --seed S --stop a,b\n"
                  "         --stop-token-ids 1,2 --ignore-eos --threads N --ctx N --expert-source arena|mmap\n"
-                 "         --verify --device auto|cpu|cuda --vram-gib X] \"prompt\"\n"
+                 "         --verify --device auto|cpu|cuda --vram-gib X --vram-experts N\n"
+                 "         --cache-policy lru|lfu-decay|static] \"prompt\"\n"
                  "       strata-run --pack DIR --tokens 1,2,3 [--dump-logits FILE] [--kl-against DIR]\n"
                  "       strata-run --tokenize (--pack DIR | --gguf FILE) \"text\"\n";
     return 0;
@@ -98,12 +103,22 @@ int main(int argc, char** argv) {
   o.engine.experts.verify = absl::GetFlag(FLAGS_verify);
   o.engine.device.device = absl::GetFlag(FLAGS_device);
   o.engine.device.vram_gib = absl::GetFlag(FLAGS_vram_gib);
+  o.engine.device.vram_experts = absl::GetFlag(FLAGS_vram_experts);
+  o.engine.device.cache_policy = absl::GetFlag(FLAGS_cache_policy);
   if (o.engine.device.device != "auto" && o.engine.device.device != "cpu" && o.engine.device.device != "cuda") {
     std::cerr << "strata-run: --device: '" << o.engine.device.device << "' is not auto, cpu or cuda\n";
     return 2;
   }
   if (!(o.engine.device.vram_gib >= 0)) {
     std::cerr << "strata-run: --vram-gib: must be a number >= 0\n";
+    return 2;
+  }
+  if (o.engine.device.vram_experts < -1) {
+    std::cerr << "strata-run: --vram-experts: must be -1 (auto) or a count\n";
+    return 2;
+  }
+  if (const std::string& p = o.engine.device.cache_policy; p != "lru" && p != "lfu-decay" && p != "static") {
+    std::cerr << "strata-run: --cache-policy: '" << p << "' is not lru, lfu-decay or static\n";
     return 2;
   }
   strata::runtime::SamplingParams& s = o.sampling;

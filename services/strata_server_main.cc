@@ -42,6 +42,10 @@ ABSL_FLAG(std::string, expert_source, "arena", "where experts are read from: are
 ABSL_FLAG(bool, verify, false, "check every expert blob's checksum while loading");
 ABSL_FLAG(std::string, device, "auto", "where the model runs: auto (cuda when a CUDA device is present), cpu or cuda");
 ABSL_FLAG(double, vram_gib, 0, "device memory the model may use, GiB; 0: what is free less a margin");
+ABSL_FLAG(int64_t, vram_experts, -1,
+          "experts kept in VRAM; -1: all of them when they fit, else as many as fit (the rest are read from the "
+          "page-locked arena over PCIe)");
+ABSL_FLAG(std::string, cache_policy, "lfu-decay", "VRAM expert cache policy: lru, lfu-decay or static");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
 ABSL_FLAG(std::string, network_priority, "auto",
           "scheduling of gRPC's threads: idle (SCHED_IDLE: they run when a compute thread leaves its core and "
@@ -99,7 +103,8 @@ void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtim
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "strata-server --pack DIR [--listen HOST:PORT] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N] "
-      "[--expert-source arena|mmap] [--verify] [--device auto|cpu|cuda] [--vram-gib X] "
+      "[--expert-source arena|mmap] [--verify] [--device auto|cpu|cuda] [--vram-gib X] [--vram-experts N] "
+      "[--cache-policy lru|lfu-decay|static] "
       "[--network-priority auto|idle|normal]");
   std::vector<std::string> args(argv, argv + argc);
   absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
@@ -119,11 +124,18 @@ int main(int argc, char** argv) {
   options.experts.verify = absl::GetFlag(FLAGS_verify);
   options.device.device = absl::GetFlag(FLAGS_device);
   options.device.vram_gib = absl::GetFlag(FLAGS_vram_gib);
+  options.device.vram_experts = absl::GetFlag(FLAGS_vram_experts);
+  options.device.cache_policy = absl::GetFlag(FLAGS_cache_policy);
   if (options.pack_dir.empty()) return UsageError("--pack is required");
   if (options.device.device != "auto" && options.device.device != "cpu" && options.device.device != "cuda") {
     return UsageError("--device: '" + options.device.device + "' is not auto, cpu or cuda");
   }
   if (!(options.device.vram_gib >= 0)) return UsageError("--vram-gib: must be a number >= 0");
+  if (options.device.vram_experts < -1) return UsageError("--vram-experts: must be -1 (auto) or a count");
+  const std::string& policy = options.device.cache_policy;
+  if (policy != "lru" && policy != "lfu-decay" && policy != "static") {
+    return UsageError("--cache-policy: '" + policy + "' is not lru, lfu-decay or static");
+  }
   if (options.experts.kind != "arena" && options.experts.kind != "mmap") {
     return UsageError("--expert-source: '" + options.experts.kind + "' is not arena or mmap");
   }

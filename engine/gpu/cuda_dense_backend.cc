@@ -66,6 +66,10 @@ uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model:
 absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const model::ModelConfig& config,
                                                                            const model::ModelWeights& weights,
                                                                            int max_batch, int max_prefill) {
+  if (config.head_dim != 32 && config.head_dim != 64 && config.head_dim != 128) {
+    return absl::UnimplementedError(absl::StrCat("the CUDA attention kernels take head_dim 32, 64 or 128; this model's is ",
+                                                 config.head_dim, ": use --device cpu"));
+  }
   std::unique_ptr<CudaDenseBackend> b(new CudaDenseBackend(config));
   b->max_batch_ = std::max(1, max_batch);
   b->max_tokens_ = std::max(b->max_batch_, std::max(1, max_prefill));

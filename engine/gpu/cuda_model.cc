@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/gpu/cuda_dense_backend.h"
 #include "engine/gpu/gpu_moe_dispatch.h"
+#include "engine/gpu/offload_moe_dispatch.h"
 #include "engine/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -35,32 +36,62 @@ bool CudaDevicePresent(std::string* why) {
   return true;
 }
 
-absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, const model::ModelConfig& config,
-                                                    const model::ModelWeights& weights,
-                                                    const CudaModelOptions& options, exec::ThreadPool* pool) {
+absl::StatusOr<VramPlan> PlanVram(const pack::Pack& pack, const model::ModelConfig& config,
+                                  const model::ModelWeights& weights, const CudaModelOptions& options) {
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's free memory");
   const int max_tokens = std::max(options.max_batch, options.max_prefill);
-  const uint64_t dense = CudaDenseBackend::DeviceBytes(config, weights, options.max_batch, options.max_prefill);
-  const uint64_t experts = GpuMoeDispatch::DeviceBytes(pack, max_tokens);
-  const uint64_t allowed = options.vram_bytes > 0 ? options.vram_bytes
-                                                  : (free_bytes > kMargin ? free_bytes - kMargin : 0);
-  if (dense + experts > allowed) {
+  VramPlan plan;
+  plan.dense_bytes = CudaDenseBackend::DeviceBytes(config, weights, options.max_batch, options.max_prefill);
+  plan.allowed = options.vram_bytes > 0 ? options.vram_bytes : (free_bytes > kMargin ? free_bytes - kMargin : 0);
+  const uint64_t all = GpuMoeDispatch::DeviceBytes(pack, max_tokens);
+  const uint64_t fixed = OffloadMoeDispatch::FixedDeviceBytes(pack, max_tokens);
+  if (plan.dense_bytes + fixed > plan.allowed) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the model needs ", Gib(dense + experts), " of device memory (", Gib(experts), " of experts, ", Gib(dense),
-        " of dense weights and buffers) but ", options.vram_bytes > 0 ? "--vram-gib allows " : "the device has ",
-        Gib(allowed), options.vram_bytes > 0 ? "" : " free (less a 2 GiB margin)",
-        "; every expert must fit until the offload tier lands: use --device cpu"));
+        "the dense weights and buffers need ", Gib(plan.dense_bytes + fixed), " of device memory but ",
+        options.vram_bytes > 0 ? "--vram-gib allows " : "the device has ", Gib(plan.allowed),
+        options.vram_bytes > 0 ? "" : " free (less a 2 GiB margin)", "; use --device cpu"));
   }
+  const int64_t fit = static_cast<int64_t>((plan.allowed - plan.dense_bytes - fixed) / pack.manifest().blob_bytes());
+  if (options.vram_experts < 0 && plan.dense_bytes + all <= plan.allowed) {
+    plan.all_experts = true;
+    return plan;
+  }
+  if (options.vram_experts > fit) {
+    return absl::ResourceExhaustedError(absl::StrCat("--vram-experts ", options.vram_experts, " needs ",
+                                                     Gib(options.vram_experts * pack.manifest().blob_bytes()),
+                                                     " but ", fit, " expert slots fit in ", Gib(plan.allowed),
+                                                     " beside the dense part"));
+  }
+  plan.slots = options.vram_experts >= 0 ? options.vram_experts : fit;
+  return plan;
+}
+
+absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, const model::ModelConfig& config,
+                                                    const model::ModelWeights& weights,
+                                                    const CudaModelOptions& options, const VramPlan& plan,
+                                                    pack::ExpertSource* arena, exec::ThreadPool* pool) {
+  const int max_tokens = std::max(options.max_batch, options.max_prefill);
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDenseBackend> backend,
                    CudaDenseBackend::Create(config, weights, options.max_batch, options.max_prefill));
-  ASSIGN_OR_RETURN(std::unique_ptr<GpuMoeDispatch> dispatch,
-                   GpuMoeDispatch::Create(pack, max_tokens, options.verify, pool));
-  backend->add_memory_used(dispatch->device_bytes());
-  backend->set_graphs(dispatch->capturable());
   CudaModelParts parts;
+  if (plan.all_experts) {
+    ASSIGN_OR_RETURN(std::unique_ptr<GpuMoeDispatch> dispatch,
+                     GpuMoeDispatch::Create(pack, max_tokens, options.verify, pool));
+    backend->add_memory_used(dispatch->device_bytes());
+    backend->set_graphs(dispatch->capturable());
+    parts.dispatch = std::move(dispatch);
+  } else {
+    CacheOptions cache;
+    cache.slots = plan.slots;
+    ASSIGN_OR_RETURN(cache.policy, ParseCachePolicy(options.cache_policy));
+    ASSIGN_OR_RETURN(std::unique_ptr<OffloadMoeDispatch> dispatch,
+                     OffloadMoeDispatch::Create(pack, arena, cache, max_tokens));
+    backend->add_memory_used(dispatch->device_bytes());
+    backend->set_graphs(dispatch->capturable());
+    parts.dispatch = std::move(dispatch);
+  }
   parts.backend = std::move(backend);
-  parts.dispatch = std::move(dispatch);
   return parts;
 }
 

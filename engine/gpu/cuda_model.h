@@ -14,6 +14,7 @@
 #include "engine/model/model_config.h"
 #include "engine/model/moe_dispatch.h"
 #include "engine/model/weights.h"
+#include "engine/pack/expert_source.h"
 #include "engine/pack/pack.h"
 
 namespace strata::gpu {
@@ -22,24 +23,39 @@ namespace strata::gpu {
 bool CudaDevicePresent(std::string* why);
 
 struct CudaModelOptions {
-  uint64_t vram_bytes = 0;  // device memory the model may use; 0 = what is free less a margin
-  int max_batch = 64;       // decode tokens a step
-  int max_prefill = 512;    // prompt tokens a step
-  bool verify = false;      // check each blob's xxh3 as the experts are uploaded
+  uint64_t vram_bytes = 0;   // device memory the model may use; 0 = what is free less a margin
+  int max_batch = 64;        // decode tokens a step
+  int max_prefill = 512;     // prompt tokens a step
+  bool verify = false;       // check each blob's xxh3 as the experts are uploaded
+  int64_t vram_experts = -1;  // expert slots in VRAM; -1: every expert when they fit, else as many as fit
+  std::string cache_policy = "lfu-decay";  // of the VRAM expert cache when not every expert is in VRAM
 };
+
+// Where the experts will live, from the sizes alone.
+struct VramPlan {
+  bool all_experts = false;  // every expert in VRAM (GpuMoeDispatch)
+  int64_t slots = 0;         // else: VRAM cache slots, the rest read from the pinned arena
+  uint64_t dense_bytes = 0;  // dense weights and step buffers
+  uint64_t allowed = 0;      // device memory the model may use
+};
+// RESOURCE_EXHAUSTED naming both numbers when not even the dense part fits.
+absl::StatusOr<VramPlan> PlanVram(const pack::Pack& pack, const model::ModelConfig& config,
+                                  const model::ModelWeights& weights, const CudaModelOptions& options);
 
 struct CudaModelParts {
   std::unique_ptr<model::DenseBackend> backend;
   std::unique_ptr<model::MoeDispatch> dispatch;
 };
 
-// Uploads the dense weights and every expert of `pack` (read from experts.bin through page-locked staging,
-// filled by `pool`'s threads). RESOURCE_EXHAUSTED naming both numbers when the model needs more device
-// memory than allowed (until the offload tier lands, every expert must fit); DATA_LOSS naming the blob when
-// verification finds a bad checksum; UNAVAILABLE without a device.
+// Uploads the dense weights and, when they all fit, every expert of `pack` (read from experts.bin through
+// page-locked staging, filled by `pool`'s threads); DATA_LOSS naming the blob when verification finds a
+// bad checksum; UNAVAILABLE without a device.
+// `plan` from PlanVram. When not every expert fits, `arena` (page-locked, mapped) holds them and the VRAM
+// cache sits in front of it.
 absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, const model::ModelConfig& config,
                                                     const model::ModelWeights& weights,
-                                                    const CudaModelOptions& options, exec::ThreadPool* pool);
+                                                    const CudaModelOptions& options, const VramPlan& plan,
+                                                    pack::ExpertSource* arena, exec::ThreadPool* pool);
 
 }  // namespace strata::gpu
 

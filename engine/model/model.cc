@@ -78,11 +78,12 @@ absl::Status Model::Forward(std::span<const ForwardToken> tokens, float* logits,
   RETURN_IF_ERROR(CheckBatch(tokens));
   const int n = static_cast<int>(tokens.size());
   if (n == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(dispatch_->BeforeStep());
   RETURN_IF_ERROR(backend_->BeginBatch(tokens));
   RETURN_IF_ERROR(backend_->Run([this] { return Blocks(); }));
   RETURN_IF_ERROR(backend_->EndBatch(logits));
+  const int k = static_cast<int>(config_.n_expert_used);
   if (stats != nullptr) {
-    const int k = static_cast<int>(config_.n_expert_used);
     for (int64_t l = 0; l < config_.n_layer; ++l) {
       dispatch_->Account(moe_index_[l], backend_->routing(l), n, k, &stats->dispatch);
     }
@@ -90,6 +91,9 @@ absl::Status Model::Forward(std::span<const ForwardToken> tokens, float* logits,
     for (const ForwardToken& t : tokens) any_logits |= t.want_logits;
     stats->dense_bytes += weights_->dense_bytes_per_token - (any_logits ? 0 : weights_->output.bytes());
   }
+  routing_.resize(static_cast<size_t>(config_.n_layer));
+  for (int64_t l = 0; l < config_.n_layer; ++l) routing_[moe_index_[l]] = backend_->routing(l);
+  dispatch_->AfterStep(config_.n_layer, routing_.data(), n, k);
   return absl::OkStatus();
 }
 

@@ -62,6 +62,7 @@ class Model {
   std::unique_ptr<DenseBackend> backend_;
   std::unique_ptr<MoeDispatch> dispatch_;
   std::vector<uint32_t> moe_index_;  // block -> moe layer index
+  std::vector<const int32_t*> routing_;  // per moe layer: the last step's ids on the host
 };
 
 }  // namespace strata::model

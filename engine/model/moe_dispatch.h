@@ -12,6 +12,7 @@
 // scheduler, inside Model::Forward).
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -42,6 +43,15 @@ struct MoeBatch {
   void* stream = nullptr;  // cudaStream_t of the device views
 };
 
+// What a VRAM expert cache has done so far (all zero without one).
+struct CacheReport {
+  int64_t slots = 0;
+  std::string policy;
+  uint64_t admissions = 0;
+  uint64_t evictions = 0;
+  uint64_t pcie_bytes = 0;  // misses read in place plus fills
+};
+
 class MoeDispatch {
  public:
   virtual ~MoeDispatch() = default;
@@ -59,6 +69,13 @@ class MoeDispatch {
   // Adds what a layer's routing cost to `stats` (unique experts, routed pairs, bytes, hits and misses),
   // from the ids on the host once the step is done.
   virtual void Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k, DispatchStats* stats) const = 0;
+
+  // Called before a step's blocks are run or enqueued (outside any graph capture), and after the step has
+  // finished and been accounted for: a caching dispatch publishes finished fills and plans the next ones.
+  virtual absl::Status BeforeStep() { return absl::OkStatus(); }
+  // May be called from any thread.
+  virtual CacheReport cache() const { return {}; }
+  virtual void AfterStep(int64_t n_moe_layers, const int32_t* const* ids, int n_tokens, int k) {}
 };
 
 }  // namespace strata::model

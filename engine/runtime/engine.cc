@@ -68,6 +68,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
                                                  e->pool_.get(), &e->info_.source));
   e->source_ = std::move(loaded.source);
   e->model_ = std::move(loaded.model);
+  e->info_.device_note = loaded.note;
+  if (!loaded.note.empty()) spdlog::warn("{}", loaded.note);
   ASSIGN_OR_RETURN(e->tokenizer_, tokenizer::Tokenizer::FromMetadata(e->pack_->dense().metadata()));
   const model::ModelConfig& c = e->model_->config();
   if (e->tokenizer_->n_vocab() != c.n_vocab) {
@@ -118,6 +120,7 @@ EngineStats Engine::stats() const {
   s.active = active_count_;
   s.kv_bytes_in_use = kv_pool_->in_use();
   s.kv_bytes_budget = kv_pool_->budget();
+  s.cache = model_->dispatch().cache();
   s.device = info_.backend.device;
   const exec::ThreadPool::PostedStats posted = pool_->posted_stats();  // only callbacks are posted
   s.callbacks_run = posted.items;

@@ -55,6 +55,7 @@ struct EngineInfo {
   pack::ExpertSourceStats source;
   std::string source_kind;         // "arena", "mmap" or "vram" (every expert on the GPU)
   model::BackendInfo backend;      // device, kernels' ISA, device memory
+  std::string device_note;         // why the model runs elsewhere than asked, when it does
   double load_seconds = 0;
   int threads = 0;
   int64_t max_ctx = 0;
@@ -69,6 +70,7 @@ struct EngineStats {
   uint64_t expert_bytes = 0;
   uint64_t expert_hits = 0;      // routed pairs served from VRAM
   uint64_t expert_misses = 0;    // routed pairs computed from host memory
+  model::CacheReport cache;      // the VRAM expert cache's slots, admissions, evictions, PCIe bytes
   uint64_t kv_bytes_in_use = 0;
   uint64_t kv_bytes_budget = 0;
   std::string device;            // "cpu" or "cuda"

@@ -44,9 +44,30 @@ absl::StatusOr<LoadedModel> LoadModel(
     o.max_batch = options.max_batch;
     o.max_prefill = options.max_prefill;
     o.verify = experts.verify;
-    ASSIGN_OR_RETURN(gpu::CudaModelParts parts, gpu::CreateCudaModelParts(pack, m.config(), m.weights(), o, pool));
-    m.Attach(std::move(parts.backend), std::move(parts.dispatch));
-    loaded.device = "cuda";
+    o.vram_experts = options.vram_experts;
+    o.cache_policy = options.cache_policy;
+    ASSIGN_OR_RETURN(const gpu::VramPlan plan, gpu::PlanVram(pack, m.config(), m.weights(), o));
+    if (!plan.all_experts) {
+      // The experts stay in the arena, page-locked and mapped; the VRAM cache sits in front of it.
+      pack::ExpertSourceOptions arena = experts;
+      arena.kind = "arena";
+      ASSIGN_OR_RETURN(loaded.source, pack::OpenExpertSource(pack, arena, source_stats));
+    }
+    if (plan.all_experts || loaded.source->pinned()) {
+      ASSIGN_OR_RETURN(gpu::CudaModelParts parts,
+                       gpu::CreateCudaModelParts(pack, m.config(), m.weights(), o, plan, loaded.source.get(), pool));
+      m.Attach(std::move(parts.backend), std::move(parts.dispatch));
+      loaded.device = "cuda";
+      return loaded;
+    }
+    // Without page-locked memory the GPU cannot read misses in place: run on the CPU, and say why.
+    loaded.note = absl::StrCat("the experts do not fit in VRAM and the arena could not be page-locked (",
+                               source_stats != nullptr ? source_stats->pin_note : std::string("unknown"),
+                               "): running on the CPU");
+    m.Attach(std::make_unique<model::CpuDenseBackend>(m.config(), m.weights(), pool),
+             std::make_unique<model::CpuMoeDispatch>(loaded.source.get(), layout,
+                                                     pack.manifest().geometry().n_expert(), pool));
+    loaded.device = "cpu";
     return loaded;
 #endif
   }

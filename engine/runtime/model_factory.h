@@ -20,6 +20,8 @@ struct DeviceOptions {
   double vram_gib = 0;          // device memory the model may use; 0 = what is free, less a margin
   int max_batch = 64;           // tokens of one decode step the device sizes its buffers for (prefill is chunked)
   int max_prefill = 512;        // tokens of one prefill step
+  int64_t vram_experts = -1;    // expert slots in VRAM; -1: every expert when they fit, else as many as fit
+  std::string cache_policy = "lfu-decay";  // the VRAM expert cache's: lru, lfu-decay or static
 };
 
 // Whether this build has CUDA and a device is visible; `why` says what was found, for logs.
@@ -29,6 +31,7 @@ struct LoadedModel {
   std::unique_ptr<pack::ExpertSource> source;  // null when the experts live elsewhere (all in VRAM)
   std::unique_ptr<model::Model> model;         // reads `source`, so destroy the model first
   std::string device;                          // "cpu" or "cuda"
+  std::string note;                            // why the device is not the one asked for, when it is not
 };
 
 // Loads the pack's model for the device `options.device` asks for. `experts` says how the CPU reads

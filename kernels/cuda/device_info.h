@@ -29,6 +29,9 @@ absl::Status SmokeTest();
 // beside. The median of the repeats.
 absl::StatusOr<double> MeasureDeviceCopyGBps(size_t bytes = size_t{1} << 30, int repeats = 10);
 
+// Host-to-device bandwidth over PCIe from page-locked memory, GB/s, the median of `repeats` copies.
+absl::StatusOr<double> MeasureHostToDeviceGBps(size_t bytes = size_t{1} << 30, int repeats = 5);
+
 }  // namespace strata::kernels::cuda
 
 #endif  // STRATA_KERNELS_CUDA_DEVICE_INFO_H_

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
 #include "engine/pack/pack_format.h"
@@ -74,16 +75,54 @@ TEST_P(ConvertSchemeTest, WritesAConsistentPackWhoseBlobsAreTheQuantizedExperts)
     EXPECT_EQ(0, std::memcmp(expected.data(), blob + layout->role_offset[r], expected.size())) << names[r];
   }
 
-  // The reported error per role is within the scheme's bound, and is the real error.
+  // The reported error per role is the error of the blobs as written: recomputed here from every blob of
+  // experts.bin, decoded, against the source weights decoded by gguf::Dequantize.
   ASSERT_EQ(manifest->quant_error_size(), 3);
-  const double bound = GetParam() == Scheme::kF16 ? 1e-3 : GetParam() == Scheme::kS8 ? 0.02
-                       : GetParam() == Scheme::kS4 ? 0.15 : 0.45;
-  for (const auto& e : manifest->quant_error()) {
-    EXPECT_LT(e.rel_rms(), bound) << e.role();
-    if (GetParam() != Scheme::kF16) {
-      EXPECT_GT(e.rel_rms(), 0.0) << e.role();
+  struct RoleSums {
+    double err2 = 0, ref2 = 0, max_abs = 0;
+  } sums[3];
+  const int64_t n_embd = manifest->geometry().n_embd(), ff = manifest->geometry().expert_ff();
+  const int64_t rows[3] = {ff, ff, n_embd}, cols[3] = {n_embd, n_embd, ff};
+  ASSERT_EQ(experts.size(), manifest->experts_bytes());
+  for (uint32_t l = 0; l < manifest->geometry().n_moe_layers(); ++l) {
+    for (uint32_t e = 0; e < manifest->geometry().n_expert(); ++e) {
+      const uint8_t* written = experts.data() + pack::BlobIndex(*manifest, l, e) * manifest->blob_bytes();
+      for (int r = 0; r < 3; ++r) {
+        const std::string name = absl::StrCat("blk.", manifest->geometry().moe_layers(l), ".ffn_",
+                                              r == 0 ? "gate" : r == 1 ? "up" : "down", "_exps.weight");
+        const gguf::TensorInfo* t = (*src)->FindTensor(name);
+        ASSERT_NE(t, nullptr) << name;
+        const int64_t n = rows[r] * cols[r];
+        const uint64_t expert_bytes = t->bytes / manifest->geometry().n_expert();
+        std::vector<float> source(n), decoded(n);
+        ASSERT_THAT(gguf::Dequantize(t->type, t->data + e * expert_bytes, source.data(), n), IsOk()) << name;
+        kernels::DequantizeRole(GetParam(), written + layout->role_offset[r], rows[r], cols[r], decoded.data());
+        for (int64_t i = 0; i < n; ++i) {
+          const double err = static_cast<double>(source[i]) - decoded[i];
+          sums[r].err2 += err * err;
+          sums[r].ref2 += static_cast<double>(source[i]) * source[i];
+          sums[r].max_abs = std::max(sums[r].max_abs, std::fabs(err));
+        }
+      }
     }
   }
+  double err2_all = 0, ref2_all = 0;
+  for (int r = 0; r < 3; ++r) {
+    const pack::v1::RoleError& reported = manifest->quant_error(r);
+    EXPECT_EQ(reported.role(), pack::kRoleNames[r]);
+    const double rel_rms = std::sqrt(sums[r].err2 / sums[r].ref2);
+    EXPECT_GT(rel_rms, 0.0) << reported.role();  // f16 rounds f32 weights too
+    EXPECT_NEAR(reported.rel_rms(), rel_rms, 1e-9 * rel_rms) << reported.role();
+    EXPECT_NEAR(reported.max_abs(), sums[r].max_abs, 1e-9 * sums[r].max_abs) << reported.role();
+    err2_all += sums[r].err2;
+    ref2_all += sums[r].ref2;
+  }
+  // The last progress report carries the error over all roles.
+  EXPECT_NEAR(reports.back().rel_rms_error, std::sqrt(err2_all / ref2_all), 1e-9 * std::sqrt(err2_all / ref2_all));
+  // And the error is what the scheme promises.
+  const double bound = GetParam() == Scheme::kF16 ? 1e-3 : GetParam() == Scheme::kS8 ? 0.02
+                       : GetParam() == Scheme::kS4 ? 0.15 : 0.45;
+  for (const auto& e : manifest->quant_error()) EXPECT_LT(e.rel_rms(), bound) << e.role();
 
   // dense.gguf holds every other tensor, byte for byte, and no expert tensor.
   auto dense = gguf::GgufFile::Open(out + "/dense.gguf");

@@ -146,7 +146,7 @@ TEST(SynthTest, ValuesAreRoughlyStandardNormal) {
 TEST(SynthTest, CopiesTokenizerFromAVocabFile) {
   ScratchDir dir;
   SynthOptions o = TinyOptions(dir.Join("v.gguf"));
-  o.vocab_path = strata::testing::TestDataDir() + "/vocab/ggml-vocab-gpt-2.gguf";
+  o.vocab_path = strata::testing::TestDataFile("vocab/ggml-vocab-gpt-2.gguf.gz");
   ASSERT_THAT(SynthesizeGguf(o), IsOk());
   auto file = gguf::GgufFile::Open(o.output);
   ASSERT_TRUE(file.ok()) << file.status();

@@ -177,13 +177,54 @@ TEST_F(ValidateTest, CorruptionGarbageManifestAndUnknownVersion) {
   EXPECT_THAT(r.problems, ::testing::Contains(ProblemIn("manifest.json", "format_version")));
 }
 
+// The report lists the first 20 bad blobs (in blob order) and sums up the rest in one line. A pack of
+// 2 MoE layers x 16 experts has enough blobs to go past that limit.
 TEST_F(ValidateTest, ManyBadBlobsAreSummarised) {
-  const std::string p = CopyPack();
-  std::vector<uint8_t> bytes = ReadFileBytes(p + "/experts.bin");
-  for (uint64_t b = 0; b < 16; ++b) bytes[b * manifest_->blob_bytes()] ^= 0xFF;
-  WriteFileBytes(p + "/experts.bin", bytes);
-  const ValidationReport r = Validate(p);
-  EXPECT_THAT(r.problems, SizeIs(16));
+  SynthOptions o = testing::TinyOptions(scratch_.Join("unused.gguf"));
+  o.geometry.n_expert = 16;
+  o.output = scratch_.Join("wide");
+  o.pack_scheme = kernels::Scheme::kS8;
+  o.exact_quantize = false;  // random codes: the checksums are all this test needs
+  const absl::StatusOr<pack::v1::Manifest> wide = SynthesizePack(o, nullptr, nullptr);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  const uint64_t n_blobs = uint64_t{wide->geometry().n_moe_layers()} * wide->geometry().n_expert();
+  ASSERT_EQ(n_blobs, 32u);
+  const std::vector<uint8_t> good = ReadFileBytes(o.output + "/experts.bin");
+  ASSERT_EQ(good.size(), n_blobs * wide->blob_bytes());
+  ASSERT_TRUE(Validate(o.output).ok());
+
+  // Corrupts blobs [0, n_bad) and validates.
+  auto validate_with_bad = [&](uint64_t n_bad) {
+    std::vector<uint8_t> bytes = good;
+    for (uint64_t b = 0; b < n_bad; ++b) bytes[b * wide->blob_bytes() + 17] ^= 0xFF;
+    WriteFileBytes(o.output + "/experts.bin", bytes);
+    return Validate(o.output);
+  };
+  auto listed = [&](uint64_t blob) {
+    return ProblemIn("experts.bin", absl::StrCat("blob ", blob, " (moe layer ", blob / 16, ", expert ", blob % 16,
+                                                 ") at offset ", blob * wide->blob_bytes(), ": checksum"));
+  };
+
+  // Exactly at the limit: every bad blob listed, no summary line.
+  ValidationReport r = validate_with_bad(20);
+  ASSERT_THAT(r.problems, SizeIs(20));
+  for (uint64_t b = 0; b < 20; ++b) EXPECT_THAT(r.problems[b], listed(b)) << "problem " << b;
+
+  // One past the limit: 20 listed, then the one left over summed up.
+  r = validate_with_bad(21);
+  ASSERT_THAT(r.problems, SizeIs(21));
+  for (uint64_t b = 0; b < 20; ++b) EXPECT_THAT(r.problems[b], listed(b)) << "problem " << b;
+  EXPECT_EQ(r.problems[20].file, "experts.bin");
+  EXPECT_EQ(r.problems[20].message, "and 1 more bad blobs");
+
+  // Every blob bad.
+  r = validate_with_bad(n_blobs);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.blobs_checked, n_blobs);
+  ASSERT_THAT(r.problems, SizeIs(21));
+  for (uint64_t b = 0; b < 20; ++b) EXPECT_THAT(r.problems[b], listed(b)) << "problem " << b;
+  EXPECT_EQ(r.problems[20].file, "experts.bin");
+  EXPECT_EQ(r.problems[20].message, "and 12 more bad blobs");
 }
 
 }  // namespace

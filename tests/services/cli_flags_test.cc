@@ -46,7 +46,23 @@ TEST(PrepareFlagArgsTest, MissingValueIsNamed) {
 TEST(PrepareFlagArgsTest, NegatedBoolAndArgumentsAfterDoubleDashAreAccepted) {
   std::vector<std::string> args = {"prog", "--nocli-flags-test-switch", "--", "--not-a-flag", "-x"};
   ASSERT_TRUE(PrepareFlagArgs(&args).ok());
-  EXPECT_EQ(args[3], "--not-a-flag");
+  EXPECT_EQ(args, (std::vector<std::string>{"prog", "--nocli_flags_test_switch", "--", "--not-a-flag", "-x"}));
+}
+
+// What the binaries run: the negated switch turns the flag off, and what follows "--" is positional.
+TEST(ParseFlagsTest, NegatedBoolTurnsTheFlagOffAndArgumentsAfterDoubleDashArePositional) {
+  absl::SetFlag(&FLAGS_cli_flags_test_switch, true);
+  absl::StatusOr<std::vector<std::string>> positional =
+      ParseFlags({"prog", "--nocli-flags-test-switch", "in-file", "--", "--not-a-flag", "-x"});
+  ASSERT_TRUE(positional.ok()) << positional.status();
+  EXPECT_FALSE(absl::GetFlag(FLAGS_cli_flags_test_switch));
+  EXPECT_EQ(*positional, (std::vector<std::string>{"prog", "in-file", "--not-a-flag", "-x"}));
+
+  // And the plain switch turns it back on.
+  positional = ParseFlags({"prog", "--cli-flags-test-switch"});
+  ASSERT_TRUE(positional.ok()) << positional.status();
+  EXPECT_TRUE(absl::GetFlag(FLAGS_cli_flags_test_switch));
+  EXPECT_EQ(*positional, (std::vector<std::string>{"prog"}));
 }
 
 TEST(WantsHelpTest, SeesHelpBeforeDoubleDashOnly) {

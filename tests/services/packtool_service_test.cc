@@ -16,6 +16,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
 #include "tests/services/service_test_util.h"
+#include "tests/testing/wait.h"
 
 namespace strata::services {
 namespace {
@@ -29,6 +30,12 @@ using ::strata::testing::ScratchDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// A deadline for every call: a server that never answers fails the test as DEADLINE_EXCEEDED instead of
+// hanging it.
+void SetHangDeadline(grpc::ClientContext* context) {
+  context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoSeconds(strata::testing::kHangDeadline));
+}
+
 // Every message of a Convert call and its status.
 struct ConvertResult {
   std::vector<v1::ConvertProgress> messages;
@@ -37,6 +44,7 @@ struct ConvertResult {
 
 ConvertResult RunConvert(v1::PackTool::Stub& stub, const v1::ConvertRequest& request) {
   grpc::ClientContext context;
+  SetHangDeadline(&context);
   ConvertResult result;
   auto reader = stub.Convert(&context, request);
   v1::ConvertProgress message;
@@ -58,6 +66,7 @@ v1::ConvertRequest MakeConvert(const std::string& input, const std::string& outp
 grpc::Status RunValidate(v1::PackTool::Stub& stub, const std::string& dir, v1::ValidateReport* report,
                          bool quick = false) {
   grpc::ClientContext context;
+  SetHangDeadline(&context);
   v1::ValidateRequest request;
   request.set_pack_dir(dir);
   request.set_quick(quick);
@@ -66,6 +75,7 @@ grpc::Status RunValidate(v1::PackTool::Stub& stub, const std::string& dir, v1::V
 
 grpc::Status RunInspect(v1::PackTool::Stub& stub, const std::string& path, v1::InspectReport* report) {
   grpc::ClientContext context;
+  SetHangDeadline(&context);
   v1::InspectRequest request;
   request.set_path(path);
   return stub.Inspect(&context, request, report);
@@ -286,21 +296,19 @@ TEST_F(PackToolServiceTest, BadArgumentsNameTheField) {
 }
 
 // Polls until a Convert to `output` is no longer refused as in flight, i.e. the previous conversion to it
-// has ended on the server; returns how long that took.
-absl::Duration WaitUntilOutputReleased(v1::PackTool::Stub& stub, const std::string& output) {
-  const absl::Time start = absl::Now();
-  while (absl::Now() - start < absl::Seconds(10)) {
+// has ended on the server; false if it is still in flight at the hang deadline.
+bool WaitUntilOutputReleased(v1::PackTool::Stub& stub, const std::string& output) {
+  return strata::testing::WaitUntil([&] {
     // A missing input: refused as NOT_FOUND once the claim is free, without starting anything.
     const ConvertResult probe = RunConvert(stub, MakeConvert("missing.gguf", output));
-    if (probe.status.error_code() != grpc::StatusCode::ABORTED) break;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return absl::Now() - start;
+    return probe.status.error_code() != grpc::StatusCode::ABORTED;
+  });
 }
 
 TEST_F(PackToolServiceTest, CancelStopsTheConversionAndLeavesNothing) {
   LinkBigModel();
   grpc::ClientContext context;
+  SetHangDeadline(&context);
   auto reader = server_->stub().Convert(&context, MakeConvert("big.gguf", "packs/big", "s2", 1));
   // Cancel once the experts are being converted, so that the per-expert check is what stops it.
   v1::ConvertProgress progress;
@@ -314,8 +322,10 @@ TEST_F(PackToolServiceTest, CancelStopsTheConversionAndLeavesNothing) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
 
-  const absl::Duration stopped_after = WaitUntilOutputReleased(server_->stub(), "packs/big");
-  EXPECT_LT(stopped_after, absl::Seconds(1));
+  // No bound on how long stopping takes (that is the library's per-expert check, which convert_test pins
+  // down); what this test shows is that the server's conversion ended without finishing: a conversion
+  // that ignored the cancel would run to its end and leave packs/big.
+  ASSERT_TRUE(WaitUntilOutputReleased(server_->stub(), "packs/big")) << "the conversion never ended";
   EXPECT_FALSE(fs::exists(root_ + "/packs/big"));
   EXPECT_FALSE(fs::exists(root_ + "/packs/big.partial"));
 }
@@ -323,6 +333,7 @@ TEST_F(PackToolServiceTest, CancelStopsTheConversionAndLeavesNothing) {
 TEST_F(PackToolServiceTest, SecondConvertToTheSameOutputIsAborted) {
   LinkBigModel();
   grpc::ClientContext context;
+  SetHangDeadline(&context);
   auto reader = server_->stub().Convert(&context, MakeConvert("big.gguf", "packs/big", "s2", 1));
   v1::ConvertProgress first;
   ASSERT_TRUE(reader->Read(&first));  // the first conversion is running
@@ -339,7 +350,7 @@ TEST_F(PackToolServiceTest, SecondConvertToTheSameOutputIsAborted) {
   while (reader->Read(&rest)) {
   }
   reader->Finish();
-  WaitUntilOutputReleased(server_->stub(), "packs/big");
+  ASSERT_TRUE(WaitUntilOutputReleased(server_->stub(), "packs/big")) << "the conversion never ended";
   EXPECT_FALSE(fs::exists(root_ + "/packs/big.partial"));
 }
 
@@ -376,6 +387,7 @@ class OneExchange final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc:
  public:
   OneExchange(grpc::GenericStub* stub, const std::string& method, const std::string& request)
       : request_(ToBuffer(request)) {
+    SetHangDeadline(&context_);  // OnDone comes by then at the latest
     stub->PrepareBidiStreamingCall(&context_, method, grpc::StubOptions(), this);
     StartWriteLast(&request_, grpc::WriteOptions());
     StartRead(&response_);

@@ -46,10 +46,30 @@ class TensorLoader {
     return std::move(*data);
   }
 
-  // A ggml weight of ne = [cols, rows].
+  // A ggml weight of ne = [cols, rows], whatever its storage type: row r is the gguf::RowBytes(type, cols)
+  // bytes at r times that offset, decoded on its own with gguf::Dequantize (ggml's block formats). Dense
+  // weights kept as f16, bf16 or q8_0 are read this way, independently of the engine's dense kernels.
   absl::StatusOr<Matrix> LoadMatrix(const std::string& name, int64_t cols, int64_t rows) const {
-    Matrix m{rows, cols, {}};
-    ASSIGN_OR_RETURN(m.w, Load(name, {cols, rows}));
+    const gguf::TensorInfo* t = model_.FindTensor(name);
+    if (t == nullptr) return absl::NotFoundError(absl::StrCat(path_, ": missing tensor '", name, "'"));
+    std::vector<int64_t> actual = t->ne;
+    while (actual.size() > 2 && actual.back() == 1) actual.pop_back();
+    if (actual != std::vector<int64_t>{cols, rows}) {
+      return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", name, "' has shape ", Shape(t->ne),
+                                                     ", expected ", Shape(std::vector<int64_t>{cols, rows})));
+    }
+    if (absl::Status s = gguf::CheckDecodable(*t); !s.ok()) return Prefixed(path_, s);
+    absl::StatusOr<uint64_t> row_bytes = gguf::RowBytes(t->type, cols);
+    if (!row_bytes.ok()) return Prefixed(absl::StrCat(path_, ": tensor '", name, "'"), row_bytes.status());
+    if (t->data == nullptr || t->bytes != *row_bytes * static_cast<uint64_t>(rows)) {
+      return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", name, "' holds ", t->bytes, " bytes, not ",
+                                                     rows, " rows of ", *row_bytes));
+    }
+    Matrix m{rows, cols, std::vector<float>(static_cast<size_t>(rows * cols))};
+    for (int64_t r = 0; r < rows; ++r) {
+      absl::Status s = gguf::Dequantize(t->type, t->data + r * *row_bytes, m.w.data() + r * cols, cols);
+      if (!s.ok()) return Prefixed(absl::StrCat(path_, ": tensor '", name, "' row ", r), s);
+    }
     return m;
   }
 

@@ -7,7 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
+
+#include "gtest/gtest.h"
 
 namespace strata::testing {
 
@@ -23,7 +28,78 @@ ScratchDir::~ScratchDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-std::string TestDataDir() { return std::string(STRATA_SOURCE_DIR) + "/../shared/testdata"; }
+namespace {
+
+// The shared scratch directory of this process and the test data unpacked into it.
+struct Shared {
+  std::mutex mu;
+  std::unique_ptr<ScratchDir> dir;
+  pid_t owner = 0;                              // the process that made `dir`: only it removes it
+  std::map<std::string, std::string> unpacked;  // relative path of a .gz -> its unpacked copy in `dir`
+
+  void Remove() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (dir != nullptr && owner != getpid()) (void)dir.release();  // a forked child leaves it to its parent
+    dir.reset();
+    unpacked.clear();
+  }
+  ~Shared() { Remove(); }
+};
+
+Shared& GetShared() {
+  static Shared shared;  // destroyed at exit, which removes a directory the environment did not
+  return shared;
+}
+
+const ScratchDir& SharedDirLocked(Shared& shared) {
+  if (shared.dir == nullptr) {
+    shared.dir = std::make_unique<ScratchDir>();
+    shared.owner = getpid();
+  }
+  return *shared.dir;
+}
+
+// Removes the shared scratch directory when the tests of the program end.
+class SharedScratchEnvironment : public ::testing::Environment {
+ public:
+  void TearDown() override { GetShared().Remove(); }
+};
+
+[[maybe_unused]] ::testing::Environment* const shared_scratch_environment =
+    ::testing::AddGlobalTestEnvironment(new SharedScratchEnvironment);
+
+}  // namespace
+
+const ScratchDir& SharedScratchDir() {
+  Shared& shared = GetShared();
+  std::lock_guard<std::mutex> lock(shared.mu);
+  return SharedDirLocked(shared);
+}
+
+std::string TestDataDir() { return std::string(STRATA_SOURCE_DIR) + "/tests/data"; }
+
+std::string TestDataFile(const std::string& relative) {
+  const std::filesystem::path rel(relative);
+  bool escapes = rel.empty() || rel.is_absolute();
+  for (const std::filesystem::path& part : rel) escapes = escapes || part == "..";
+  if (escapes) throw std::invalid_argument("not a path inside the test data: '" + relative + "'");
+  const std::string path = TestDataDir() + "/" + relative;
+  if (!std::filesystem::is_regular_file(path)) throw std::runtime_error("no test data file " + path);
+  if (rel.extension() != ".gz") return path;
+
+  Shared& shared = GetShared();
+  std::lock_guard<std::mutex> lock(shared.mu);
+  auto it = shared.unpacked.find(relative);
+  if (it == shared.unpacked.end() || !std::filesystem::exists(it->second)) {
+    const ScratchDir& dir = SharedDirLocked(shared);
+    // vocab/x.gguf.gz -> <shared>/testdata/vocab/x.gguf
+    const std::filesystem::path dest = std::filesystem::path(dir.Join("testdata")) / rel.parent_path() / rel.stem();
+    std::filesystem::create_directories(dest.parent_path());
+    Gunzip(path, dest.string());
+    it = shared.unpacked.insert_or_assign(relative, dest.string()).first;
+  }
+  return it->second;
+}
 
 std::vector<uint8_t> ReadFileBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -1,7 +1,7 @@
 #ifndef STRATA_TESTS_TESTING_TEST_UTIL_H_
 #define STRATA_TESTS_TESTING_TEST_UTIL_H_
 
-// Helpers shared by the test binaries: scratch directories, file bytes, the shared test data.
+// Helpers shared by the test binaries: scratch directories, file bytes, the test data (tests/data).
 
 #include <cstdint>
 #include <string>
@@ -26,8 +26,20 @@ class ScratchDir {
   std::string path_;
 };
 
-// ../shared/testdata beside the source tree.
+// A scratch directory shared by the tests of one test program, for what is made once and reused (unpacked
+// test data, synthesized models). Made on first use; removed when the program's tests end (by a global test
+// environment, or at exit), and with --gtest_recreate_environments_when_repeating after every round, then
+// made afresh. Keep no reference to it past a test; check that a path kept in it still exists before reuse.
+const ScratchDir& SharedScratchDir();
+
+// The repository's test data: tests/data in the source tree. Each folder's SOURCE.txt says where its files
+// came from and under which licence; nothing a test reads lies outside the repository.
 std::string TestDataDir();
+
+// The path of `relative` (e.g. "vocab/ggml-vocab-gpt-2.gguf.gz") in the test data. A .gz file is unpacked
+// into SharedScratchDir(), once per test program, and the unpacked copy's path returned. Throws when
+// `relative` leaves the test data (absolute, or with a ".." part) or names no file.
+std::string TestDataFile(const std::string& relative);
 
 std::vector<uint8_t> ReadFileBytes(const std::string& path);
 void WriteFileBytes(const std::string& path, const std::vector<uint8_t>& bytes);

@@ -1,17 +1,24 @@
 #include "engine/exec/thread_pool.h"
 
 #include <atomic>
-#include <mutex>
-#include <string>
 #include <chrono>
+#include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/wait.h"
 
 namespace strata::exec {
 namespace {
+
+using ::strata::testing::kHangDeadline;
+using ::strata::testing::WaitUntil;
 
 std::unique_ptr<ThreadPool> MakePool(int threads, int spin_us = 50) {
   absl::StatusOr<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(threads, spin_us);
@@ -57,16 +64,20 @@ TEST(ThreadPoolTest, UsesSeveralThreads) {
   ASSERT_NE(pool, nullptr);
   std::mutex mu;
   std::vector<std::thread::id> ids;
-  // Tasks that wait for each other can only finish if they run on distinct threads.
+  // Tasks that wait for each other can only finish if they run on distinct threads; on a pool that runs
+  // them one after another, each gives up at the shared deadline and the test fails instead of hanging.
   std::atomic<int> arrived{0};
+  std::atomic<int> gave_up{0};
+  const absl::Time deadline = absl::Now() + kHangDeadline;
   pool->ParallelFor(3, [&](int64_t) {
     {
       std::lock_guard<std::mutex> lock(mu);
       ids.push_back(std::this_thread::get_id());
     }
     arrived.fetch_add(1);
-    while (arrived.load() < 3) std::this_thread::yield();
+    if (!WaitUntil([&] { return arrived.load() >= 3; }, deadline - absl::Now())) gave_up.fetch_add(1);
   });
+  EXPECT_EQ(gave_up.load(), 0) << "tasks waited in vain for the others to start beside them";
   ASSERT_EQ(ids.size(), 3u);
   EXPECT_NE(ids[0], ids[1]);
   EXPECT_NE(ids[1], ids[2]);
@@ -74,13 +85,36 @@ TEST(ThreadPoolTest, UsesSeveralThreads) {
 }
 
 TEST(ThreadPoolTest, WakesSleepingWorkers) {
-  // No spinning: every call after a pause finds the workers asleep.
+  // No spinning: every call after a pause finds the workers asleep. ParallelFor runs tasks on the caller
+  // too, which alone could run all of them; so each task holds its thread until every thread of the pool
+  // has taken one. A call then finishes only if it woke both workers; if it does not, the tasks give up at
+  // the deadline and the test fails.
   std::unique_ptr<ThreadPool> pool = MakePool(3, 0);
   ASSERT_NE(pool, nullptr);
+  const std::thread::id caller = std::this_thread::get_id();
   for (int iter = 0; iter < 20; ++iter) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::mutex mu;
+    std::set<std::thread::id> threads;
     std::atomic<int64_t> sum{0};
-    pool->ParallelFor(100, [&](int64_t i) { sum.fetch_add(i); });
+    std::atomic<int> gave_up{0};
+    auto all_threads_in = [&] {
+      std::lock_guard<std::mutex> lock(mu);
+      return threads.size() >= 3;
+    };
+    const absl::Time deadline = absl::Now() + kHangDeadline;
+    pool->ParallelFor(100, [&](int64_t i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        threads.insert(std::this_thread::get_id());
+      }
+      if (!WaitUntil(all_threads_in, deadline - absl::Now())) gave_up.fetch_add(1);
+      sum.fetch_add(i);
+    });
+    ASSERT_EQ(gave_up.load(), 0) << "call " << iter << ": the tasks ran on " << threads.size()
+                                 << " threads; a sleeping worker was not woken";
+    ASSERT_EQ(threads.size(), 3u) << "call " << iter;
+    EXPECT_EQ(threads.count(caller), 1u) << "call " << iter;
     ASSERT_EQ(sum.load(), 4950);
   }
 }
@@ -114,9 +148,7 @@ TEST(ThreadPoolTest, PostedWorkRunsInOrderOnAWorker) {
       });
     }
     // Nothing else drives the pool: the workers alone must run it.
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!done.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
-    ASSERT_TRUE(done.load()) << "spin_us " << spin_us;
+    EXPECT_TRUE(WaitUntil([&] { return done.load(); })) << "spin_us " << spin_us;
     pool->RunPosted();
     ASSERT_EQ(order.size(), 200u);
     for (int i = 0; i < 200; ++i) ASSERT_EQ(order[i], i);
@@ -163,13 +195,12 @@ TEST(ThreadPoolTest, DifferentKeysRunAtTheSameTime) {
   std::atomic<bool> first_saw_second{false};
   std::atomic<bool> first_done{false};
   pool->Post(1, [&] {
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!second_ran.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
-    first_saw_second.store(second_ran.load());
+    first_saw_second.store(WaitUntil([&] { return second_ran.load(); }));
     first_done.store(true);
   });
   pool->Post(2, [&] { second_ran.store(true); });
-  while (!first_done.load()) std::this_thread::yield();
+  // The workers alone run both; the first gives up at the deadline if the second never runs beside it.
+  EXPECT_TRUE(WaitUntil([&] { return first_done.load(); }, 2 * kHangDeadline));
   pool->RunPosted();
   EXPECT_TRUE(first_saw_second.load());
 }
@@ -246,13 +277,19 @@ TEST(ThreadPoolTest, RunPostedWaitsForWorkAWorkerIsRunning) {
   std::unique_ptr<ThreadPool> pool = MakePool(2);
   ASSERT_NE(pool, nullptr);
   std::atomic<bool> started{false};
+  std::atomic<bool> caller_waits{false};
   std::atomic<bool> finished{false};
   pool->Post(0, [&] {
     started.store(true);
+    // Still running once the caller has gone into RunPosted (the sleep covers the step from the flag to
+    // the call; a caller delayed longer can only make this test miss a bug, never fail a correct pool).
+    WaitUntil([&] { return caller_waits.load(); });
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     finished.store(true);
   });
-  while (!started.load()) std::this_thread::yield();
+  // Not ASSERT: RunPosted below must still run, so that nothing posted outlives the variables it uses.
+  EXPECT_TRUE(WaitUntil([&] { return started.load(); })) << "no worker took the posted work";
+  caller_waits.store(true);
   pool->RunPosted();
   EXPECT_TRUE(finished.load());
 }

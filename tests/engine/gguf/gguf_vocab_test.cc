@@ -1,4 +1,4 @@
-// Real GGUF files written by llama.cpp's converter (../shared/testdata/vocab; facts from SOURCE.txt).
+// Real GGUF files written by llama.cpp's converter (tests/data/vocab; facts from SOURCE.txt there).
 
 #include <string>
 #include <vector>
@@ -10,11 +10,10 @@
 namespace strata::gguf {
 namespace {
 
-using ::strata::testing::Gunzip;
-using ::strata::testing::ScratchDir;
-using ::strata::testing::TestDataDir;
+using ::strata::testing::TestDataFile;
 
-std::string VocabPath(const std::string& name) { return TestDataDir() + "/vocab/" + name; }
+// The unpacked copy of vocab/<name>.gz.
+std::string VocabPath(const std::string& name) { return TestDataFile("vocab/" + name + ".gz"); }
 
 TEST(GgufVocab, Gpt2) {
   auto file = GgufFile::Open(VocabPath("ggml-vocab-gpt-2.gguf"));
@@ -58,10 +57,7 @@ TEST(GgufVocab, GptNeox) {
 }
 
 TEST(GgufVocab, Qwen2) {
-  ScratchDir dir;
-  const std::string path = dir.Join("ggml-vocab-qwen2.gguf");
-  Gunzip(VocabPath("ggml-vocab-qwen2.gguf.gz"), path);
-  auto file = GgufFile::Open(path);
+  auto file = GgufFile::Open(VocabPath("ggml-vocab-qwen2.gguf"));
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ((*file)->file_size(), 5928896u);
   const Metadata& md = (*file)->metadata();

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -23,29 +22,25 @@ namespace {
 using ::testing::HasSubstr;
 using Model = ReferenceModel;
 
-// Tiny synthetic models, written once per (arch, expert type) and kept for the whole test binary.
+// Tiny synthetic models, written once per (arch, expert type) into the binary's shared scratch directory
+// and kept while it lasts.
 class TinyModels {
  public:
-  static const std::string& Gguf(const std::string& arch, gguf::GgmlType expert_type) {
-    static TinyModels* models = new TinyModels;
-    const std::string key = absl::StrCat(arch, "-", static_cast<int>(expert_type));
-    auto it = models->paths_.find(key);
-    if (it != models->paths_.end()) return it->second;
+  static std::string Gguf(const std::string& arch, gguf::GgmlType expert_type) {
+    const std::string path =
+        SharedScratchDir().Join(absl::StrCat("reference-model-", arch, "-", static_cast<int>(expert_type), ".gguf"));
+    if (std::filesystem::exists(path)) return path;
     packtool::SynthOptions o;
     o.geometry = *packtool::PresetGeometry(arch, "tiny");
     o.dense_type = gguf::GgmlType::kF32;
     o.expert_type = expert_type;
     o.seed = 11;
     o.threads = 2;
-    o.output = models->dir_.Join(key + ".gguf");
+    o.output = path;
     const absl::Status s = packtool::SynthesizeGguf(o);
     EXPECT_TRUE(s.ok()) << s;
-    return models->paths_[key] = o.output;
+    return path;
   }
-
- private:
-  ScratchDir dir_;
-  std::map<std::string, std::string> paths_;
 };
 
 // Converts `gguf_path` into a fresh pack directory under `dir`.

@@ -3,30 +3,38 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "engine/gguf/gguf_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "packtool/convert.h"
 #include "packtool/synth.h"
 #include "tests/testing/reference_model.h"
 #include "tests/testing/test_util.h"
+#include "tests/testing/wait.h"
 
 namespace strata::runtime {
 namespace {
 
+using ::strata::testing::kHangDeadline;
 using ::strata::testing::ReferenceModel;
 using ::strata::testing::ScratchDir;
+using ::strata::testing::WaitUntil;
 
 // A tiny synthesized model of `arch`, as GGUF and as packs in each scheme, shared by a test suite.
 struct TinyModel {
-  explicit TinyModel(const std::string& arch) {
+  explicit TinyModel(const std::string& arch, gguf::GgmlType dense_type = gguf::GgmlType::kF32) {
     packtool::SynthOptions o;
     o.geometry = *packtool::PresetGeometry(arch, "tiny");
-    o.dense_type = gguf::GgmlType::kF32;
+    o.dense_type = dense_type;
     o.expert_type = gguf::GgmlType::kF32;
     o.seed = 11;
     o.output = dir.Join("model.gguf");
@@ -68,6 +76,28 @@ GenerateRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
   return r;
 }
 
+// Engine::Generate with a deadline: DEADLINE_EXCEEDED when the request has not finished by then. The
+// callbacks own what they write, so one that comes after a failed wait touches nothing of the test's.
+absl::StatusOr<Engine::Completion> GenerateWithin(Engine& engine, GenerateRequest request) {
+  struct State {
+    Engine::Completion completion;
+    absl::Notification done;
+  };
+  auto state = std::make_shared<State>();
+  GenerateCallbacks cb;
+  cb.on_tokens = [state](const TokenEvent& e) { state->completion.text += e.text; };
+  cb.on_done = [state](const GenerationResult& r) {
+    state->completion.result = r;
+    state->done.Notify();
+  };
+  absl::StatusOr<std::shared_ptr<RequestHandle>> handle = engine.Submit(std::move(request), std::move(cb));
+  if (!handle.ok()) return handle.status();
+  if (!state->done.WaitForNotificationWithTimeout(kHangDeadline)) {
+    return absl::DeadlineExceededError("the request did not finish");
+  }
+  return state->completion;
+}
+
 // Greedy continuation by the reference: recompute the whole sequence each step.
 std::vector<int32_t> ReferenceGreedy(ReferenceModel& ref, std::vector<int32_t> tokens, int n) {
   std::vector<int32_t> out;
@@ -101,7 +131,7 @@ TEST_P(EngineArchTest, F16LogitsAndGreedyTokensMatchTheReference) {
   const std::vector<int32_t> prompt = {5, 77, 140, 3, 250, 31, 9};
   GenerateRequest req = Greedy(prompt, 12);
   req.prompt_logits = true;
-  auto done = (*engine)->Generate(req);
+  auto done = GenerateWithin(**engine, req);
   ASSERT_TRUE(done.ok()) << done.status();
   ASSERT_TRUE(done->result.status.ok()) << done->result.status;
   const int64_t n_vocab = (*ref)->n_vocab();
@@ -135,7 +165,7 @@ TEST_P(EngineSchemeTest, QuantizedLogitsStayNearTheReferenceOfTheSameWeights) {
   const std::vector<int32_t> prompt = {17, 4, 99, 180, 2, 66};
   GenerateRequest req = Greedy(prompt, 1);
   req.prompt_logits = true;
-  auto done = (*engine)->Generate(req);
+  auto done = GenerateWithin(**engine, req);
   ASSERT_TRUE(done.ok() && done->result.status.ok());
   const int64_t n_vocab = (*ref)->n_vocab();
   const std::vector<float> expected = (*ref)->Logits(prompt);
@@ -150,6 +180,142 @@ TEST_P(EngineSchemeTest, QuantizedLogitsStayNearTheReferenceOfTheSameWeights) {
 INSTANTIATE_TEST_SUITE_P(Schemes, EngineSchemeTest,
                          ::testing::Values(kernels::Scheme::kS8, kernels::Scheme::kS4, kernels::Scheme::kS2),
                          [](const auto& info) { return std::string(kernels::SchemeName(info.param)); });
+
+class EngineDenseTypeTest : public ::testing::TestWithParam<gguf::GgmlType> {};
+
+// The dense weights (embeddings, attention, router, output) stored as f16, bf16 or q8_0 and read in place by
+// the engine's dense kernels, against the reference, which decodes every row with gguf::Dequantize (ggml's
+// own block formats, tested against llama.cpp's blocks) and computes in double. The experts are an f16 pack
+// the reference reads as stored, so what is left to differ is the engine's f32 arithmetic.
+TEST_P(EngineDenseTypeTest, LogitsAndGreedyTokensMatchTheReference) {
+  TinyModel model("qwen3moe", GetParam());
+  const std::string pack = model.Pack(kernels::Scheme::kF16);
+  {
+    // The pack keeps the dense weights in their type: this test is not about f32 weights.
+    auto dense = gguf::GgufFile::Open(pack + "/dense.gguf");
+    ASSERT_TRUE(dense.ok()) << dense.status();
+    // Every weight matrix but the router, which llama.cpp keeps in f32 like the norms.
+    int typed = 0;
+    for (const gguf::TensorInfo& t : (*dense)->tensors()) {
+      if (t.ne.size() < 2 || absl::StrContains(t.name, "ffn_gate_inp")) continue;
+      EXPECT_EQ(gguf::TypeName(static_cast<uint32_t>(t.type)), gguf::TypeName(static_cast<uint32_t>(GetParam())))
+          << t.name;
+      ++typed;
+    }
+    EXPECT_GE(typed, 1 + 2 * 4);  // token_embd and q, k, v, output of both layers
+  }
+  auto ref = ReferenceModel::FromPack(pack);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  auto engine = Engine::Create(Options(pack));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<int32_t> prompt = {5, 77, 140, 3, 250, 31, 9, 200};
+  GenerateRequest req = Greedy(prompt, 8);
+  req.prompt_logits = true;
+  auto done = GenerateWithin(**engine, req);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_TRUE(done->result.status.ok()) << done->result.status;
+  const int64_t n_vocab = (*ref)->n_vocab();
+  const std::vector<float> expected = (*ref)->Logits(prompt);
+  ASSERT_EQ(done->result.prompt_logits.size(), expected.size());
+  double worst = 0;
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    const double error =
+        RelativeError(done->result.prompt_logits.data() + p * n_vocab, expected.data() + p * n_vocab, n_vocab);
+    EXPECT_LT(error, 1e-5) << "position " << p;  // about 3e-7 here
+    worst = std::max(worst, error);
+  }
+  std::printf("dense %s: worst relative error of the logits %.2g\n",
+              gguf::TypeName(static_cast<uint32_t>(GetParam())).c_str(), worst);
+  EXPECT_EQ(done->result.tokens, ReferenceGreedy(**ref, prompt, 8));
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseTypes, EngineDenseTypeTest,
+                         ::testing::Values(gguf::GgmlType::kF16, gguf::GgmlType::kBF16, gguf::GgmlType::kQ8_0),
+                         [](const auto& info) { return gguf::TypeName(static_cast<uint32_t>(info.param)); });
+
+// Holds the engine's scheduler at the start of forward passes, so that a test decides how far a generation
+// gets instead of racing it. Wraps the pack's expert source: a pass starts at its first expert read of MoE
+// layer 0 (every block of the tiny models is a MoE block, read in order on the scheduler thread).
+class ForwardGate {
+ public:
+  // From now on a pass starts only when Allow has made room for it; the next one is held.
+  void Pause() {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = true;
+    limit_ = started_;
+  }
+  // Lets `n` more passes start.
+  void Allow(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    limit_ += n;
+    cv_.notify_all();
+  }
+  // Lets every pass run from now on.
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = false;
+    cv_.notify_all();
+  }
+  // Waits until a pass is held at its start; false at the deadline.
+  bool WaitUntilHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoSeconds(kHangDeadline), [&] { return held_; });
+  }
+
+  // Called by the source at the start of each pass.
+  void PassStarts() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++started_;
+    held_ = paused_ && started_ > limit_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !paused_ || started_ <= limit_; });
+    held_ = false;
+  }
+
+  // An EngineOptions::source_factory whose sources report to this gate.
+  std::function<std::unique_ptr<pack::ExpertSource>(const pack::Pack&)> SourceFactory();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool paused_ = false;
+  bool held_ = false;
+  int64_t started_ = 0;  // passes started
+  int64_t limit_ = 0;    // while paused, passes up to this one may start
+};
+
+class GatedSource : public pack::ExpertSource {
+ public:
+  GatedSource(std::unique_ptr<pack::ExpertSource> inner, ForwardGate* gate) : inner_(std::move(inner)), gate_(gate) {}
+  absl::StatusOr<const uint8_t*> Blob(int64_t layer, int64_t expert) override {
+    if (layer == 0 && last_layer_ != 0) gate_->PassStarts();
+    last_layer_ = layer;
+    return inner_->Blob(layer, expert);
+  }
+  std::string_view kind() const override { return inner_->kind(); }
+  uint64_t blob_bytes() const override { return inner_->blob_bytes(); }
+
+ private:
+  std::unique_ptr<pack::ExpertSource> inner_;
+  ForwardGate* const gate_;
+  int64_t last_layer_ = -1;  // scheduler thread only
+};
+
+std::function<std::unique_ptr<pack::ExpertSource>(const pack::Pack&)> ForwardGate::SourceFactory() {
+  return [this](const pack::Pack& p) -> std::unique_ptr<pack::ExpertSource> {
+    auto inner = pack::OpenExpertSource(p, {}, nullptr);
+    EXPECT_TRUE(inner.ok()) << inner.status();
+    if (!inner.ok()) return nullptr;
+    return std::make_unique<GatedSource>(*std::move(inner), this);
+  };
+}
+
+// Opens the gate when the test leaves its scope, however it leaves, so that an engine destroyed after it
+// is never left waiting for a pass the gate holds. Declare it after the engine.
+struct OpenOnExit {
+  ForwardGate* gate;
+  ~OpenOnExit() { gate->Open(); }
+};
 
 class EngineTest : public ::testing::Test {
  protected:
@@ -173,12 +339,24 @@ TEST_F(EngineTest, BatchedDecodingGivesTheSameTokensAsOneAtATime) {
   {
     auto engine = Engine::Create(Options(*pack_, 1));
     ASSERT_TRUE(engine.ok()) << engine.status();
-    for (const auto& p : prompts) alone.push_back((*engine)->Generate(Greedy(p, 10))->result.tokens);
+    for (const auto& p : prompts) {
+      auto done = GenerateWithin(**engine, Greedy(p, 10));
+      ASSERT_TRUE(done.ok()) << done.status();
+      alone.push_back(done->result.tokens);
+    }
   }
-  auto engine = Engine::Create(Options(*pack_, 4));
-  ASSERT_TRUE(engine.ok());
+  // Declared before the engine, which calls into them until it is gone.
+  ForwardGate gate;
   std::vector<GenerationResult> results(prompts.size());
   std::vector<absl::Notification> done(prompts.size());
+  EngineOptions o = Options(*pack_, 4);
+  o.source_factory = gate.SourceFactory();
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok());
+  OpenOnExit open_on_exit{&gate};
+  // Nothing runs past its prompt pass until every request is queued, so they decode together whatever
+  // the machine's speed (else a fast scheduler could finish one before the next arrives).
+  gate.Pause();
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateCallbacks cb;
     cb.on_done = [&, i](const GenerationResult& r) {
@@ -187,9 +365,15 @@ TEST_F(EngineTest, BatchedDecodingGivesTheSameTokensAsOneAtATime) {
     };
     ASSERT_TRUE((*engine)->Submit(Greedy(prompts[i], 10), cb).ok());
   }
-  for (auto& d : done) d.WaitForNotification();
+  gate.Open();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(done[i].WaitForNotificationWithTimeout(kHangDeadline)) << "prompt " << i << " never finished";
+  }
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(results[i].tokens, alone[i]) << "prompt " << i;
-  EXPECT_GT((*engine)->stats().steps, 0u);
+  // They did run together: 10 tokens each in at most two passes more than one request alone needs (one
+  // pass may have held only the requests that had joined by then). One at a time would take 40 passes.
+  EXPECT_GE((*engine)->stats().steps, 10u);
+  EXPECT_LE((*engine)->stats().steps, 12u);
 }
 
 TEST_F(EngineTest, SameSeedSameTokensAndStopRules) {
@@ -198,15 +382,15 @@ TEST_F(EngineTest, SameSeedSameTokensAndStopRules) {
   GenerateRequest r = Greedy({3, 1, 4, 1, 5}, 20);
   r.sampling.temperature = 1.0f;
   r.sampling.seed = 42;
-  auto a = (*engine)->Generate(r);
-  auto b = (*engine)->Generate(r);
+  auto a = GenerateWithin(**engine, r);
+  auto b = GenerateWithin(**engine, r);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->result.tokens, b->result.tokens);
   EXPECT_EQ(a->result.tokens.size(), 20u);
   // A stop token id ends generation right after it.
   GenerateRequest s = r;
   s.sampling.stop_token_ids = {a->result.tokens[4]};
-  auto c = (*engine)->Generate(s);
+  auto c = GenerateWithin(**engine, s);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->result.reason, FinishReason::kStop);
   EXPECT_LE(c->result.tokens.size(), 5u);
@@ -256,11 +440,11 @@ TEST_F(EngineTest, AnExpertReadFailureFailsTheRequestWithoutTokens) {
   o.source_factory = [](const pack::Pack& p) -> std::unique_ptr<pack::ExpertSource> {
     return std::make_unique<FailingSource>(*pack::OpenExpertSource(p, {}, nullptr));
   };
-  auto engine = Engine::Create(o);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  int token_events = 0;
+  std::atomic<int> token_events{0};
   GenerationResult result;
   absl::Notification done;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
   GenerateCallbacks cb;
   cb.on_tokens = [&](const TokenEvent&) { ++token_events; };
   cb.on_done = [&](const GenerationResult& r) {
@@ -268,47 +452,59 @@ TEST_F(EngineTest, AnExpertReadFailureFailsTheRequestWithoutTokens) {
     done.Notify();
   };
   ASSERT_TRUE((*engine)->Submit(Greedy({1, 2, 3}, 5), cb).ok());
-  done.WaitForNotification();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kHangDeadline));
   EXPECT_EQ(result.reason, FinishReason::kError);
   EXPECT_THAT(result.status, StatusIsWith(absl::StatusCode::kDataLoss, "moe layer 1"));
-  EXPECT_EQ(token_events, 0);
+  EXPECT_EQ(token_events.load(), 0);
   EXPECT_TRUE(result.tokens.empty());
   EXPECT_EQ((*engine)->stats().kv_bytes_in_use, 0u);
 }
 
 TEST_F(EngineTest, CancelFreesTheSequence) {
-  auto engine = Engine::Create(Options(*pack_, 1));
-  ASSERT_TRUE(engine.ok());
+  // The gate holds the scheduler after two passes (the prompt's, giving the first token, and one decode
+  // step), so the cancel lands mid-generation however fast or slow the machine is.
+  ForwardGate gate;
+  EngineOptions o = Options(*pack_, 1);
+  o.source_factory = gate.SourceFactory();
   GenerationResult result;
   absl::Notification done;
-  GenerateCallbacks cb;
-  std::shared_ptr<RequestHandle> handle;
   std::atomic<int> events{0};
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  OpenOnExit open_on_exit{&gate};
+  GenerateCallbacks cb;
   cb.on_tokens = [&](const TokenEvent&) { ++events; };
   cb.on_done = [&](const GenerationResult& r) {
     result = r;
     done.Notify();
   };
+  gate.Pause();
   auto h = (*engine)->Submit(Greedy({1, 2, 3}, 200), cb);
   ASSERT_TRUE(h.ok());
-  while (events.load() < 2) std::this_thread::yield();
+  gate.Allow(2);
+  ASSERT_TRUE(gate.WaitUntilHeld()) << "the scheduler never started a third pass";
+  ASSERT_TRUE(WaitUntil([&] { return events.load() >= 2; })) << events.load() << " token events";
   (*h)->Cancel();
-  done.WaitForNotification();
+  gate.Open();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(kHangDeadline));
   EXPECT_EQ(result.reason, FinishReason::kCancelled);
-  EXPECT_LT(result.tokens.size(), 200u);
+  // The pass that was held when the cancel came may still give its token; none comes after it.
+  EXPECT_GE(result.tokens.size(), 2u);
+  EXPECT_LE(result.tokens.size(), 3u);
   EXPECT_EQ((*engine)->stats().kv_bytes_in_use, 0u);
   // The engine still serves.
-  auto next = (*engine)->Generate(Greedy({4, 5}, 3));
+  auto next = GenerateWithin(**engine, Greedy({4, 5}, 3));
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->result.tokens.size(), 3u);
 }
 
 TEST_F(EngineTest, CallbacksOfARequestRunOneAtATimeInOrderAndAllBeforeTheEngineIsGone) {
   constexpr int kRequests = 4;
+  ForwardGate gate;  // outlives the engine, whose expert source reports to it
   std::vector<std::atomic<int>> inside(2 * kRequests);  // per request
   std::atomic<int> overlaps{0};
   std::atomic<int> out_of_order{0};
-  std::atomic<int> second_batch_events{0};
+  std::vector<std::atomic<int>> token_events(2 * kRequests);
   // Element i is touched only by request i's callbacks, which run one at a time.
   std::vector<std::vector<int32_t>> tokens_seen(2 * kRequests);
   std::vector<char> finished(2 * kRequests, false);
@@ -320,7 +516,7 @@ TEST_F(EngineTest, CallbacksOfARequestRunOneAtATimeInOrderAndAllBeforeTheEngineI
       if (inside[i].fetch_add(1) != 0) overlaps.fetch_add(1);
       if (finished[i]) out_of_order.fetch_add(1);
       tokens_seen[i].insert(tokens_seen[i].end(), e.tokens.begin(), e.tokens.end());
-      if (i >= kRequests) second_batch_events.fetch_add(1);
+      token_events[i].fetch_add(1);
       std::this_thread::sleep_for(std::chrono::microseconds(50));  // widen any window for overlap
       inside[i].fetch_sub(1);
     };
@@ -336,27 +532,47 @@ TEST_F(EngineTest, CallbacksOfARequestRunOneAtATimeInOrderAndAllBeforeTheEngineI
   {
     EngineOptions o = Options(*pack_, kRequests);
     o.threads = 3;  // workers exist, so callbacks run as posted work
+    o.source_factory = gate.SourceFactory();
     auto engine = Engine::Create(o);
     ASSERT_TRUE(engine.ok());
+    OpenOnExit open_on_exit{&gate};  // whatever fails below, the engine can still stop
     for (int i = 0; i < kRequests; ++i) {
       ASSERT_TRUE((*engine)->Submit(Greedy({static_cast<int32_t>(i + 1), 2, 3}, 12), callbacks(i)).ok());
     }
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     auto all_done = [&] {
       for (int i = 0; i < kRequests; ++i) {
         if (done_calls[i].load() == 0) return false;
       }
       return true;
     };
-    while (!all_done() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
-    ASSERT_TRUE(all_done());
+    ASSERT_TRUE(WaitUntil(all_done));
     // A second batch is still running when the engine goes: each gets its on_done before the destructor
-    // returns.
+    // returns. The gate lets three passes run (every request of the batch has joined and has a token by
+    // then) and holds the fourth, so none of them can reach its 200 tokens before the engine is destroyed.
+    gate.Pause();
     for (int i = kRequests; i < 2 * kRequests; ++i) {
       ASSERT_TRUE((*engine)->Submit(Greedy({static_cast<int32_t>(i + 1), 5}, 200), callbacks(i)).ok());
     }
-    while (second_batch_events.load() == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
-    ASSERT_GT(second_batch_events.load(), 0);
+    gate.Allow(3);
+    ASSERT_TRUE(gate.WaitUntilHeld()) << "the scheduler never started a fourth pass";
+    ASSERT_TRUE(WaitUntil([&] {
+      for (int i = kRequests; i < 2 * kRequests; ++i) {
+        if (token_events[i].load() == 0) return false;
+      }
+      return true;
+    })) << "a request of the second batch had no token after three passes";
+    // Destroys the engine on another thread while the gate holds the scheduler, and releases the gate only
+    // once the destructor has asked the scheduler to stop; the scheduler then finishes the held pass and
+    // stops. Submit refuses with UNAVAILABLE from that moment: the destructor's body is running, blocked on
+    // the scheduler, and every member Submit touches is alive until it returns.
+    Engine* const raw = engine->get();
+    std::thread destroyer([&] { engine->reset(); });
+    const bool stopping = WaitUntil([&] {
+      return raw->Submit(Greedy({1}, 1), {}).status().code() == absl::StatusCode::kUnavailable;
+    });
+    gate.Open();
+    destroyer.join();
+    ASSERT_TRUE(stopping) << "Submit was never refused while the engine was being destroyed";
   }
   EXPECT_EQ(overlaps.load(), 0);
   EXPECT_EQ(out_of_order.load(), 0);
@@ -365,14 +581,23 @@ TEST_F(EngineTest, CallbacksOfARequestRunOneAtATimeInOrderAndAllBeforeTheEngineI
     EXPECT_EQ(tokens_seen[i], results[i].tokens) << "request " << i;  // every token, in order
   }
   for (int i = 0; i < kRequests; ++i) EXPECT_EQ(results[i].reason, FinishReason::kLength);
-  for (int i = kRequests; i < 2 * kRequests; ++i) EXPECT_EQ(results[i].reason, FinishReason::kCancelled);
+  for (int i = kRequests; i < 2 * kRequests; ++i) {
+    EXPECT_EQ(results[i].reason, FinishReason::kCancelled) << "request " << i;
+    // Three passes and the held one: at most four tokens each.
+    EXPECT_GE(results[i].tokens.size(), 1u) << "request " << i;
+    EXPECT_LE(results[i].tokens.size(), 4u) << "request " << i;
+  }
 }
 
 TEST_F(EngineTest, FullQueueIsResourceExhausted) {
+  ForwardGate gate;
   EngineOptions o = Options(*pack_, 1);
   o.max_queue = 1;
+  o.source_factory = gate.SourceFactory();
   auto engine = Engine::Create(o);
   ASSERT_TRUE(engine.ok());
+  OpenOnExit open_on_exit{&gate};
+  gate.Pause();  // no request can finish and make room, however slowly the requests below are submitted
   std::vector<std::shared_ptr<RequestHandle>> handles;
   absl::Status last;
   for (int i = 0; i < 6 && last.ok(); ++i) {

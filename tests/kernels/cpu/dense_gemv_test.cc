@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/gguf/ggml_types.h"
 #include "gtest/gtest.h"
 #include "kernels/format/fp16.h"
 
@@ -51,7 +52,66 @@ std::vector<uint8_t> RandomWeights(DenseType type, int64_t rows, int64_t cols, s
   return w;
 }
 
+gguf::GgmlType GgmlTypeOf(DenseType type) {
+  switch (type) {
+    case DenseType::kF32:
+      return gguf::GgmlType::kF32;
+    case DenseType::kF16:
+      return gguf::GgmlType::kF16;
+    case DenseType::kBF16:
+      return gguf::GgmlType::kBF16;
+    case DenseType::kQ8_0:
+      return gguf::GgmlType::kQ8_0;
+  }
+  return gguf::GgmlType::kF32;
+}
+
 class DenseGemvTest : public ::testing::TestWithParam<DenseType> {};
+
+// Against an oracle outside the kernels: each row decoded by gguf::Dequantize (ggml's block formats, which
+// the gguf tests check against blocks written by llama.cpp) and dotted in double. DenseGemv falls back to
+// DenseGemvReference on some shapes and machines, so agreeing with that alone would prove nothing about
+// the decoding. The shapes include columns that are not a multiple of 8 (the SIMD paths' step) where the
+// type allows it.
+TEST_P(DenseGemvTest, MatchesRowsDecodedByGgml) {
+  const DenseType type = GetParam();
+  std::mt19937 rng(13);
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{24, 256}, {8, 2560}, {5, 4096 + 32}};
+  if (type != DenseType::kQ8_0) shapes.insert(shapes.end(), {{7, 100}, {3, 13}, {9, 8 * 33 + 5}});
+  for (auto [rows, cols] : shapes) {
+    const std::vector<uint8_t> w = RandomWeights(type, rows, cols, &rng);
+    const uint64_t row_bytes = DenseRowBytes(type, cols);
+    ASSERT_EQ(*gguf::RowBytes(GgmlTypeOf(type), cols), row_bytes) << "cols " << cols;
+    std::vector<float> decoded(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_TRUE(gguf::Dequantize(GgmlTypeOf(type), w.data() + r * row_bytes, decoded.data() + r * cols, cols).ok());
+    }
+    for (int n : {1, 2, 5}) {
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> x(n * cols);
+      for (float& v : x) v = normal(rng);
+      std::vector<float> got(n * rows), scalar(n * rows);
+      DenseGemv(type, w.data(), cols, 0, rows, x.data(), cols, n, got.data(), rows);
+      DenseGemvReference(type, w.data(), cols, 0, rows, x.data(), cols, n, scalar.data(), rows);
+      for (int t = 0; t < n; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          double want = 0, magnitude = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            const double p = static_cast<double>(decoded[r * cols + c]) * x[t * cols + c];
+            want += p;
+            magnitude += std::fabs(p);
+          }
+          // f32 accumulation over `cols` terms; a wrongly decoded weight is off by far more.
+          const double tolerance = 1e-5 * magnitude + 1e-6;
+          EXPECT_NEAR(got[t * rows + r], want, tolerance)
+              << "DenseGemv rows " << rows << " cols " << cols << " n " << n << " t " << t << " r " << r;
+          EXPECT_NEAR(scalar[t * rows + r], want, tolerance)
+              << "DenseGemvReference rows " << rows << " cols " << cols << " n " << n << " t " << t << " r " << r;
+        }
+      }
+    }
+  }
+}
 
 TEST_P(DenseGemvTest, MatchesTheReferenceOnRealShapes) {
   std::mt19937 rng(5);

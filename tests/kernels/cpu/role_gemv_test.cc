@@ -1,11 +1,17 @@
 #include "kernels/cpu/role_gemv.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "kernels/format/fp16.h"
 #include "kernels/format/role_layout.h"
@@ -17,6 +23,67 @@ namespace {
 constexpr Scheme kAllSchemes[] = {Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2};
 constexpr CpuPath kAllPaths[] = {CpuPath::kScalar, CpuPath::kAvx2, CpuPath::kAvx512};
 constexpr float kSentinel = -12345.0f;
+
+// The paths the current test ran through RoleGemvOnPath; cleared before each test.
+std::set<CpuPath>& PathsRun() {
+  static std::set<CpuPath> paths;
+  return paths;
+}
+
+// STRATA_REQUIRE_CPU_PATHS, e.g. "avx2,avx512": paths every kernel test must run. The tests skip a path the
+// CPU lacks (or STRATA_CPU caps), which on a machine without it would leave that path's code untested while
+// every test passes; CI machines that have the paths set this so that losing one is a failure.
+struct RequiredPaths {
+  std::vector<CpuPath> paths;
+  std::vector<std::string> unknown;  // names that are no path
+};
+RequiredPaths ReadRequiredPaths() {
+  RequiredPaths required;
+  const char* env = std::getenv("STRATA_REQUIRE_CPU_PATHS");
+  if (env == nullptr) return required;
+  for (absl::string_view part : absl::StrSplit(env, ',', absl::SkipWhitespace())) {
+    const std::string name(absl::StripAsciiWhitespace(part));
+    bool known = false;
+    for (CpuPath p : kAllPaths) {
+      if (CpuPathName(p) == name) {
+        required.paths.push_back(p);
+        known = true;
+      }
+    }
+    if (!known) required.unknown.push_back(name);
+  }
+  return required;
+}
+
+std::string PathNames(const std::vector<CpuPath>& paths) {
+  std::vector<std::string> names;
+  for (CpuPath p : paths) names.emplace_back(CpuPathName(p));
+  return names.empty() ? "none" : absl::StrJoin(names, ",");
+}
+
+// Every test of this fixture runs kernels. After each it says which paths ran (stdout, and the properties
+// cpu_paths_run / cpu_paths_not_run in the XML report) and fails when a required path did not.
+class RoleGemvTest : public ::testing::Test {
+ protected:
+  void SetUp() override { PathsRun().clear(); }
+  void TearDown() override {
+    std::vector<CpuPath> ran, not_run;
+    for (CpuPath p : kAllPaths) (PathsRun().count(p) ? ran : not_run).push_back(p);
+    RecordProperty("cpu_paths_run", PathNames(ran));
+    RecordProperty("cpu_paths_not_run", PathNames(not_run));
+    std::printf("role_gemv paths run: %s; not run (not available here): %s\n", PathNames(ran).c_str(),
+                PathNames(not_run).c_str());
+    EXPECT_TRUE(PathsRun().count(CpuPath::kScalar)) << "the scalar path always runs";
+    const RequiredPaths required = ReadRequiredPaths();
+    for (const std::string& name : required.unknown) {
+      ADD_FAILURE() << "STRATA_REQUIRE_CPU_PATHS names '" << name << "', which is no path (scalar, avx2, avx512)";
+    }
+    for (CpuPath p : required.paths) {
+      EXPECT_TRUE(PathsRun().count(p)) << "STRATA_REQUIRE_CPU_PATHS requires the " << CpuPathName(p)
+                                       << " path, which did not run: this CPU lacks it or STRATA_CPU caps it";
+    }
+  }
+};
 
 // A role of random bytes with sane scales (codes are valid for any byte, except int8 -128 for s8, which
 // is remapped), so the kernels see every code pattern.
@@ -88,7 +155,8 @@ void CheckAgainstReference(Scheme s, const std::vector<uint8_t>& role, int64_t r
     }
   }
   for (CpuPath path : kAllPaths) {
-    if (!CpuPathAvailable(path)) continue;
+    if (!CpuPathAvailable(path)) continue;  // RoleGemvTest::TearDown reports it, and fails if it is required
+    PathsRun().insert(path);
     std::vector<std::vector<float>> out(n, std::vector<float>(rows, kSentinel));
     std::vector<float*> op;
     for (auto& o : out) op.push_back(o.data());
@@ -111,17 +179,30 @@ void CheckAgainstReference(Scheme s, const std::vector<uint8_t>& role, int64_t r
   }
 }
 
-TEST(RoleGemvTest, ReportsPaths) {
-  // The machines this project runs on have AVX512-VNNI; say which paths ran so a log shows it.
+TEST_F(RoleGemvTest, ReportsPathsAndRunsEveryAvailableOne) {
+  // The machines this project runs on have AVX512-VNNI; say which paths this one has so a log shows it.
   for (CpuPath p : kAllPaths) {
     std::printf("path %s: %s\n", std::string(CpuPathName(p)).c_str(),
                 CpuPathAvailable(p) ? "available" : "not available");
   }
   EXPECT_TRUE(CpuPathAvailable(CpuPath::kScalar));
   EXPECT_TRUE(CpuPathAvailable(BestCpuPath()));
+  for (CpuPath p : kAllPaths) {
+    if (CpuPathAvailable(p)) {
+      EXPECT_GE(static_cast<int>(BestCpuPath()), static_cast<int>(p)) << CpuPathName(p);
+    }
+  }
+  std::mt19937 rng(6);
+  for (Scheme s : kAllSchemes) {
+    const std::vector<uint8_t> role = RandomRole(s, 32, 128, rng);
+    CheckAgainstReference(s, role, 32, 128, {RandomActivation(128, rng), RandomActivation(128, rng)}, 0, 32);
+  }
+  for (CpuPath p : kAllPaths) {
+    EXPECT_EQ(PathsRun().count(p), CpuPathAvailable(p) ? 1u : 0u) << CpuPathName(p);
+  }
 }
 
-TEST(RoleGemvTest, SmallShapesAllTokenCounts) {
+TEST_F(RoleGemvTest, SmallShapesAllTokenCounts) {
   std::mt19937 rng(1);
   for (Scheme s : kAllSchemes) {
     for (const Case c : {Case{16, 64}, Case{32, 128}, Case{48, 192}, Case{16, 320}}) {
@@ -135,7 +216,7 @@ TEST(RoleGemvTest, SmallShapesAllTokenCounts) {
   }
 }
 
-TEST(RoleGemvTest, OddRowRanges) {
+TEST_F(RoleGemvTest, OddRowRanges) {
   std::mt19937 rng(2);
   const int64_t rows = 64, cols = 128;
   for (Scheme s : kAllSchemes) {
@@ -151,7 +232,7 @@ TEST(RoleGemvTest, OddRowRanges) {
   }
 }
 
-TEST(RoleGemvTest, RandomShapes) {
+TEST_F(RoleGemvTest, RandomShapes) {
   std::mt19937 rng(3);
   for (int iter = 0; iter < 24; ++iter) {
     const Scheme s = kAllSchemes[iter % 4];
@@ -167,7 +248,7 @@ TEST(RoleGemvTest, RandomShapes) {
   }
 }
 
-TEST(RoleGemvTest, RealMoeShapes) {
+TEST_F(RoleGemvTest, RealMoeShapes) {
   std::mt19937 rng(4);
   // Qwen3-30B-A3B (n_embd 2048, ff 768) gate/up and down, and the 2560 x 640 expert.
   for (const Case c : {Case{768, 2048}, Case{2048, 768}, Case{640, 2560}, Case{2560, 640}}) {
@@ -182,7 +263,7 @@ TEST(RoleGemvTest, RealMoeShapes) {
   }
 }
 
-TEST(RoleGemvTest, ExtremeValuesStayExact) {
+TEST_F(RoleGemvTest, ExtremeValuesStayExact) {
   // Largest codes against the largest activations: the s16 partial sums of the AVX2 path are at their
   // bound, and the int32 sums at theirs.
   const int64_t rows = 32, cols = 4096;
@@ -205,7 +286,7 @@ TEST(RoleGemvTest, ExtremeValuesStayExact) {
   }
 }
 
-TEST(RoleGemvTest, CheckArgs) {
+TEST(RoleGemvArgsTest, CheckArgs) {
   QuantizedActivation x;
   std::vector<float> xf(128, 1.0f);
   QuantizeActivation(xf.data(), 128, &x);

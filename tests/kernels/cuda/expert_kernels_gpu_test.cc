@@ -540,6 +540,10 @@ TEST_P(ExpertFfnGpuTest, HotExpertInNarrowTiles) {  // narrow: the hot expert's 
 
 TEST_P(ExpertFfnGpuTest, PrefillWithAHotExpert) {  // wide: the hot expert's 303 pairs in 38 items
   RunCase({"prefill 300 tokens", 2560, 640, 32, 300, 4, Routing::kHotExpert, Weights::kRandomCodes});
+  // The shapes of synth's small and tiny presets.
+  RunCase({"small preset prefill", 1024, 512, 32, 200, 4, Routing::kRandom, Weights::kRandomCodes});
+  RunCase({"small preset decode", 1024, 512, 32, 16, 4, Routing::kRandom, Weights::kRandomCodes});
+  RunCase({"tiny preset prefill", 128, 128, 8, 60, 2, Routing::kRandom, Weights::kRandomCodes});
 }
 
 TEST_P(ExpertFfnGpuTest, EveryTileSize) {  // wide: work items of 1 .. 8 tokens

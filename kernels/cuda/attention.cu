@@ -1,0 +1,470 @@
+// Attention of each query head over its sequence's KV cache (f32), decode and causal prefill alike.
+//
+// A block takes a tile of query rows — tile_tokens consecutive batch tokens times the G query heads of one
+// kv head — and one split of the positions. It streams that kv head's keys and values through shared
+// memory (cp.async) and keeps, per row, the running max m, the running sum l of exp(s - m) and the
+// unnormalized output O (online softmax). Tokens of the tile that share a cache are processed together, so
+// one K/V load serves all of them; tokens of other sequences in the same tile get their own pass.
+//
+// Inside a block each warp computes 16 rows x 32 positions of every K/V tile: lane = 8 * rg + pg owns rows
+// rg + 4a and positions pg + 8b (a, b < 4) for the scores, and rows rg + 4a times dims 4 pg + 32 c of O.
+// The 4 warps split rows (prefill, 64 rows) or positions (decode, few rows); at the end their (m, l, O)
+// are merged through shared memory. With more than one split, partial (m, l, O) go to the workspace and a
+// second kernel merges them.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dense_device.cuh"
+#include "kernels/cuda/dense_kernels.h"
+
+namespace strata::kernels::cuda {
+namespace {
+
+using detail::BadArgument;
+using detail::kFullMask;
+using detail::NullArgument;
+
+constexpr int kAttnWarps = 4;
+constexpr int kAttnThreads = 32 * kAttnWarps;
+constexpr int kWarpRows = 16;
+constexpr int kWarpPositions = 32;
+constexpr int kMaxBlockRows = kAttnWarps * kWarpRows;  // also the most tokens in a tile
+constexpr int kMaxGroup = kMaxBlockRows;               // n_head / n_head_kv
+constexpr int kDecodeMaxTokens = 32;                   // batches up to this give each token its own blocks
+// Splits are multiples of this many positions (a multiple of every tile's positions, 32 to 128).
+constexpr int kSplitGranule = 128;
+// Enough (token, head, split) work items to fill the GPU several times over.
+constexpr int64_t kTargetHeadSplits = 2048;
+constexpr int kMaxSplits = 1024;
+constexpr int kMergeWarps = 4;
+
+struct SplitPlan {
+  int n_splits;
+  int split_len;
+};
+
+// Splits wanted for these sizes before rounding the split length (at least the final count, and
+// non-decreasing in max_positions). Depends only on what AttentionWorkspaceBytes is given.
+int64_t WantedSplits(int n_tokens, int n_head, int max_positions) {
+  const int64_t heads = std::max<int64_t>(1, static_cast<int64_t>(n_tokens) * n_head);
+  const int64_t wanted = (kTargetHeadSplits + heads - 1) / heads;
+  const int64_t most = (static_cast<int64_t>(max_positions) + kSplitGranule - 1) / kSplitGranule;
+  return std::clamp<int64_t>(std::min(wanted, most), 1, kMaxSplits);
+}
+
+SplitPlan PlanSplits(int n_tokens, int n_head, int max_positions) {
+  const int64_t n = WantedSplits(n_tokens, n_head, max_positions);
+  int64_t len = (max_positions + n - 1) / n;
+  len = (len + kSplitGranule - 1) / kSplitGranule * kSplitGranule;
+  return SplitPlan{static_cast<int>((max_positions + len - 1) / len), static_cast<int>(len)};
+}
+
+// Workspace of one call: partial (m, l, O) of every (split, token, head).
+size_t SplitBytes(int64_t n_splits, int n_tokens, int n_head, int head_dim) {
+  if (n_splits <= 1) return 0;
+  return static_cast<size_t>(n_splits) * n_tokens * n_head * (head_dim + 2) * sizeof(float);
+}
+
+struct AttnParams {
+  const float* q;
+  const TokenSlot* slots;
+  float* out;
+  float* part_o;  // [split][n_tokens * n_head][D], with n_splits > 1
+  float* part_m;  // [split][n_tokens * n_head]
+  float* part_l;
+  int64_t layer;
+  int n_tokens;
+  int n_head;
+  int n_head_kv;
+  int group;        // query heads per kv head
+  int tile_tokens;  // tokens per block
+  int block_rows;   // tile_tokens * group
+  int row_warps;    // warps that split the rows (1, 2 or 4)
+  int pos_warps;    // 4 / row_warps: warps that split each K/V tile's positions
+  int split_len;
+  int n_splits;
+  float scale;
+};
+
+__device__ __forceinline__ void CopyAsync16(float* shared, const float* global, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  const int src_bytes = valid ? 16 : 0;  // 0: fill the 16 bytes with zeros, read nothing
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void CopyAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ void Fma4(float4& acc, float p, const float4& v) {
+  acc.x = fmaf(p, v.x, acc.x);
+  acc.y = fmaf(p, v.y, acc.y);
+  acc.z = fmaf(p, v.z, acc.z);
+  acc.w = fmaf(p, v.w, acc.w);
+}
+
+__device__ __forceinline__ void Scale4(float4& acc, float f) {
+  acc.x *= f;
+  acc.y *= f;
+  acc.z *= f;
+  acc.w *= f;
+}
+
+// Grid: (tiles, n_head_kv, n_splits). Dynamic shared memory: q tile [row_warps*16][D+4], K tile
+// [pos_warps*32][D+4], V tile [pos_warps*32][D] (rows of q and K padded so column reads hit distinct banks).
+template <int D>
+__global__ void __launch_bounds__(kAttnThreads) AttentionKernel(const AttnParams p) {
+  constexpr int kStride = D + 4;
+  constexpr int kChunks = D / 32;  // float4s of O per lane and row
+  extern __shared__ float4 shared_raw[];
+  float* const smem = reinterpret_cast<float*>(shared_raw);
+  __shared__ const float* s_keys[kMaxBlockRows];  // the tile tokens' caches at (layer, position 0, kv head)
+  __shared__ const float* s_values[kMaxBlockRows];
+  __shared__ int s_pos[kMaxBlockRows];
+
+  const int kv_head = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row_warp = warp / p.pos_warps, pos_warp = warp % p.pos_warps;
+  const int rg = lane / 8, pg = lane % 8;
+  const int token0 = blockIdx.x * p.tile_tokens;
+  const int tile_tokens = min(p.tile_tokens, p.n_tokens - token0);
+  const int tile_positions = p.pos_warps * kWarpPositions;
+  const int q_rows = p.row_warps * kWarpRows;
+  const int64_t kv_dim = static_cast<int64_t>(p.n_head_kv) * D;
+
+  float* const s_q = smem;
+  float* const s_k = s_q + q_rows * kStride;
+  float* const s_v = s_k + tile_positions * kStride;
+
+  for (int i = threadIdx.x; i < tile_tokens; i += kAttnThreads) {
+    const TokenSlot slot = p.slots[token0 + i];
+    const int64_t offset = p.layer * slot.capacity * kv_dim + static_cast<int64_t>(kv_head) * D;
+    s_keys[i] = slot.keys + offset;
+    s_values[i] = slot.values + offset;
+    s_pos[i] = slot.pos;
+  }
+  // Row r of the tile is token r / group, head kv_head * group + r % group; rows past the tile are zero.
+  for (int i = threadIdx.x; i < q_rows * (D / 4); i += kAttnThreads) {
+    const int r = i / (D / 4), d4 = i % (D / 4);
+    const int tt = r / p.group;
+    float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < p.block_rows && tt < tile_tokens) {
+      const int64_t head = static_cast<int64_t>(kv_head) * p.group + r % p.group;
+      value =
+          __ldg(reinterpret_cast<const float4*>(p.q + (static_cast<int64_t>(token0 + tt) * p.n_head + head) * D) + d4);
+    }
+    *reinterpret_cast<float4*>(s_q + r * kStride + 4 * d4) = value;
+  }
+  __syncthreads();
+
+  int row_local[4];  // this lane's rows in the tile
+  float m[4], l[4];
+  float4 o[4][kChunks];
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    row_local[a] = row_warp * kWarpRows + rg + 4 * a;
+    m[a] = -INFINITY;
+    l[a] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) o[a][c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+
+  const int split_begin = split * p.split_len;
+  // One pass per distinct cache among the tile's tokens (every thread computes the same groups).
+  uint64_t done = tile_tokens == 64 ? 0 : ~0ull << tile_tokens;
+  while (done != ~0ull) {
+    const int leader = __ffsll(static_cast<long long>(~done)) - 1;
+    const float* const keys = s_keys[leader];
+    const float* const values = s_values[leader];
+    uint64_t members = 0;
+    int max_pos = -1;
+    for (int i = leader; i < tile_tokens; ++i) {
+      if (((done >> i) & 1) == 0 && s_keys[i] == keys && s_values[i] == values) {
+        members |= 1ull << i;
+        max_pos = max(max_pos, s_pos[i]);
+      }
+    }
+    done |= members;
+    int row_pos[4];  // the row's position if its token is in this pass, else -1 (every position masked)
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int r = row_local[a], tt = r / p.group;
+      row_pos[a] = r < p.block_rows && tt < tile_tokens && ((members >> tt) & 1) ? s_pos[tt] : -1;
+    }
+    const int end = min(split_begin + p.split_len, max_pos + 1);
+
+    for (int start = split_begin; start < end; start += tile_positions) {
+      for (int i = threadIdx.x; i < tile_positions * (D / 4); i += kAttnThreads) {
+        const int pp = i / (D / 4), d4 = i % (D / 4);
+        const bool valid = start + pp < end;
+        const int64_t offset = valid ? static_cast<int64_t>(start + pp) * kv_dim + 4 * d4 : 0;
+        CopyAsync16(s_k + pp * kStride + 4 * d4, keys + offset, valid);
+        CopyAsync16(s_v + pp * D + 4 * d4, values + offset, valid);
+      }
+      CopyAsyncWaitAll();
+      __syncthreads();
+
+      // Scores of rows rg + 4a and positions pg + 8b of this warp's slice.
+      const float* const q_base = s_q + (row_warp * kWarpRows + rg) * kStride;
+      const float* const k_base = s_k + (pos_warp * kWarpPositions + pg) * kStride;
+      float s[4][4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) s[a][b] = 0.0f;
+      }
+#pragma unroll
+      for (int d = 0; d < D; d += 4) {
+        float4 qa[4], kb[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) qa[a] = *reinterpret_cast<const float4*>(q_base + 4 * a * kStride + d);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) kb[b] = *reinterpret_cast<const float4*>(k_base + 8 * b * kStride + d);
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            s[a][b] = fmaf(qa[a].x, kb[b].x, s[a][b]);
+            s[a][b] = fmaf(qa[a].y, kb[b].y, s[a][b]);
+            s[a][b] = fmaf(qa[a].z, kb[b].z, s[a][b]);
+            s[a][b] = fmaf(qa[a].w, kb[b].w, s[a][b]);
+          }
+        }
+      }
+
+      // Online softmax; s becomes exp(s - m). The 8 lanes of a row group share rows.
+      const int pos0 = start + pos_warp * kWarpPositions + pg;
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const int pos = pos0 + 8 * b;
+          s[a][b] = pos < end && pos <= row_pos[a] ? s[a][b] * p.scale : -INFINITY;
+          tile_max = fmaxf(tile_max, s[a][b]);
+        }
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 4));
+        const float m_new = fmaxf(m[a], tile_max);
+        if (m_new == -INFINITY) {  // nothing seen yet for this row
+#pragma unroll
+          for (int b = 0; b < 4; ++b) s[a][b] = 0.0f;
+          continue;
+        }
+        const float alpha = expf(m[a] - m_new);  // 0 for the first positions, 1 when the max holds
+        float sum = 0.0f;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          s[a][b] = expf(s[a][b] - m_new);
+          sum += s[a][b];
+        }
+        l[a] = l[a] * alpha + sum;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) Scale4(o[a][c], alpha);
+        m[a] = m_new;
+      }
+
+      // O += P V over the warp's 32 positions; position j's weights come from lane (rg, j % 8).
+      const float* const v_base = s_v + pos_warp * kWarpPositions * D + 4 * pg;
+#pragma unroll
+      for (int j = 0; j < kWarpPositions; ++j) {
+        float pj[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) pj[a] = __shfl_sync(kFullMask, s[a][j / 8], (lane & ~7) | (j & 7));
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const float4 v = *reinterpret_cast<const float4*>(v_base + j * D + 32 * c);
+#pragma unroll
+          for (int a = 0; a < 4; ++a) Fma4(o[a][c], pj[a], v);
+        }
+      }
+      __syncthreads();  // before the next tile overwrites K and V
+    }
+  }
+
+  // Merge the warps that split positions, through shared memory (the K/V area, >= 64 * D + 128 floats).
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    l[a] += __shfl_xor_sync(kFullMask, l[a], 1);
+    l[a] += __shfl_xor_sync(kFullMask, l[a], 2);
+    l[a] += __shfl_xor_sync(kFullMask, l[a], 4);
+  }
+  __syncthreads();
+  float* const s_o = s_k;                                // [warp][16][D]
+  float* const s_ml = s_o + kAttnWarps * kWarpRows * D;  // [warp][16][2]: m, l
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const int r = warp * kWarpRows + rg + 4 * a;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) *reinterpret_cast<float4*>(s_o + r * D + 4 * pg + 32 * c) = o[a][c];
+    if (pg == 0) {
+      s_ml[2 * r] = m[a];
+      s_ml[2 * r + 1] = l[a];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < p.block_rows * D; i += kAttnThreads) {
+    const int r = i / D, d = i % D;
+    const int tt = r / p.group;
+    if (tt >= tile_tokens) continue;
+    const int first_warp = (r / kWarpRows) * p.pos_warps, rl = r % kWarpRows;
+    float max_m = -INFINITY;
+    for (int pw = 0; pw < p.pos_warps; ++pw) max_m = fmaxf(max_m, s_ml[2 * ((first_warp + pw) * kWarpRows + rl)]);
+    float sum_l = 0.0f, sum_o = 0.0f;
+    if (max_m != -INFINITY) {
+      for (int pw = 0; pw < p.pos_warps; ++pw) {
+        const int wr = (first_warp + pw) * kWarpRows + rl;
+        const float f = expf(s_ml[2 * wr] - max_m);
+        sum_l += s_ml[2 * wr + 1] * f;
+        sum_o += s_o[wr * D + d] * f;
+      }
+    }
+    const int64_t row =
+        static_cast<int64_t>(token0 + tt) * p.n_head + static_cast<int64_t>(kv_head) * p.group + r % p.group;
+    if (p.n_splits == 1) {
+      p.out[row * D + d] = sum_o / sum_l;  // sum_l >= 1: position 0 is in this (only) split
+    } else {
+      const int64_t part = static_cast<int64_t>(split) * p.n_tokens * p.n_head + row;
+      p.part_o[part * D + d] = sum_o;
+      if (d == 0) {
+        p.part_m[part] = max_m;
+        p.part_l[part] = sum_l;
+      }
+    }
+  }
+}
+
+// A warp per (token, head) row: out = sum_s O_s exp(m_s - M) / sum_s l_s exp(m_s - M).
+template <int D>
+__global__ void __launch_bounds__(32 * kMergeWarps)
+    AttentionMergeKernel(const float* part_o, const float* part_m, const float* part_l, int n_splits, int64_t n_rows,
+                         float* out) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMergeWarps + threadIdx.x / 32;
+  if (row >= n_rows) return;
+  const int lane = threadIdx.x % 32;
+  float max_m = -INFINITY;
+  for (int s = 0; s < n_splits; ++s) max_m = fmaxf(max_m, part_m[s * n_rows + row]);
+  float sum_l = 0.0f;
+  float acc[D / 32];
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) acc[c] = 0.0f;
+  for (int s = 0; s < n_splits; ++s) {
+    const float m_s = part_m[s * n_rows + row];
+    if (m_s == -INFINITY) continue;  // a split past this token's position
+    const float f = expf(m_s - max_m);
+    sum_l += part_l[s * n_rows + row] * f;
+    const float* o_s = part_o + (s * n_rows + row) * D;
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) acc[c] += o_s[lane + 32 * c] * f;
+  }
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) out[row * D + lane + 32 * c] = acc[c] / sum_l;
+}
+
+// Dynamic shared memory of AttentionKernel<D> with row_warps warps splitting the rows.
+constexpr size_t AttentionSharedBytes(int d, int row_warps) {
+  const int pos_warps = kAttnWarps / row_warps;
+  return (static_cast<size_t>(row_warps) * kWarpRows * (d + 4) +
+          static_cast<size_t>(pos_warps) * kWarpPositions * (2 * d + 4)) *
+         sizeof(float);
+}
+
+template <int D>
+absl::Status LaunchAttention(const AttnParams& p, int tiles, cudaStream_t stream) {
+  // Above 48 KiB a kernel must opt in. The attribute is set once per process (a host-side setting that
+  // enqueues nothing), to the most any row split needs, so later calls, and graph captures, skip it.
+  static const cudaError_t opt_in = cudaFuncSetAttribute(
+      AttentionKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(std::max({AttentionSharedBytes(D, 1), AttentionSharedBytes(D, 2), AttentionSharedBytes(D, 4)})));
+  CUDA_RETURN_IF_ERROR(opt_in, "cudaFuncSetAttribute(AttentionKernel)");
+  const size_t smem_bytes = AttentionSharedBytes(D, p.row_warps);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n_head_kv), static_cast<unsigned>(p.n_splits));
+  AttentionKernel<D><<<grid, kAttnThreads, smem_bytes, stream>>>(p);
+  if (absl::Status s = LaunchStatus("AttentionKernel"); !s.ok()) return s;
+  if (p.n_splits == 1) return absl::OkStatus();
+  const int64_t n_rows = static_cast<int64_t>(p.n_tokens) * p.n_head;
+  const unsigned blocks = static_cast<unsigned>((n_rows + kMergeWarps - 1) / kMergeWarps);
+  AttentionMergeKernel<D>
+      <<<blocks, 32 * kMergeWarps, 0, stream>>>(p.part_o, p.part_m, p.part_l, p.n_splits, n_rows, p.out);
+  return LaunchStatus("AttentionMergeKernel");
+}
+
+}  // namespace
+
+size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int head_dim, int max_positions) {
+  if (n_tokens <= 0 || n_head <= 0 || head_dim <= 0 || max_positions <= 0) return 0;
+  // Fewer tokens may split into more pieces: the largest need over every smaller batch.
+  size_t bytes = 0;
+  for (int n = 1; n <= n_tokens; ++n) {
+    bytes = std::max(bytes, SplitBytes(WantedSplits(n, n_head, max_positions), n, n_head, head_dim));
+  }
+  return bytes;
+}
+
+absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int64_t layer, int n_head, int n_head_kv,
+                       int head_dim, float scale, int max_positions, float* out, void* workspace,
+                       size_t workspace_bytes, cudaStream_t stream) {
+  constexpr absl::string_view kFn = "Attention";
+  if (n_tokens < 0 || n_tokens > 65535) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
+  if (n_head_kv < 1 || n_head_kv > 65535) return BadArgument(kFn, "n_head_kv", n_head_kv, "it must be in [1, 65535]");
+  if (n_head < n_head_kv || n_head % n_head_kv != 0) {
+    return BadArgument(kFn, "n_head", n_head, absl::StrCat("it must be a multiple of n_head_kv (", n_head_kv, ")"));
+  }
+  if (n_head / n_head_kv > kMaxGroup) {
+    return BadArgument(kFn, "n_head / n_head_kv", n_head / n_head_kv, "it must be <= 64");
+  }
+  if (head_dim != 32 && head_dim != 64 && head_dim != 128) {
+    return BadArgument(kFn, "head_dim", head_dim, "it must be 32, 64 or 128");
+  }
+  if (max_positions < 1) return BadArgument(kFn, "max_positions", max_positions, "it must be >= 1");
+  if (layer < 0) return BadArgument(kFn, "layer", layer, "it must be >= 0");
+  if (q == nullptr) return NullArgument(kFn, "q");
+  if (!detail::Aligned16(q)) return detail::Misaligned(kFn, "q", q);
+  if (slots == nullptr) return NullArgument(kFn, "slots");
+  if (out == nullptr) return NullArgument(kFn, "out");
+  const SplitPlan plan = PlanSplits(n_tokens, n_head, max_positions);
+  const size_t needed = SplitBytes(plan.n_splits, n_tokens, n_head, head_dim);
+  if (workspace_bytes < needed) {
+    return BadArgument(kFn, "workspace_bytes", static_cast<int64_t>(workspace_bytes),
+                       absl::StrCat("these sizes need ", needed));
+  }
+  if (needed > 0 && workspace == nullptr) return NullArgument(kFn, "workspace");
+  if (n_tokens == 0) return absl::OkStatus();
+
+  AttnParams p{};
+  p.q = q;
+  p.slots = slots;
+  p.out = out;
+  p.layer = layer;
+  p.n_tokens = n_tokens;
+  p.n_head = n_head;
+  p.n_head_kv = n_head_kv;
+  p.group = n_head / n_head_kv;
+  p.tile_tokens = n_tokens <= kDecodeMaxTokens ? 1 : std::max(1, kMaxBlockRows / p.group);
+  p.block_rows = p.tile_tokens * p.group;
+  p.row_warps = p.block_rows <= kWarpRows ? 1 : (p.block_rows <= 2 * kWarpRows ? 2 : 4);
+  p.pos_warps = kAttnWarps / p.row_warps;
+  p.split_len = plan.split_len;
+  p.n_splits = plan.n_splits;
+  p.scale = scale;
+  if (p.n_splits > 1) {
+    const size_t rows = static_cast<size_t>(n_tokens) * n_head;
+    p.part_o = static_cast<float*>(workspace);
+    p.part_m = p.part_o + static_cast<size_t>(p.n_splits) * rows * head_dim;
+    p.part_l = p.part_m + static_cast<size_t>(p.n_splits) * rows;
+  }
+  const int tiles = (n_tokens + p.tile_tokens - 1) / p.tile_tokens;
+  switch (head_dim) {
+    case 32:
+      return LaunchAttention<32>(p, tiles, stream);
+    case 64:
+      return LaunchAttention<64>(p, tiles, stream);
+    default:
+      return LaunchAttention<128>(p, tiles, stream);
+  }
+}
+
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,208 @@
+#ifndef STRATA_KERNELS_CUDA_DENSE_KERNELS_H_
+#define STRATA_KERNELS_CUDA_DENSE_KERNELS_H_
+
+// CUDA kernels of the dense (non-expert) part of the forward pass: weight products, norms, RoPE and the KV
+// cache store, attention, the token embedding and the router. They reproduce engine/model (Model::Forward)
+// to float rounding.
+//
+// Rules every launcher follows:
+// - Pointers are device memory unless a comment says otherwise. Buffers must not overlap unless a
+//   comment allows it.
+// - A launcher only enqueues work on `stream`: it never synchronizes, allocates or frees. The caller owns
+//   every buffer and workspace and keeps them alive until the work has run.
+// - Grids depend only on the host arguments (sizes, n_tokens, max_positions). Token ids, positions and
+//   cache pointers are read from device memory (TokenSlot) when the kernels run, so a captured CUDA graph
+//   may be replayed after the caller rewrites the slots.
+// - Arguments are checked before anything is enqueued: INVALID_ARGUMENT names the argument and its value.
+//   After that a launch failure is returned as CudaStatus gives it (INTERNAL, or INVALID_ARGUMENT for a
+//   launch configuration the device rejects). Values in device memory (positions, token ids) cannot be
+//   checked; out-of-range ones are undefined behaviour, so the caller checks them on the host.
+// - n_tokens == 0 is valid and enqueues nothing.
+// - "16-byte aligned" pointers are what cudaMalloc returns, plus offsets that are multiples of 16 bytes.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/format/dense_type.h"
+
+struct cublasContext;
+
+namespace strata::kernels::cuda {
+
+// ---------------------------------------------------------------------------------------------------------
+// Dense matrix products.
+
+// The largest n_tokens that DenseMatmul computes with its GEMV kernel (each weight row read once for all
+// tokens); above it, cuBLAS SGEMM on f32 weights.
+inline constexpr int kMaxGemvTokens = 32;
+
+// What the prefill path of DenseMatmul needs: a cuBLAS handle (FP32 math, no TF32), a cuBLAS workspace and
+// an f32 workspace that non-F32 weights are widened into before the SGEMM. One context serves one stream
+// at a time; it is not thread-safe.
+class MatmulContext {
+ public:
+  // `max_dequant_elements`: size of the widening workspace, in weights. A matrix with more weights is
+  // widened and multiplied in row blocks of at most that many weights, so the caller trades memory for
+  // launches: rows * cols of the largest matrix gives one SGEMM per matrix. When it is smaller than one
+  // row, non-F32 products with more than kMaxGemvTokens tokens run the GEMV once per 32 tokens instead.
+  // `stream` is the stream the handle is first bound to (launchers rebind it when given another).
+  // INVALID_ARGUMENT for a negative size; RESOURCE_EXHAUSTED when the workspaces do not fit; INTERNAL or
+  // UNAVAILABLE when cuBLAS cannot start.
+  static absl::StatusOr<std::unique_ptr<MatmulContext>> Create(cudaStream_t stream, int64_t max_dequant_elements);
+  ~MatmulContext();
+  MatmulContext(const MatmulContext&) = delete;
+  MatmulContext& operator=(const MatmulContext&) = delete;
+
+  // For the launchers: the handle bound to `stream` (with the context's cuBLAS workspace).
+  absl::StatusOr<cublasContext*> CublasFor(cudaStream_t stream);
+  float* dequant_workspace() const { return dequant_.as<float>(); }
+  int64_t dequant_elements() const { return dequant_elements_; }
+
+ private:
+  MatmulContext() = default;
+
+  cublasContext* handle_ = nullptr;
+  bool bound_ = false;  // whether stream_ is the stream the handle is bound to
+  cudaStream_t stream_ = nullptr;
+  DeviceBuffer cublas_workspace_;
+  DeviceBuffer dequant_;
+  int64_t dequant_elements_ = 0;
+};
+
+// y[t*y_stride + r] = (accumulate ? y[t*y_stride + r] : 0) + sum_c W[r][c] * x[t*x_stride + c]
+// for r < rows and t < n_tokens. W (`w`) is row-major with DenseRowBytes(type, cols) bytes a row.
+//
+// Requirements (INVALID_ARGUMENT otherwise): rows >= 1; cols a positive multiple of 8 (32 for Q8_0);
+// x_stride >= cols and a multiple of 4; y_stride >= rows; w, x and y non-null; w and x 16-byte aligned.
+// y must not overlap w or x.
+//
+// n_tokens <= kMaxGemvTokens: one GEMV launch (reads W once). Larger: cuBLAS SGEMM, after widening W into
+// the context's workspace when it is not F32 (two launches per row block; rows, cols and strides must then
+// fit in an int). Results differ from the CPU's DenseGemv by f32 rounding: the additions run in another
+// order, and the GEMV applies a Q8_0 block's scale to the sum of its 8-weight pieces.
+absl::Status DenseMatmul(MatmulContext& ctx, DenseType type, const uint8_t* w, int64_t rows, int64_t cols,
+                         const float* x, int64_t x_stride, int n_tokens, float* y, int64_t y_stride, bool accumulate,
+                         cudaStream_t stream);
+
+struct MatmulOutput {
+  const uint8_t* w;  // rows x cols, in the group's type
+  int64_t rows;
+  float* y;  // y[t*y_stride + r] = W x_t (overwritten)
+  int64_t y_stride;
+};
+
+// Up to 3 products that share x, type and cols (Wq, Wk, Wv), each as DenseMatmul with accumulate = false.
+// GEMV path: one launch for all of them. Requirements as DenseMatmul for each output, and 1 <= outputs.size()
+// <= 3 (INVALID_ARGUMENT naming the count otherwise). `outputs` is host memory, read before returning.
+absl::Status DenseMatmulGroup(MatmulContext& ctx, DenseType type, int64_t cols, std::span<const MatmulOutput> outputs,
+                              const float* x, int64_t x_stride, int n_tokens, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// Norms.
+
+// out[r*out_stride + i] = x[r*x_stride + i] / sqrt(mean_i(x^2) + eps) * weight[i] for i < n, r < rows, as
+// strata::model::RmsNorm computes it (sum of squares in double). out may be x itself (same stride); else they
+// must not overlap. One launch (a block per row).
+// INVALID_ARGUMENT: n < 1, rows < 0, x_stride or out_stride < n, a null pointer.
+absl::Status RmsNorm(const float* x, int64_t x_stride, const float* weight, int64_t n, int rows, float eps, float* out,
+                     int64_t out_stride, cudaStream_t stream);
+
+// The MoE combine of one layer fused with the next layer's norm, for t < n_tokens, i < n:
+//   x[t*n + i] += sum_j weights[t*k + j] * parts[(t*k + j)*n + i]   (j in order, no fused multiply-add,
+//                                                                     as the CPU adds them)
+//   h[t*n + i] = RmsNorm(x[t])[i] * norm_weight[i]                   (only when norm_weight != nullptr)
+// One launch. h (needed only with norm_weight) must not overlap x or parts.
+// INVALID_ARGUMENT: n < 1, k < 1, n_tokens < 0, a null pointer.
+absl::Status CombineAndNorm(const float* parts, const float* weights, int n_tokens, int k, int64_t n, float* x,
+                            const float* norm_weight, float eps, float* h, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// Attention.
+
+// Per-token state that the attention-side kernels read when they run (a device array, one per token of
+// the batch). Laid out the same on host and device; the caller fills it with cudaMemcpyAsync.
+struct TokenSlot {
+  float* keys;       // the token's sequence cache: [layer][capacity][kv_dim] f32, 16-byte aligned
+  float* values;     // same shape
+  int64_t capacity;  // positions per layer in that cache
+  int32_t pos;       // the token's position: 0 <= pos < capacity
+  int32_t token;     // the token id (EmbedRows): 0 <= token < the table's rows
+};
+
+// For each token t, with kv_dim = n_head_kv * head_dim:
+// - each of the n_head heads of q[t*n_head*head_dim ...] and the n_head_kv heads of k[t*kv_dim ...]:
+//   RmsNorm over head_dim with q_norm / k_norm (head_dim floats each; null = no norm), then RoPE with
+//   theta_i = double(pos) * freq[i], cos and sin computed in double and rounded to float (freq: head_dim/2
+//   doubles, strata::model::RopeFrequencies); rope_style 0 rotates the pairs (2i, 2i+1), 1 (NeoX) the
+//   pairs (i, i + head_dim/2). Arithmetic in the CPU's order without fused multiply-adds.
+// - q is written back in place; k (rotated) and v (unchanged) are stored at
+//   keys/values + (layer*capacity + pos)*kv_dim of the token's slot (tokens that share a cache and a
+//   position, such as padding, store in no particular order). k and v are not modified.
+// One launch. INVALID_ARGUMENT: n_tokens outside [0, 65535], n_head < 1, n_head_kv < 1, head_dim odd or
+// outside [2, 256], rope_style not 0 or 1, layer < 0, a null q, k, v, slots or freq.
+absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const TokenSlot* slots, int n_tokens,
+                             int64_t layer, int n_head, int n_head_kv, int head_dim, const float* q_norm,
+                             const float* k_norm, float eps, const double* freq, int rope_style, cudaStream_t stream);
+
+// Bytes of workspace that serve every Attention call with at most n_tokens tokens and at most
+// max_positions positions (0 when no such call splits the positions).
+size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int head_dim, int max_positions);
+
+// For each token t and head h (kv head h / (n_head / n_head_kv)), with D = head_dim:
+//   out[(t*n_head + h)*D + d] = sum_p softmax_p(scale * q_t,h . key(p)) * value(p)[d]
+// over p in [0, pos_t] of token t's cache at `layer` (key(p) = keys + (layer*capacity + p)*kv_dim +
+// kv_head*D). q: [t][n_head][D] f32, 16-byte aligned. The keys and values of every position in [0, pos_t]
+// must have been stored (those of this batch by QkNormRopeStore). Nothing in a cache after the largest
+// position the batch has in it is read, nor any other layer.
+// max_positions >= every pos_t + 1 sizes the grid: long contexts are split over positions and merged by a
+// second launch, through `workspace` (AttentionWorkspaceBytes(n_tokens, n_head, head_dim, max_positions)
+// bytes, or those of any larger sizes, are enough; it may be null when that is 0).
+// Batches of <= 32 tokens (decode) give each token its own blocks; larger batches (prefill) tile 64/G
+// consecutive tokens with the G heads of a kv head, so each K/V load serves every query of the tile that
+// belongs to the same cache. Any mix of sequences is correct either way; a large batch of tokens from
+// different sequences is slow (each tile then reads one sequence at a time).
+// One launch, or two when split. The first call for a head_dim also raises that kernel's shared-memory
+// limit (cudaFuncSetAttribute, a host-side setting). INVALID_ARGUMENT: n_tokens outside [0, 65535],
+// n_head_kv < 1, n_head not a multiple of n_head_kv, n_head / n_head_kv > 64, head_dim not 64 or 128,
+// max_positions < 1, layer < 0, a short workspace, q not 16-byte aligned, a null pointer.
+absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int64_t layer, int n_head, int n_head_kv,
+                       int head_dim, float scale, int max_positions, float* out, void* workspace,
+                       size_t workspace_bytes, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// Embedding and router.
+
+// x[t*n + i] = row slots[t].token of `table` (cols = n, row-major in `type`), widened to f32 exactly.
+// One launch. INVALID_ARGUMENT: n not a positive multiple of 8 (32 for Q8_0), n_tokens outside
+// [0, 65535], table or x not 16-byte aligned, a null pointer.
+absl::Status EmbedRows(DenseType type, const uint8_t* table, int64_t n, const TokenSlot* slots, int n_tokens, float* x,
+                       cudaStream_t stream);
+
+// Bytes of workspace RouterTopK needs. It starts with counters that must be zero before the first call
+// (cudaMemsetAsync the whole workspace once); every call leaves them zero again. A workspace sized for
+// some n_tokens serves any smaller n_tokens.
+size_t RouterWorkspaceBytes(int n_tokens, int n_expert);
+
+// For each token t (x[t*n ...], f32):
+//   logits = W x_t (W: F32, n_expert x n, row-major), probs = softmax(logits),
+//   ids[t*k ...] = the k largest probs in descending order (ties to the lower expert id),
+//   weights[t*k + j] = probs[ids[j]] / sum_j probs[ids[j]]   (sum in double, as the CPU does).
+// One launch: each block computes some logits; the last block of each group of 8 tokens (an atomic
+// counter in the workspace) does their softmax and top-k. The workspace must not be shared by two
+// RouterTopK calls that may run at the same time.
+// INVALID_ARGUMENT: n_expert outside [1, 1024], k outside [1, min(n_expert, 32)], n not a positive
+// multiple of 4, n_tokens outside [0, 524280], a short workspace, w, x or workspace not 16-byte aligned, a
+// null pointer.
+absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x, int n_tokens, int k, int32_t* ids,
+                        float* weights, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace strata::kernels::cuda
+
+#endif  // STRATA_KERNELS_CUDA_DENSE_KERNELS_H_

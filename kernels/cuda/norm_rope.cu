@@ -1,0 +1,194 @@
+// RMS norms, the MoE combine fused with the next norm, and the per-head q/k norm + RoPE + KV-cache store.
+//
+// These mirror engine/model/ops.cc operation by operation: sums of squares in double, the scale as
+// 1 / sqrtf(float(sum / n) + eps) (IEEE division and square root), products in the CPU's order, and
+// explicit __fmul_rn / __fadd_rn where the compiler would otherwise fuse a multiply and an add that the CPU
+// rounds separately. Results then match the CPU to the last bit except where a double sum in a different
+// order rounds differently.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dense_device.cuh"
+#include "kernels/cuda/dense_kernels.h"
+
+namespace strata::kernels::cuda {
+namespace {
+
+using detail::BadArgument;
+using detail::NullArgument;
+
+constexpr int kNormThreads = 256;
+
+__device__ __forceinline__ float RmsScale(double sum_of_squares, int64_t n, float eps) {
+  return 1.0f / sqrtf(static_cast<float>(sum_of_squares / static_cast<double>(n)) + eps);
+}
+
+// Block r normalizes row r. Every thread reads its elements in both passes before writing them, so out
+// may be x.
+__global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const float* x, int64_t x_stride, const float* weight,
+                                                              int64_t n, float eps, float* out, int64_t out_stride) {
+  const float* xr = x + blockIdx.x * x_stride;
+  float* outr = out + blockIdx.x * out_stride;
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) {
+    const double v = xr[i];
+    sum += v * v;
+  }
+  const float scale = RmsScale(detail::BlockSumDouble(sum), n, eps);
+  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) outr[i] = xr[i] * scale * weight[i];
+}
+
+// Block t: x[t] += sum_j weights[t][j] * parts[t][j], then h[t] = RmsNorm(x[t]) * norm_weight.
+__global__ void __launch_bounds__(kNormThreads)
+    CombineAndNormKernel(const float* parts, const float* weights, int k, int64_t n, float* x, const float* norm_weight,
+                         float eps, float* h) {
+  const int64_t t = blockIdx.x;
+  float* xt = x + t * n;
+  const float* wt = weights + t * k;
+  const float* pt = parts + t * k * n;
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) {
+    float v = xt[i];
+    for (int j = 0; j < k; ++j) v = __fadd_rn(v, __fmul_rn(__ldg(wt + j), __ldg(pt + j * n + i)));
+    xt[i] = v;
+    sum += static_cast<double>(v) * v;
+  }
+  if (norm_weight == nullptr) return;  // the same for the whole block
+  const float scale = RmsScale(detail::BlockSumDouble(sum), n, eps);
+  float* ht = h + t * n;
+  // Each thread reads back only the elements it wrote.
+  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) ht[i] = xt[i] * scale * norm_weight[i];
+}
+
+// A warp per head: blockIdx.y is the token, blockIdx.x * kRopeWarps + warp the head (q heads first, then
+// k heads). Lane l owns the rotation pairs i = l, l + 32, ... (both elements of each), so norm and rotation
+// need no exchange beyond the warp sum.
+constexpr int kRopeWarps = 4;
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxPairsPerLane = kMaxHeadDim / 2 / 32;
+
+__global__ void __launch_bounds__(32 * kRopeWarps)
+    QkNormRopeStoreKernel(float* q, const float* k, const float* v, const TokenSlot* slots, int64_t layer, int n_head,
+                          int n_head_kv, int head_dim, const float* q_norm, const float* k_norm, float eps,
+                          const double* freq, int neox) {
+  const int64_t t = blockIdx.y;
+  const int head = blockIdx.x * kRopeWarps + threadIdx.x / 32;
+  if (head >= n_head + n_head_kv) return;
+  const int lane = threadIdx.x % 32;
+  const TokenSlot slot = slots[t];
+  const int half = head_dim / 2;
+  const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * head_dim;
+  const bool is_q = head < n_head;
+  const int kv_head = head - n_head;
+  const int64_t cache_offset = (layer * slot.capacity + slot.pos) * kv_dim + static_cast<int64_t>(kv_head) * head_dim;
+
+  const float* src =
+      is_q ? q + (t * n_head + head) * head_dim : k + t * kv_dim + static_cast<int64_t>(kv_head) * head_dim;
+  float* dst = is_q ? q + (t * n_head + head) * head_dim : slot.keys + cache_offset;
+  const float* norm = is_q ? q_norm : k_norm;
+
+  float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
+  int ia[kMaxPairsPerLane], ib[kMaxPairsPerLane];
+#pragma unroll
+  for (int m = 0; m < kMaxPairsPerLane; ++m) {
+    const int i = lane + 32 * m;
+    ia[m] = neox ? i : 2 * i;
+    ib[m] = neox ? i + half : 2 * i + 1;
+    a[m] = i < half ? src[ia[m]] : 0.0f;
+    b[m] = i < half ? src[ib[m]] : 0.0f;
+  }
+
+  if (norm != nullptr) {
+    double sum = 0;
+#pragma unroll
+    for (int m = 0; m < kMaxPairsPerLane; ++m) {
+      sum += static_cast<double>(a[m]) * a[m];
+      sum += static_cast<double>(b[m]) * b[m];
+    }
+    const float scale = RmsScale(detail::WarpSumDouble(sum), head_dim, eps);
+#pragma unroll
+    for (int m = 0; m < kMaxPairsPerLane; ++m) {
+      if (lane + 32 * m < half) {
+        a[m] = a[m] * scale * norm[ia[m]];
+        b[m] = b[m] * scale * norm[ib[m]];
+      }
+    }
+  }
+
+#pragma unroll
+  for (int m = 0; m < kMaxPairsPerLane; ++m) {
+    const int i = lane + 32 * m;
+    if (i >= half) continue;
+    double sin_d, cos_d;
+    sincos(static_cast<double>(slot.pos) * freq[i], &sin_d, &cos_d);
+    const float c = static_cast<float>(cos_d), s = static_cast<float>(sin_d);
+    dst[ia[m]] = __fsub_rn(__fmul_rn(a[m], c), __fmul_rn(b[m], s));
+    dst[ib[m]] = __fadd_rn(__fmul_rn(a[m], s), __fmul_rn(b[m], c));
+  }
+
+  if (!is_q) {
+    const float* vs = v + t * kv_dim + static_cast<int64_t>(kv_head) * head_dim;
+    float* vd = slot.values + cache_offset;
+    for (int d = lane; d < head_dim; d += 32) vd[d] = vs[d];
+  }
+}
+
+}  // namespace
+
+absl::Status RmsNorm(const float* x, int64_t x_stride, const float* weight, int64_t n, int rows, float eps, float* out,
+                     int64_t out_stride, cudaStream_t stream) {
+  constexpr absl::string_view kFn = "RmsNorm";
+  if (n < 1) return BadArgument(kFn, "n", n, "it must be >= 1");
+  if (rows < 0) return BadArgument(kFn, "rows", rows, "it must be >= 0");
+  if (x_stride < n) return BadArgument(kFn, "x_stride", x_stride, "it must be >= n");
+  if (out_stride < n) return BadArgument(kFn, "out_stride", out_stride, "it must be >= n");
+  if (x == nullptr) return NullArgument(kFn, "x");
+  if (weight == nullptr) return NullArgument(kFn, "weight");
+  if (out == nullptr) return NullArgument(kFn, "out");
+  if (rows == 0) return absl::OkStatus();
+  RmsNormKernel<<<rows, kNormThreads, 0, stream>>>(x, x_stride, weight, n, eps, out, out_stride);
+  return LaunchStatus("RmsNormKernel");
+}
+
+absl::Status CombineAndNorm(const float* parts, const float* weights, int n_tokens, int k, int64_t n, float* x,
+                            const float* norm_weight, float eps, float* h, cudaStream_t stream) {
+  constexpr absl::string_view kFn = "CombineAndNorm";
+  if (n < 1) return BadArgument(kFn, "n", n, "it must be >= 1");
+  if (k < 1) return BadArgument(kFn, "k", k, "it must be >= 1");
+  if (n_tokens < 0) return BadArgument(kFn, "n_tokens", n_tokens, "it must be >= 0");
+  if (parts == nullptr) return NullArgument(kFn, "parts");
+  if (weights == nullptr) return NullArgument(kFn, "weights");
+  if (x == nullptr) return NullArgument(kFn, "x");
+  if (norm_weight != nullptr && h == nullptr) return NullArgument(kFn, "h (with a norm_weight)");
+  if (n_tokens == 0) return absl::OkStatus();
+  CombineAndNormKernel<<<n_tokens, kNormThreads, 0, stream>>>(parts, weights, k, n, x, norm_weight, eps, h);
+  return LaunchStatus("CombineAndNormKernel");
+}
+
+absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const TokenSlot* slots, int n_tokens,
+                             int64_t layer, int n_head, int n_head_kv, int head_dim, const float* q_norm,
+                             const float* k_norm, float eps, const double* freq, int rope_style, cudaStream_t stream) {
+  constexpr absl::string_view kFn = "QkNormRopeStore";
+  if (n_tokens < 0 || n_tokens > 65535) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
+  if (n_head < 1) return BadArgument(kFn, "n_head", n_head, "it must be >= 1");
+  if (n_head_kv < 1) return BadArgument(kFn, "n_head_kv", n_head_kv, "it must be >= 1");
+  if (head_dim < 2 || head_dim > kMaxHeadDim || head_dim % 2 != 0) {
+    return BadArgument(kFn, "head_dim", head_dim, "it must be even and in [2, 256]");
+  }
+  if (rope_style != 0 && rope_style != 1) return BadArgument(kFn, "rope_style", rope_style, "it must be 0 or 1");
+  if (layer < 0) return BadArgument(kFn, "layer", layer, "it must be >= 0");
+  if (q == nullptr) return NullArgument(kFn, "q");
+  if (k == nullptr) return NullArgument(kFn, "k");
+  if (v == nullptr) return NullArgument(kFn, "v");
+  if (slots == nullptr) return NullArgument(kFn, "slots");
+  if (freq == nullptr) return NullArgument(kFn, "freq");
+  if (n_tokens == 0) return absl::OkStatus();
+  const dim3 grid((n_head + n_head_kv + kRopeWarps - 1) / kRopeWarps, n_tokens);
+  QkNormRopeStoreKernel<<<grid, 32 * kRopeWarps, 0, stream>>>(q, k, v, slots, layer, n_head, n_head_kv, head_dim,
+                                                              q_norm, k_norm, eps, freq, rope_style);
+  return LaunchStatus("QkNormRopeStoreKernel");
+}
+
+}  // namespace strata::kernels::cuda

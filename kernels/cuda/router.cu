@@ -1,0 +1,185 @@
+// The MoE router in one launch: logits, softmax, top-k and the renormalised weights.
+//
+// Grid (expert blocks, token blocks). Block (e, t) computes the logits of experts [8e, 8e + 8) (a warp
+// each) for tokens [8t, 8t + 8) into the workspace. The last of the expert blocks of token block t to
+// finish (a counter per token block, which that block resets to zero for the next call or graph replay)
+// then reads all of their logits and does the softmax and top-k, a warp per token. Softmax, top-k and the
+// weights follow strata::model::Softmax / TopK and Model::Forward: float exp, sum in double, probs times a
+// float 1 / sum, selection on the probs with ties to the lower id, weights as double quotients.
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dense_device.cuh"
+#include "kernels/cuda/dense_kernels.h"
+
+namespace strata::kernels::cuda {
+namespace {
+
+using detail::BadArgument;
+using detail::kFullMask;
+using detail::NullArgument;
+
+constexpr int kRouterWarps = 8;
+constexpr int kRouterThreads = 32 * kRouterWarps;
+constexpr int kRouterTokens = 8;  // tokens per token block: one softmax warp each
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxK = 32;
+
+int TokenBlocks(int n_tokens) { return (n_tokens + kRouterTokens - 1) / kRouterTokens; }
+
+size_t CounterBytes(int n_tokens) {
+  const size_t bytes = static_cast<size_t>(TokenBlocks(n_tokens)) * sizeof(unsigned);
+  return (bytes + 255) / 256 * 256;
+}
+
+// Dynamic shared memory: kRouterWarps * n_expert floats (each softmax warp's probabilities).
+__global__ void __launch_bounds__(kRouterThreads)
+    RouterKernel(const float* w, int n_expert, int64_t n, const float* x, int n_tokens, int k, int32_t* ids,
+                 float* weights, unsigned* counters, float* logits) {
+  extern __shared__ float s_probs[];
+  __shared__ float s_top_p[kRouterWarps][kMaxK];
+  __shared__ int s_top_id[kRouterWarps][kMaxK];
+  __shared__ bool s_is_last;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int token0 = blockIdx.y * kRouterTokens;
+  const int block_tokens = min(kRouterTokens, n_tokens - token0);
+
+  const int expert = blockIdx.x * kRouterWarps + warp;
+  if (expert < n_expert) {
+    float acc[kRouterTokens];
+#pragma unroll
+    for (int t = 0; t < kRouterTokens; ++t) acc[t] = 0.0f;
+    const float4* wr = reinterpret_cast<const float4*>(w + expert * n);
+#pragma unroll 4
+    for (int64_t c4 = lane; c4 < n / 4; c4 += 32) {
+      const float4 wv = __ldg(wr + c4);
+#pragma unroll
+      for (int t = 0; t < kRouterTokens; ++t) {
+        if (t < block_tokens) {
+          const float4 xv = __ldg(reinterpret_cast<const float4*>(x + (token0 + t) * n) + c4);
+          acc[t] = fmaf(wv.x, xv.x, acc[t]);
+          acc[t] = fmaf(wv.y, xv.y, acc[t]);
+          acc[t] = fmaf(wv.z, xv.z, acc[t]);
+          acc[t] = fmaf(wv.w, xv.w, acc[t]);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kRouterTokens; ++t) {
+      const float sum = detail::WarpSum(acc[t]);
+      if (lane == t && t < block_tokens) logits[static_cast<int64_t>(token0 + t) * n_expert + expert] = sum;
+    }
+  }
+
+  // Publish the logits, then count this block in.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s_is_last = atomicAdd(&counters[blockIdx.y], 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!s_is_last) return;
+  __threadfence();  // see the other blocks' logits
+
+  if (warp < block_tokens) {
+    const int64_t t = token0 + warp;
+    float* probs = s_probs + warp * n_expert;
+    const float* lt = logits + t * n_expert;
+    float max_logit = -INFINITY;
+    for (int e = lane; e < n_expert; e += 32) {
+      probs[e] = __ldcg(lt + e);  // from L2: written by other blocks
+      max_logit = fmaxf(max_logit, probs[e]);
+    }
+    max_logit = detail::WarpMax(max_logit);
+    double sum = 0;
+    for (int e = lane; e < n_expert; e += 32) {
+      probs[e] = expf(probs[e] - max_logit);
+      sum += probs[e];
+    }
+    const float inv = static_cast<float>(1.0 / detail::WarpSumDouble(sum));
+    for (int e = lane; e < n_expert; e += 32) probs[e] *= inv;
+    __syncwarp();
+
+    // Top-k by k rounds of a warp arg-max (largest prob, then lowest id); a chosen prob becomes -inf.
+    for (int j = 0; j < k; ++j) {
+      float best = -INFINITY;
+      int best_id = INT_MAX;
+      for (int e = lane; e < n_expert; e += 32) {
+        if (probs[e] > best) {  // ids rise within a lane: equal probs keep the lower id
+          best = probs[e];
+          best_id = e;
+        }
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) {
+        const float other = __shfl_xor_sync(kFullMask, best, offset);
+        const int other_id = __shfl_xor_sync(kFullMask, best_id, offset);
+        if (other > best || (other == best && other_id < best_id)) {
+          best = other;
+          best_id = other_id;
+        }
+      }
+      if (lane == 0) {
+        s_top_p[warp][j] = best;
+        s_top_id[warp][j] = best_id;
+        probs[best_id] = -INFINITY;
+      }
+      __syncwarp();
+    }
+    if (lane == 0) {
+      double total = 0;
+      for (int j = 0; j < k; ++j) total += s_top_p[warp][j];
+      for (int j = 0; j < k; ++j) {
+        ids[t * k + j] = s_top_id[warp][j];
+        weights[t * k + j] = static_cast<float>(s_top_p[warp][j] / total);
+      }
+    }
+  }
+  if (threadIdx.x == 0) counters[blockIdx.y] = 0;  // every block of this token block has counted
+}
+
+}  // namespace
+
+size_t RouterWorkspaceBytes(int n_tokens, int n_expert) {
+  if (n_tokens <= 0 || n_expert <= 0) return 0;
+  return CounterBytes(n_tokens) + static_cast<size_t>(n_tokens) * n_expert * sizeof(float);
+}
+
+absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x, int n_tokens, int k, int32_t* ids,
+                        float* weights, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  constexpr absl::string_view kFn = "RouterTopK";
+  if (n_expert < 1 || n_expert > kMaxExperts) return BadArgument(kFn, "n_expert", n_expert, "it must be in [1, 1024]");
+  if (k < 1 || k > n_expert || k > kMaxK) {
+    return BadArgument(kFn, "k", k, absl::StrCat("it must be in [1, min(n_expert, 32)] (n_expert ", n_expert, ")"));
+  }
+  if (n < 4 || n % 4 != 0) return BadArgument(kFn, "n", n, "it must be a positive multiple of 4");
+  constexpr int kMaxTokens = 65535 * kRouterTokens;
+  if (n_tokens < 0 || n_tokens > kMaxTokens) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 524280]");
+  if (w == nullptr) return NullArgument(kFn, "w");
+  if (x == nullptr) return NullArgument(kFn, "x");
+  if (!detail::Aligned16(w)) return detail::Misaligned(kFn, "w", w);
+  if (!detail::Aligned16(x)) return detail::Misaligned(kFn, "x", x);
+  if (ids == nullptr) return NullArgument(kFn, "ids");
+  if (weights == nullptr) return NullArgument(kFn, "weights");
+  const size_t needed = RouterWorkspaceBytes(n_tokens, n_expert);
+  if (workspace_bytes < needed) {
+    return BadArgument(kFn, "workspace_bytes", static_cast<int64_t>(workspace_bytes),
+                       absl::StrCat("these sizes need ", needed));
+  }
+  if (n_tokens == 0) return absl::OkStatus();
+  if (workspace == nullptr) return NullArgument(kFn, "workspace");
+  if (!detail::Aligned16(workspace)) return detail::Misaligned(kFn, "workspace", workspace);
+
+  unsigned* counters = static_cast<unsigned*>(workspace);
+  float* logits = reinterpret_cast<float*>(static_cast<char*>(workspace) + CounterBytes(n_tokens));
+  const dim3 grid((n_expert + kRouterWarps - 1) / kRouterWarps, TokenBlocks(n_tokens));
+  const size_t smem = static_cast<size_t>(kRouterWarps) * n_expert * sizeof(float);
+  RouterKernel<<<grid, kRouterThreads, smem, stream>>>(w, n_expert, n, x, n_tokens, k, ids, weights, counters, logits);
+  return LaunchStatus("RouterKernel");
+}
+
+}  // namespace strata::kernels::cuda

@@ -1,0 +1,72 @@
+#include "engine/runtime/model_factory.h"
+
+#include <string>
+
+#include "engine/runtime/engine.h"
+#include "gtest/gtest.h"
+#include "packtool/synth.h"
+#include "tests/testing/test_util.h"
+
+namespace strata::runtime {
+namespace {
+
+using ::strata::testing::ScratchDir;
+
+std::string TinyPack(const ScratchDir& dir) {
+  packtool::SynthOptions o;
+  o.geometry = *packtool::PresetGeometry("qwen3moe", "tiny");
+  o.pack_scheme = kernels::Scheme::kS4;
+  o.exact_quantize = false;
+  o.output = dir.Join("pack");
+  EXPECT_TRUE(packtool::SynthesizePack(o, nullptr, nullptr).ok());
+  return o.output;
+}
+
+EngineOptions Options(const std::string& pack, const std::string& device) {
+  EngineOptions o;
+  o.pack_dir = pack;
+  o.threads = 1;
+  o.max_seqs = 1;
+  o.max_ctx = 64;
+  o.device.device = device;
+  return o;
+}
+
+TEST(ModelFactoryTest, CpuIsAlwaysAvailable) {
+  ScratchDir dir;
+  auto engine = Engine::Create(Options(TinyPack(dir), "cpu"));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->info().backend.device, "cpu");
+  EXPECT_FALSE((*engine)->info().backend.isa.empty());
+  EXPECT_EQ((*engine)->info().source_kind, "arena");
+}
+
+TEST(ModelFactoryTest, AnUnknownDeviceIsRefusedByName) {
+  ScratchDir dir;
+  auto engine = Engine::Create(Options(TinyPack(dir), "tpu"));
+  EXPECT_THAT(engine.status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "device: 'tpu'"));
+}
+
+// Without a usable device (this build has no CUDA, or no GPU is visible) --device cuda is refused and auto
+// falls back to the CPU; with one, both run on it.
+TEST(ModelFactoryTest, CudaRunsWhereADeviceIsVisibleAndIsRefusedElsewhere) {
+  ScratchDir dir;
+  const std::string pack = TinyPack(dir);
+  std::string why;
+  const bool available = CudaDeviceAvailable(&why);
+  EXPECT_FALSE(why.empty());
+  auto cuda = Engine::Create(Options(pack, "cuda"));
+  auto automatic = Engine::Create(Options(pack, "auto"));
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  if (available) {
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    EXPECT_EQ((*cuda)->info().backend.device, "cuda");
+    EXPECT_EQ((*automatic)->info().backend.device, "cuda");
+  } else {
+    EXPECT_THAT(cuda.status(), StatusIsWith(absl::StatusCode::kUnavailable, "device: cuda was asked for, but"));
+    EXPECT_EQ((*automatic)->info().backend.device, "cpu");
+  }
+}
+
+}  // namespace
+}  // namespace strata::runtime
