@@ -183,8 +183,8 @@ INSTANTIATE_TEST_SUITE_P(Schemes, EngineSchemeTest,
 
 class EngineDenseTypeTest : public ::testing::TestWithParam<gguf::GgmlType> {};
 
-// The dense weights (embeddings, attention, router, output) stored as f16, bf16 or q8_0 and read in place by
-// the engine's dense kernels, against the reference, which decodes every row with gguf::Dequantize (ggml's
+// The dense weight matrices (embeddings, attention, output; the router stays f32 as llama.cpp keeps it)
+// stored as f16, bf16 or q8_0 and read in place by the engine's dense kernels, against the reference, which decodes every row with gguf::Dequantize (ggml's
 // own block formats, tested against llama.cpp's blocks) and computes in double. The experts are an f16 pack
 // the reference reads as stored, so what is left to differ is the engine's f32 arithmetic.
 TEST_P(EngineDenseTypeTest, LogitsAndGreedyTokensMatchTheReference) {
@@ -354,8 +354,8 @@ TEST_F(EngineTest, BatchedDecodingGivesTheSameTokensAsOneAtATime) {
   auto engine = Engine::Create(o);
   ASSERT_TRUE(engine.ok());
   OpenOnExit open_on_exit{&gate};
-  // Nothing runs past its prompt pass until every request is queued, so they decode together whatever
-  // the machine's speed (else a fast scheduler could finish one before the next arrives).
+  // The scheduler is held at its first pass until every request is queued, so they decode together
+  // whatever the machine's speed (else a fast scheduler could finish one before the next arrives).
   gate.Pause();
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateCallbacks cb;
