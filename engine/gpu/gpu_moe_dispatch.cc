@@ -138,12 +138,7 @@ absl::Status GpuMoeDispatch::Run(const model::MoeBatch& batch) {
 
 void GpuMoeDispatch::Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k,
                              model::DispatchStats* stats) const {
-  const uint64_t distinct = counter_.Distinct(ids, n_tokens * k);
-  const uint64_t routed = static_cast<uint64_t>(n_tokens) * k;
-  stats->expert_computations += distinct;
-  stats->routed += routed;
-  stats->expert_bytes += distinct * layout_.weight_bytes();
-  stats->hits += routed;
+  model::AccountRouting(counter_, layout_, ids, n_tokens * k, /*in_vram=*/true, stats);
 }
 
 }  // namespace strata::gpu

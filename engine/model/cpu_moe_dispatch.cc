@@ -22,6 +22,15 @@ uint64_t RoutingCounter::Distinct(const int32_t* ids, int n) {
   return distinct;
 }
 
+void AccountRouting(RoutingCounter& counter, const kernels::ExpertLayout& layout, const int32_t* ids, int n_pairs,
+                    bool in_vram, DispatchStats* stats) {
+  const uint64_t distinct = counter.Distinct(ids, n_pairs);
+  stats->expert_computations += distinct;
+  stats->routed += static_cast<uint64_t>(n_pairs);
+  stats->expert_bytes += distinct * layout.weight_bytes();
+  (in_vram ? stats->hits : stats->misses) += static_cast<uint64_t>(n_pairs);
+}
+
 void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels::ExpertJob> jobs,
                    exec::ThreadPool* pool, kernels::ExpertWork* work) {
   if (jobs.empty()) return;
@@ -102,12 +111,7 @@ absl::Status CpuMoeDispatch::Run(const MoeBatch& batch) {
 
 void CpuMoeDispatch::Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k,
                              DispatchStats* stats) const {
-  const uint64_t distinct = counter_.Distinct(ids, n_tokens * k);
-  const uint64_t routed = static_cast<uint64_t>(n_tokens) * k;
-  stats->expert_computations += distinct;
-  stats->routed += routed;
-  stats->expert_bytes += distinct * layout_.weight_bytes();
-  stats->misses += routed;
+  AccountRouting(counter_, layout_, ids, n_tokens * k, /*in_vram=*/false, stats);
 }
 
 }  // namespace strata::model

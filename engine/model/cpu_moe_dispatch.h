@@ -27,6 +27,11 @@ class RoutingCounter {
   uint32_t epoch_ = 0;
 };
 
+// Adds a layer's routing to `stats` for a dispatch whose experts are all in one place: every routed pair a
+// hit (`in_vram`) or a miss.
+void AccountRouting(RoutingCounter& counter, const kernels::ExpertLayout& layout, const int32_t* ids, int n_pairs,
+                    bool in_vram, DispatchStats* stats);
+
 // Runs the two phases of kernels::ExpertWork over the pool: all gate/up rows, then all down rows.
 void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels::ExpertJob> jobs,
                    exec::ThreadPool* pool, kernels::ExpertWork* work);

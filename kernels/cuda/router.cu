@@ -90,12 +90,15 @@ __global__ void __launch_bounds__(kRouterThreads)
     float* probs = s_probs + warp * n_expert;
     const float* lt = logits + t * n_expert;
     float max_logit = -INFINITY;
+    // Unrolled so a lane's loads are in flight together rather than one L2 round trip each.
+#pragma unroll 8
     for (int e = lane; e < n_expert; e += 32) {
       probs[e] = __ldcg(lt + e);  // from L2: written by other blocks
       max_logit = fmaxf(max_logit, probs[e]);
     }
     max_logit = detail::WarpMax(max_logit);
     double sum = 0;
+#pragma unroll 8
     for (int e = lane; e < n_expert; e += 32) {
       probs[e] = expf(probs[e] - max_logit);
       sum += probs[e];
@@ -108,6 +111,7 @@ __global__ void __launch_bounds__(kRouterThreads)
     for (int j = 0; j < k; ++j) {
       float best = -INFINITY;
       int best_id = INT_MAX;
+#pragma unroll 8
       for (int e = lane; e < n_expert; e += 32) {
         if (probs[e] > best) {  // ids rise within a lane: equal probs keep the lower id
           best = probs[e];
