@@ -9,6 +9,7 @@
 #include "engine/gpu/offload_moe_dispatch.h"
 #include "engine/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/host_memory.h"
 
 namespace strata::gpu {
 namespace {
@@ -19,6 +20,21 @@ constexpr uint64_t kMargin = uint64_t{2} << 30;
 std::string Gib(uint64_t bytes) { return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1ull << 30)); }
 
 }  // namespace
+
+namespace {
+
+class RegisteringPinner : public pack::HostPinner {
+ public:
+  absl::Status Pin(void* data, size_t bytes) override { return kernels::cuda::RegisterHostMemory(data, bytes); }
+  void Unpin(void* data) override { kernels::cuda::UnregisterHostMemory(data); }
+};
+
+}  // namespace
+
+pack::HostPinner* CudaHostPinner() {
+  static RegisteringPinner* pinner = new RegisteringPinner();
+  return pinner;
+}
 
 bool CudaDevicePresent(std::string* why) {
   int count = 0;

@@ -19,6 +19,9 @@
 
 namespace strata::gpu {
 
+// Page-locks and maps host memory with cudaHostRegister (for the expert arena the GPU reads misses from).
+pack::HostPinner* CudaHostPinner();
+
 // Whether a CUDA device is visible; `why` says what was found (a device name, or why none).
 bool CudaDevicePresent(std::string* why);
 

@@ -19,9 +19,6 @@
 #include "engine/log.h"
 #include "engine/status_macros.h"
 #include "engine/exec/thread_pool.h"
-#ifdef STRATA_HAVE_CUDA
-#include "kernels/cuda/host_memory.h"
-#endif
 
 namespace strata::pack {
 namespace {
@@ -39,12 +36,11 @@ absl::Status CheckIndex(const Pack& pack, int64_t moe_layer, int64_t expert) {
 // experts.bin read into anonymous memory; every blob resident for the source's lifetime.
 class ArenaExpertSource : public ExpertSource {
  public:
-  ArenaExpertSource(const Pack& pack, uint8_t* data, size_t bytes, bool pinned)
-      : pack_(pack), data_(data), bytes_(bytes), pinned_(pinned) {}
+  // `pinner`: what page-locked the arena (null when it is not locked).
+  ArenaExpertSource(const Pack& pack, uint8_t* data, size_t bytes, HostPinner* pinner)
+      : pack_(pack), data_(data), bytes_(bytes), pinner_(pinner) {}
   ~ArenaExpertSource() override {
-#ifdef STRATA_HAVE_CUDA
-    if (pinned_) kernels::cuda::UnregisterHostMemory(data_);
-#endif
+    if (pinner_ != nullptr) pinner_->Unpin(data_);
     munmap(data_, bytes_);
   }
   absl::StatusOr<const uint8_t*> Blob(int64_t moe_layer, int64_t expert) override {
@@ -52,14 +48,14 @@ class ArenaExpertSource : public ExpertSource {
     return data_ + BlobIndex(pack_.manifest(), moe_layer, expert) * pack_.manifest().blob_bytes();
   }
   std::string_view kind() const override { return "arena"; }
-  bool pinned() const override { return pinned_; }
+  bool pinned() const override { return pinner_ != nullptr; }
   uint64_t blob_bytes() const override { return pack_.manifest().blob_bytes(); }
 
  private:
   const Pack& pack_;
   uint8_t* data_;
   size_t bytes_;
-  bool pinned_;
+  HostPinner* pinner_;
 };
 
 // experts.bin mapped read-only; with verification each blob's checksum is checked on first use.
@@ -197,16 +193,15 @@ absl::StatusOr<std::unique_ptr<ExpertSource>> OpenExpertSource(const Pack& pack,
   }
   stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats->gb_per_second = stats->seconds > 0 ? static_cast<double>(bytes) / stats->seconds / 1e9 : 0.0;
-#ifdef STRATA_HAVE_CUDA
-  if (absl::Status s = kernels::cuda::RegisterHostMemory(data, bytes); s.ok()) {
+  if (options.pinner == nullptr) {
+    stats->pin_note = "not asked for (the experts are computed on the CPU)";
+  } else if (absl::Status s = options.pinner->Pin(data, bytes); s.ok()) {
     stats->pinned = true;
   } else {
     stats->pin_note = std::string(s.message());
   }
-#else
-  stats->pin_note = "CPU build (no CUDA)";
-#endif
-  return std::unique_ptr<ExpertSource>(new ArenaExpertSource(pack, data, bytes, stats->pinned));
+  return std::unique_ptr<ExpertSource>(
+      new ArenaExpertSource(pack, data, bytes, stats->pinned ? options.pinner : nullptr));
 }
 
 }  // namespace strata::pack

@@ -34,10 +34,20 @@ class ExpertSource {
   virtual uint64_t blob_bytes() const = 0;
 };
 
+// Page-locks and maps host memory for a GPU (the CUDA build's model factory provides one). Pin fails with
+// the driver's reason (a memlock limit, no device); Unpin undoes a successful Pin.
+class HostPinner {
+ public:
+  virtual ~HostPinner() = default;
+  virtual absl::Status Pin(void* data, size_t bytes) = 0;
+  virtual void Unpin(void* data) = 0;
+};
+
 struct ExpertSourceOptions {
   std::string kind = "arena";  // "arena" (resident anonymous memory) or "mmap"
   bool verify = false;         // check each blob's xxh3 (arena: all at load; mmap: on first use)
   int threads = 0;             // arena load threads; 0 = one per core this process may use
+  HostPinner* pinner = nullptr;  // page-locks the arena once filled (must outlive the source); null: not pinned
 };
 
 // What loading an arena measured, for the start-up log.

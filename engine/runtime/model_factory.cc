@@ -51,6 +51,7 @@ absl::StatusOr<LoadedModel> LoadModel(
       // The experts stay in the arena, page-locked and mapped; the VRAM cache sits in front of it.
       pack::ExpertSourceOptions arena = experts;
       arena.kind = "arena";
+      arena.pinner = gpu::CudaHostPinner();
       ASSIGN_OR_RETURN(loaded.source, pack::OpenExpertSource(pack, arena, source_stats));
     }
     if (plan.all_experts || loaded.source->pinned()) {
