@@ -3,7 +3,9 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -11,6 +13,22 @@
 #include "spdlog/spdlog.h"
 
 namespace strata::services {
+
+absl::Status CheckListenAddress(const std::string& address) {
+  if (address.rfind("unix:", 0) == 0) return absl::OkStatus();
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("listen address '", address, "': expected host:port"));
+  }
+  const std::string port = address.substr(colon + 1);
+  int value = 0;
+  if (port.empty() || port.size() > 5 || !absl::SimpleAtoi(port, &value) ||
+      port.find_first_not_of("0123456789") != std::string::npos || value > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", address, "': port '", port, "' is not a number in 0..65535"));
+  }
+  return absl::OkStatus();
+}
 
 namespace {
 
@@ -20,6 +38,9 @@ absl::StatusOr<StartedServer> BuildAndStart(const ServerConfig& config, const st
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT on Linux by default, which lets a second server bind a busy port and share its
+  // connections; a busy port must be an error instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   StartedServer started;
   if (!config.listen_address.empty()) {
     builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(), &started.port);
@@ -32,7 +53,7 @@ absl::StatusOr<StartedServer> BuildAndStart(const ServerConfig& config, const st
   if (started.server == nullptr || (!config.listen_address.empty() && started.port == 0)) {
     if (started.server != nullptr) started.server->Shutdown();
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on '", config.listen_address, "' (address in use or malformed?)"));
+        absl::StrCat("cannot listen on '", config.listen_address, "': the address is in use or not this host's"));
   }
   grpc::HealthCheckServiceInterface* health = started.server->GetHealthCheckService();
   if (health != nullptr) {
@@ -45,6 +66,9 @@ absl::StatusOr<StartedServer> BuildAndStart(const ServerConfig& config, const st
 }  // namespace
 
 absl::StatusOr<StartedServer> StartServer(const ServerConfig& config, const std::vector<ServedService>& services) {
+  if (!config.listen_address.empty()) {
+    if (absl::Status s = CheckListenAddress(config.listen_address); !s.ok()) return s;
+  }
   if (config.network_priority != NetworkPriority::kIdle) return BuildAndStart(config, services);
   // Built on a thread of its own under the priority: the threads gRPC starts inherit it, and the caller,
   // which may go on to start compute threads, keeps its own.

@@ -3,7 +3,8 @@
 
 // Builds and starts a grpc::Server with the services every Strata server has: grpc.health.v1 (each given
 // service and the whole server reported SERVING once started) and server reflection. The caller owns the
-// services, which must outlive the returned server; call Shutdown() and then destroy the server first.
+// services, which must outlive the returned server; call Shutdown() and then destroy the server first. The
+// port is never shared (SO_REUSEPORT off): a second server on a busy port fails with UNAVAILABLE.
 
 #include <memory>
 #include <string>
@@ -30,6 +31,10 @@ struct ServerConfig {
   // against their thread count.
   NetworkPriority network_priority = NetworkPriority::kNormal;
 };
+
+// OK for "host:port" with a port in 0..65535 ("[v6]:port" too) and for "unix:PATH"; otherwise
+// INVALID_ARGUMENT naming the address and what is wrong with it.
+absl::Status CheckListenAddress(const std::string& address);
 
 struct StartedServer {
   std::unique_ptr<grpc::Server> server;

@@ -136,3 +136,41 @@ TEST(NetworkPriorityTest, MoveThreadsToIdleMovesLateThreadsAndKeepsNamedOnes) {
 
 }  // namespace
 }  // namespace strata::services
+
+namespace strata::services {
+namespace {
+
+TEST(ServerRunnerTest, ABusyPortIsAnErrorNotASharedPort) {
+  ServerConfig config;
+  config.listen_address = "127.0.0.1:0";
+  absl::StatusOr<StartedServer> first = StartServer(config, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  config.listen_address = "127.0.0.1:" + std::to_string(first->port);
+  absl::StatusOr<StartedServer> second = StartServer(config, {});
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_NE(second.status().message().find("cannot listen on '" + config.listen_address + "'"), std::string::npos)
+      << second.status();
+  if (second.ok()) second->server->Shutdown();
+  first->server->Shutdown();
+  first->server->Wait();
+}
+
+TEST(ServerRunnerTest, PortsOutsideTheirRangeAreRefusedNotWrapped) {
+  for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:", "127.0.0.1:80x",
+                          "127.0.0.1"}) {
+    EXPECT_EQ(CheckListenAddress(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+    ServerConfig config;
+    config.listen_address = bad;
+    absl::StatusOr<StartedServer> started = StartServer(config, {});
+    EXPECT_EQ(started.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    if (started.ok()) started->server->Shutdown();
+  }
+  EXPECT_NE(CheckListenAddress("127.0.0.1:99999").message().find("port '99999' is not a number in 0..65535"),
+            std::string::npos);
+  for (const char* good : {"127.0.0.1:0", "0.0.0.0:65535", "[::1]:50051", "localhost:8080", "unix:/tmp/s.sock"}) {
+    EXPECT_TRUE(CheckListenAddress(good).ok()) << good;
+  }
+}
+
+}  // namespace
+}  // namespace strata::services
