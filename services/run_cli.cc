@@ -111,7 +111,10 @@ int RunCommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
       << info.source_kind << (info.source.pinned ? ", pinned" : "") << "), " << info.threads << " threads, load "
       << info.load_seconds << " s";
   if (info.source.gb_per_second > 0) err << " (" << info.source.gb_per_second << " GB/s)";
-  if (info.source_kind == "arena" && !info.source.pinned) err << "; arena not page-locked: " << info.source.pin_note;
+  // Page-locking matters only where the GPU reads the arena.
+  if (info.backend.device == "cuda" && info.source_kind == "arena" && !info.source.pinned) {
+    err << "; arena not page-locked: " << info.source.pin_note;
+  }
   err << "; device " << info.backend.device << " (" << info.backend.name << ", " << info.backend.isa << ")";
   err << "\n";
 
