@@ -36,7 +36,12 @@ absl::StatusOr<LoadedModel> LoadModel(
   LoadedModel loaded;
   ASSIGN_OR_RETURN(loaded.model, model::Model::Create(pack));
   model::Model& m = *loaded.model;
-  const pack::BlobLayout& layout = pack.layout();
+  auto attach_cpu = [&] {
+    m.Attach(std::make_unique<model::CpuDenseBackend>(m.config(), m.weights(), pool),
+             std::make_unique<model::CpuMoeDispatch>(loaded.source.get(), pack.layout(),
+                                                     pack.manifest().geometry().n_expert(), pool));
+    loaded.device = "cpu";
+  };
   if (cuda) {
 #if STRATA_HAVE_CUDA
     gpu::CudaModelOptions o;
@@ -65,10 +70,7 @@ absl::StatusOr<LoadedModel> LoadModel(
     loaded.note = absl::StrCat("the experts do not fit in VRAM and the arena could not be page-locked (",
                                source_stats != nullptr ? source_stats->pin_note : std::string("unknown"),
                                "): running on the CPU");
-    m.Attach(std::make_unique<model::CpuDenseBackend>(m.config(), m.weights(), pool),
-             std::make_unique<model::CpuMoeDispatch>(loaded.source.get(), layout,
-                                                     pack.manifest().geometry().n_expert(), pool));
-    loaded.device = "cpu";
+    attach_cpu();
     return loaded;
 #endif
   }
@@ -78,10 +80,7 @@ absl::StatusOr<LoadedModel> LoadModel(
   } else {
     ASSIGN_OR_RETURN(loaded.source, pack::OpenExpertSource(pack, experts, source_stats));
   }
-  m.Attach(std::make_unique<model::CpuDenseBackend>(m.config(), m.weights(), pool),
-           std::make_unique<model::CpuMoeDispatch>(loaded.source.get(), layout, pack.manifest().geometry().n_expert(),
-                                                   pool));
-  loaded.device = "cpu";
+  attach_cpu();
   return loaded;
 }
 
