@@ -49,6 +49,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
         absl::StrCat("threads: ", options.threads, " is not in 0 (all cores) .. ", exec::ThreadPool::kMaxThreads));
   }
   if (options.max_seqs < 1) return absl::InvalidArgumentError("max_seqs: must be at least 1");
+  if (options.max_queue < 0) return absl::InvalidArgumentError("max_queue: must not be negative");
+  RETURN_IF_ERROR(CheckDeviceOptions(options.device));
   if (options.max_ctx < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_ctx: ", options.max_ctx, " must not be negative"));
   }
@@ -76,7 +78,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     return absl::InvalidArgumentError(absl::StrCat("tokenizer has ", e->tokenizer_->n_vocab(),
                                                    " tokens but the model's vocabulary is ", c.n_vocab));
   }
-  if (options.max_queue < 0) return absl::InvalidArgumentError("max_queue: must not be negative");
   const int64_t max_ctx = options.max_ctx > 0 ? options.max_ctx : std::min<int64_t>(c.n_ctx_train, 8192);
   const int64_t kv_dim = c.n_head_kv * c.head_dim;
   uint64_t budget = options.kv_budget_bytes;

@@ -19,14 +19,32 @@ bool CudaDeviceAvailable(std::string* why) {
 #endif
 }
 
-absl::StatusOr<LoadedModel> LoadModel(
-    const pack::Pack& pack, const DeviceOptions& options, const pack::ExpertSourceOptions& experts,
-    const std::function<std::unique_ptr<pack::ExpertSource>(const pack::Pack&)>& source_factory,
-    exec::ThreadPool* pool, pack::ExpertSourceStats* source_stats) {
+absl::Status CheckDeviceOptions(const DeviceOptions& options) {
   if (options.device != "auto" && options.device != "cpu" && options.device != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("device: '", options.device, "' is not one of auto, cpu, cuda"));
   }
+  if (!(options.vram_gib >= 0 && options.vram_gib <= double{1 << 20})) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vram_gib: ", options.vram_gib, " is not a size in GiB (0 .. 2^20; 0 = what is free)"));
+  }
+  if (options.vram_experts < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vram_experts: ", options.vram_experts, " is not a count (-1 = as many as fit)"));
+  }
+  const std::string& policy = options.cache_policy;
+  if (policy != "lru" && policy != "lfu-decay" && policy != "static") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache_policy: '", policy, "' is not one of lru, lfu-decay, static"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadedModel> LoadModel(
+    const pack::Pack& pack, const DeviceOptions& options, const pack::ExpertSourceOptions& experts,
+    const std::function<std::unique_ptr<pack::ExpertSource>(const pack::Pack&)>& source_factory,
+    exec::ThreadPool* pool, pack::ExpertSourceStats* source_stats) {
+  RETURN_IF_ERROR(CheckDeviceOptions(options));
   std::string why;
   const bool cuda = !source_factory && (options.device == "cuda" ||
                                         (options.device == "auto" && CudaDeviceAvailable(&why)));

@@ -24,6 +24,11 @@ struct DeviceOptions {
   std::string cache_policy = "lfu-decay";  // the VRAM expert cache's: lru, lfu-decay or static
 };
 
+// OK when the options name a known device and cache policy, vram_gib is a finite number >= 0 (at most
+// 2^20) and vram_experts is -1 or a count; otherwise INVALID_ARGUMENT naming the field. LoadModel checks
+// them first; the engine checks them before it opens the pack.
+absl::Status CheckDeviceOptions(const DeviceOptions& options);
+
 // Whether this build has CUDA and a device is visible; `why` says what was found, for logs.
 bool CudaDeviceAvailable(std::string* why);
 

@@ -1,5 +1,6 @@
 #include "engine/runtime/model_factory.h"
 
+#include <cmath>
 #include <string>
 
 #include "engine/runtime/engine.h"
@@ -45,6 +46,26 @@ TEST(ModelFactoryTest, AnUnknownDeviceIsRefusedByName) {
   ScratchDir dir;
   auto engine = Engine::Create(Options(TinyPack(dir), "tpu"));
   EXPECT_THAT(engine.status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "device: 'tpu'"));
+}
+
+TEST(ModelFactoryTest, BadDeviceOptionsAreRefusedByFieldBeforeThePackIsRead) {
+  DeviceOptions ok;
+  EXPECT_TRUE(CheckDeviceOptions(ok).ok());
+  DeviceOptions o = ok;
+  o.vram_gib = -1;
+  EXPECT_THAT(CheckDeviceOptions(o), StatusIsWith(absl::StatusCode::kInvalidArgument, "vram_gib"));
+  o.vram_gib = std::nan("");
+  EXPECT_THAT(CheckDeviceOptions(o), StatusIsWith(absl::StatusCode::kInvalidArgument, "vram_gib"));
+  o = ok;
+  o.vram_experts = -2;
+  EXPECT_THAT(CheckDeviceOptions(o), StatusIsWith(absl::StatusCode::kInvalidArgument, "vram_experts"));
+  o = ok;
+  o.cache_policy = "fifo";
+  EXPECT_THAT(CheckDeviceOptions(o), StatusIsWith(absl::StatusCode::kInvalidArgument, "cache_policy: 'fifo'"));
+  // The engine refuses them before it opens the pack: a missing pack is not what gets reported.
+  EngineOptions e = Options("/nonexistent/pack", "cpu");
+  e.device.cache_policy = "fifo";
+  EXPECT_THAT(Engine::Create(e).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "cache_policy"));
 }
 
 // Without a usable device (this build has no CUDA, or no GPU is visible) --device cuda is refused and auto
