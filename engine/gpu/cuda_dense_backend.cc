@@ -19,6 +19,8 @@ using kernels::cuda::PinnedBuffer;
 using kernels::cuda::TokenSlot;
 
 constexpr uint64_t kAlign = 256;
+// Batches of at most this many tokens (one router token block) get the FFN norm fused with the router.
+constexpr int kFusedNormTokens = 8;
 uint64_t AlignUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // Positions a graph's attention grid covers: the next power of two, at least 256.
@@ -199,6 +201,7 @@ absl::Status CudaDenseBackend::EnsureAttentionWorkspace(int max_positions) {
   if (max_positions <= attention_positions_) return absl::OkStatus();
   const int positions = PositionsBound(max_positions);
   const size_t bytes = kernels::cuda::AttentionWorkspaceBytes(max_tokens_, static_cast<int>(config_.n_head),
+                                                              static_cast<int>(config_.n_head_kv),
                                                               static_cast<int>(config_.head_dim), positions);
   // Graphs hold the old workspace's address.
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "waiting for the stream");
@@ -206,6 +209,7 @@ absl::Status CudaDenseBackend::EnsureAttentionWorkspace(int max_positions) {
   memory_used_ -= attention_ws_.bytes();
   attention_ws_ = DeviceBuffer();
   ASSIGN_OR_RETURN(attention_ws_, DeviceBuffer::Allocate(bytes));
+  CUDA_RETURN_IF_ERROR(cudaMemset(attention_ws_.data(), 0, bytes), "clearing the attention workspace");
   memory_used_ += bytes;
   attention_positions_ = positions;
   return absl::OkStatus();
@@ -317,11 +321,19 @@ absl::Status CudaDenseBackend::Router(int64_t l, model::MoeBatch* moe) {
   const model::ModelConfig& c = config_;
   const DeviceLayer& L = layers_[l];
   const int k = static_cast<int>(c.n_expert_used);
-  RETURN_IF_ERROR(kernels::cuda::RmsNorm(x_.as<float>(), c.n_embd, L.ffn_norm, c.n_embd, n_, c.rms_norm_eps,
-                                         h_.as<float>(), c.n_embd, stream_));
   int32_t* ids = ids_.as<int32_t>() + l * n_ * k;
-  RETURN_IF_ERROR(kernels::cuda::RouterTopK(L.router, static_cast<int>(c.n_expert), c.n_embd, h_.as<float>(), n_, k,
-                                            ids, weights_.as<float>(), router_ws_.data(), router_ws_.bytes(),
+  // The FFN norm of x into h: fused with the router for a decode step (one launch less); a prefill chunk
+  // normalizes first, since every router block would recompute the norms of its tokens.
+  kernels::cuda::RouterNorm norm{L.ffn_norm, c.rms_norm_eps, h_.as<float>()};
+  const float* router_in = x_.as<float>();
+  if (n_ > kFusedNormTokens) {
+    RETURN_IF_ERROR(kernels::cuda::RmsNorm(x_.as<float>(), c.n_embd, L.ffn_norm, c.n_embd, n_, c.rms_norm_eps,
+                                           h_.as<float>(), c.n_embd, stream_));
+    norm = {};
+    router_in = h_.as<float>();
+  }
+  RETURN_IF_ERROR(kernels::cuda::RouterTopK(L.router, static_cast<int>(c.n_expert), c.n_embd, router_in, norm, n_,
+                                            k, ids, weights_.as<float>(), router_ws_.data(), router_ws_.bytes(),
                                             stream_));
   moe->n_tokens = n_;
   moe->k = k;

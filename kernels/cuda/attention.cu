@@ -1,6 +1,7 @@
 // Attention of each query head over its sequence's KV cache (f32), decode and causal prefill alike.
 //
-// A block takes a tile of query rows — tile_tokens consecutive batch tokens times the G query heads of one
+// Decode batches (few tokens, each over its own cache) take attention_decode.cu's kernel instead; this is
+// the prefill kernel. A block takes a tile of query rows — tile_tokens consecutive batch tokens times the G query heads of one
 // kv head — and one split of the positions. It streams that kv head's keys and values through shared
 // memory (cp.async) and keeps, per row, the running max m, the running sum l of exp(s - m) and the
 // unnormalized output O (online softmax). Tokens of the tile that share a cache are processed together, so
@@ -17,6 +18,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dense_device.cuh"
 #include "kernels/cuda/dense_kernels.h"
@@ -25,6 +27,7 @@ namespace strata::kernels::cuda {
 namespace {
 
 using detail::BadArgument;
+using detail::kDecodeMaxTokens;
 using detail::kFullMask;
 using detail::NullArgument;
 
@@ -34,7 +37,6 @@ constexpr int kWarpRows = 16;
 constexpr int kWarpPositions = 32;
 constexpr int kMaxBlockRows = kAttnWarps * kWarpRows;  // also the most tokens in a tile
 constexpr int kMaxGroup = kMaxBlockRows;               // n_head / n_head_kv
-constexpr int kDecodeMaxTokens = 32;                   // batches up to this give each token its own blocks
 // Splits are multiples of this many positions (a multiple of every tile's positions, 32 to 128).
 constexpr int kSplitGranule = 128;
 // Enough (token, head, split) work items to fill the GPU several times over.
@@ -394,14 +396,33 @@ absl::Status LaunchAttention(const AttnParams& p, int tiles, cudaStream_t stream
 
 }  // namespace
 
-size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int head_dim, int max_positions) {
-  if (n_tokens <= 0 || n_head <= 0 || head_dim <= 0 || max_positions <= 0) return 0;
+namespace {
+
+// The decode kernel's counters lead the workspace, sized for the largest decode batch so that the parts
+// of no call ever overlap them.
+size_t CounterBytes(int n_head_kv) {
+  const size_t bytes = static_cast<size_t>(kDecodeMaxTokens) * n_head_kv * sizeof(unsigned);
+  return (bytes + 255) / 256 * 256;
+}
+
+// Splits of a call: the decode kernel's or the tiled kernel's.
+int64_t CallSplits(int n_tokens, int n_head, int n_head_kv, int max_positions) {
+  if (detail::UseDecodeAttention(n_tokens, n_head / n_head_kv)) {
+    return detail::PlanDecodeSplits(n_tokens, n_head_kv, max_positions).n_splits;
+  }
+  return WantedSplits(n_tokens, n_head, max_positions);
+}
+
+}  // namespace
+
+size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int n_head_kv, int head_dim, int max_positions) {
+  if (n_tokens <= 0 || n_head <= 0 || n_head_kv <= 0 || head_dim <= 0 || max_positions <= 0) return 0;
   // Fewer tokens may split into more pieces: the largest need over every smaller batch.
   size_t bytes = 0;
   for (int n = 1; n <= n_tokens; ++n) {
-    bytes = std::max(bytes, SplitBytes(WantedSplits(n, n_head, max_positions), n, n_head, head_dim));
+    bytes = std::max(bytes, SplitBytes(CallSplits(n, n_head, n_head_kv, max_positions), n, n_head, head_dim));
   }
-  return bytes;
+  return CounterBytes(n_head_kv) + bytes;
 }
 
 absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int64_t layer, int n_head, int n_head_kv,
@@ -425,14 +446,30 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int
   if (!detail::Aligned16(q)) return detail::Misaligned(kFn, "q", q);
   if (slots == nullptr) return NullArgument(kFn, "slots");
   if (out == nullptr) return NullArgument(kFn, "out");
-  const SplitPlan plan = PlanSplits(n_tokens, n_head, max_positions);
-  const size_t needed = SplitBytes(plan.n_splits, n_tokens, n_head, head_dim);
+  const int group = n_head / n_head_kv;
+  const bool decode = detail::UseDecodeAttention(n_tokens, group);
+  const detail::DecodeSplitPlan decode_plan = detail::PlanDecodeSplits(n_tokens, n_head_kv, max_positions);
+  const SplitPlan plan = decode ? SplitPlan{decode_plan.n_splits, decode_plan.split_len}
+                                : PlanSplits(n_tokens, n_head, max_positions);
+  const size_t needed = CounterBytes(n_head_kv) + SplitBytes(plan.n_splits, n_tokens, n_head, head_dim);
   if (workspace_bytes < needed) {
     return BadArgument(kFn, "workspace_bytes", static_cast<int64_t>(workspace_bytes),
                        absl::StrCat("these sizes need ", needed));
   }
-  if (needed > 0 && workspace == nullptr) return NullArgument(kFn, "workspace");
+  if (workspace == nullptr) return NullArgument(kFn, "workspace");
+  if (!detail::Aligned16(workspace)) return detail::Misaligned(kFn, "workspace", workspace);
   if (n_tokens == 0) return absl::OkStatus();
+
+  const size_t rows = static_cast<size_t>(n_tokens) * n_head;
+  float* const part_o = reinterpret_cast<float*>(static_cast<char*>(workspace) + CounterBytes(n_head_kv));
+  float* const part_m = part_o + static_cast<size_t>(plan.n_splits) * rows * head_dim;
+  float* const part_l = part_m + static_cast<size_t>(plan.n_splits) * rows;
+  if (decode) {
+    const detail::DecodeAttentionArgs args{q,          slots,     out,     part_o, part_m, part_l,
+                                           static_cast<unsigned*>(workspace), layer, n_tokens, n_head,
+                                           n_head_kv, group,    plan.split_len, plan.n_splits, scale};
+    return detail::LaunchDecodeAttention(args, head_dim, stream);
+  }
 
   AttnParams p{};
   p.q = q;
@@ -442,7 +479,7 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int
   p.n_tokens = n_tokens;
   p.n_head = n_head;
   p.n_head_kv = n_head_kv;
-  p.group = n_head / n_head_kv;
+  p.group = group;
   p.tile_tokens = n_tokens <= kDecodeMaxTokens ? 1 : std::max(1, kMaxBlockRows / p.group);
   p.block_rows = p.tile_tokens * p.group;
   p.row_warps = p.block_rows <= kWarpRows ? 1 : (p.block_rows <= 2 * kWarpRows ? 2 : 4);
@@ -450,12 +487,9 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int
   p.split_len = plan.split_len;
   p.n_splits = plan.n_splits;
   p.scale = scale;
-  if (p.n_splits > 1) {
-    const size_t rows = static_cast<size_t>(n_tokens) * n_head;
-    p.part_o = static_cast<float*>(workspace);
-    p.part_m = p.part_o + static_cast<size_t>(p.n_splits) * rows * head_dim;
-    p.part_l = p.part_m + static_cast<size_t>(p.n_splits) * rows;
-  }
+  p.part_o = part_o;
+  p.part_m = part_m;
+  p.part_l = part_l;
   const int tiles = (n_tokens + p.tile_tokens - 1) / p.tile_tokens;
   switch (head_dim) {
     case 32:

@@ -157,6 +157,11 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
+// The RMS norm's scale from a row's sum of squares, as strata::model::RmsNorm computes it.
+__device__ __forceinline__ float RmsScale(double sum_of_squares, int64_t n, float eps) {
+  return 1.0f / sqrtf(static_cast<float>(sum_of_squares / static_cast<double>(n)) + eps);
+}
+
 // The block's total, returned to every thread (same order of additions in every thread).
 __device__ __forceinline__ double BlockSumDouble(double v) {
   __shared__ double warp_sums[32];

@@ -118,7 +118,7 @@ absl::Status RmsNorm(const float* x, int64_t x_stride, const float* weight, int6
 //   x[t*n + i] += sum_j weights[t*k + j] * parts[(t*k + j)*n + i]   (j in order, no fused multiply-add,
 //                                                                     as the CPU adds them)
 //   h[t*n + i] = RmsNorm(x[t])[i] * norm_weight[i]                   (only when norm_weight != nullptr)
-// One launch. h (needed only with norm_weight) must not overlap x or parts.
+// One launch (a block per token). h (needed only with norm_weight) must not overlap x or parts.
 // INVALID_ARGUMENT: n < 1, k < 1, n_tokens < 0, a null pointer.
 absl::Status CombineAndNorm(const float* parts, const float* weights, int n_tokens, int k, int64_t n, float* x,
                             const float* norm_weight, float eps, float* h, cudaStream_t stream);
@@ -152,8 +152,9 @@ absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const Tok
                              const float* k_norm, float eps, const double* freq, int rope_style, cudaStream_t stream);
 
 // Bytes of workspace that serve every Attention call with at most n_tokens tokens and at most
-// max_positions positions (0 when no such call splits the positions).
-size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int head_dim, int max_positions);
+// max_positions positions. It starts with counters that must be zero before the first call
+// (cudaMemsetAsync the whole workspace once); every call leaves them zero again.
+size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int n_head_kv, int head_dim, int max_positions);
 
 // For each token t and head h (kv head h / (n_head / n_head_kv)), with D = head_dim:
 //   out[(t*n_head + h)*D + d] = sum_p softmax_p(scale * q_t,h . key(p)) * value(p)[d]
@@ -161,17 +162,20 @@ size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int head_dim, int max_p
 // kv_head*D). q: [t][n_head][D] f32, 16-byte aligned. The keys and values of every position in [0, pos_t]
 // must have been stored (those of this batch by QkNormRopeStore). Nothing in a cache after the largest
 // position the batch has in it is read, nor any other layer.
-// max_positions >= every pos_t + 1 sizes the grid: long contexts are split over positions and merged by a
-// second launch, through `workspace` (AttentionWorkspaceBytes(n_tokens, n_head, head_dim, max_positions)
-// bytes, or those of any larger sizes, are enough; it may be null when that is 0).
-// Batches of <= 32 tokens (decode) give each token its own blocks; larger batches (prefill) tile 64/G
-// consecutive tokens with the G heads of a kv head, so each K/V load serves every query of the tile that
-// belongs to the same cache. Any mix of sequences is correct either way; a large batch of tokens from
-// different sequences is slow (each tile then reads one sequence at a time).
-// One launch, or two when split. The first call for a head_dim also raises that kernel's shared-memory
-// limit (cudaFuncSetAttribute, a host-side setting). INVALID_ARGUMENT: n_tokens outside [0, 65535],
-// n_head_kv < 1, n_head not a multiple of n_head_kv, n_head / n_head_kv > 64, head_dim not 64 or 128,
-// max_positions < 1, layer < 0, a short workspace, q not 16-byte aligned, a null pointer.
+// max_positions >= every pos_t + 1 sizes the grid: long contexts are split over positions and the splits
+// merged through `workspace` (AttentionWorkspaceBytes(n_tokens, n_head, n_head_kv, head_dim,
+// max_positions) bytes, or those of any larger sizes, are enough).
+// Batches of <= 32 tokens with <= 16 query heads per kv head (decode) give each (token, kv head, split) a
+// block that reads K and V straight from the cache; the last split of a token to finish merges them (one
+// launch). Larger batches (prefill) tile 64/G consecutive tokens with the G heads of a kv head, so each K/V
+// load serves every query of the tile that belongs to the same cache, and merge splits in a second launch.
+// Any mix of sequences is correct either way; a large batch of tokens from different sequences is slow
+// (each tile then reads one sequence at a time).
+// The first call for a head_dim also raises that kernel's shared-memory limit (cudaFuncSetAttribute, a
+// host-side setting). The workspace must not be shared by two calls that may run at the same time.
+// INVALID_ARGUMENT: n_tokens outside [0, 65535], n_head_kv < 1, n_head not a multiple of n_head_kv,
+// n_head / n_head_kv > 64, head_dim not 32, 64 or 128, max_positions < 1, layer < 0, a short workspace,
+// q or workspace not 16-byte aligned, a null pointer.
 absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int64_t layer, int n_head, int n_head_kv,
                        int head_dim, float scale, int max_positions, float* out, void* workspace,
                        size_t workspace_bytes, cudaStream_t stream);
@@ -190,18 +194,27 @@ absl::Status EmbedRows(DenseType type, const uint8_t* table, int64_t n, const To
 // some n_tokens serves any smaller n_tokens.
 size_t RouterWorkspaceBytes(int n_tokens, int n_expert);
 
-// For each token t (x[t*n ...], f32):
-//   logits = W x_t (W: F32, n_expert x n, row-major), probs = softmax(logits),
+// The RMS norm RouterTopK may apply to x first (weight == nullptr: none).
+struct RouterNorm {
+  const float* weight = nullptr;  // n floats, 16-byte aligned
+  float eps = 0.0f;
+  float* out = nullptr;  // receives the normed rows [n_tokens][n], 16-byte aligned; must not overlap x
+};
+
+// For each token t (x[t*n ...], f32), with h_t = x_t, or with a norm h_t = RmsNorm(x_t) * norm.weight
+// (as RmsNorm computes it; stored to norm.out):
+//   logits = W h_t (W: F32, n_expert x n, row-major), probs = softmax(logits),
 //   ids[t*k ...] = the k largest probs in descending order (ties to the lower expert id),
 //   weights[t*k + j] = probs[ids[j]] / sum_j probs[ids[j]]   (sum in double, as the CPU does).
 // One launch: each block computes some logits; the last block of each group of 8 tokens (an atomic
 // counter in the workspace) does their softmax and top-k. The workspace must not be shared by two
 // RouterTopK calls that may run at the same time.
 // INVALID_ARGUMENT: n_expert outside [1, 1024], k outside [1, min(n_expert, 32)], n not a positive
-// multiple of 4, n_tokens outside [0, 524280], a short workspace, w, x or workspace not 16-byte aligned, a
-// null pointer.
-absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x, int n_tokens, int k, int32_t* ids,
-                        float* weights, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// multiple of 4, n_tokens outside [0, 524280], a short workspace, w, x, norm.weight, norm.out or workspace
+// not 16-byte aligned, a null pointer (norm.out with a norm.weight).
+absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x, const RouterNorm& norm, int n_tokens,
+                        int k, int32_t* ids, float* weights, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream);
 
 }  // namespace strata::kernels::cuda
 

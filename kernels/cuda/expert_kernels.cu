@@ -1,8 +1,8 @@
 // ExpertFfn and QuantizeActivations (contracts in expert_kernels.h; byte layouts in kernels/format/scheme.h).
 //
 // ExpertFfn is three launches on the caller's stream:
-//  1. PrepareKernel: block 0 groups the (token, j) pairs by expert (a counting sort into `list`, the pairs
-//     of an expert at consecutive positions, "slots") and cuts each expert's run into work items of up to
+//  1. PrepareKernel: block 0 groups the (token, j) pairs by expert (a counting sort in shared memory into
+//     `list`, the pairs of an expert at consecutive positions, "slots") and cuts each expert's run into work items of up to
 //     tile_max slots; the other blocks quantize x (integer schemes).
 //  2. GateUpKernel (expert_weight_kernels.cu), grid (work item, 32-row strip of ff): gate and up rows of the
 //     strip for every token of the item, then h = silu(g) * u for the strip, which is one 32-block of h,
@@ -40,6 +40,9 @@ constexpr int kQuantBlocksPerWarp = 4;  // 32-element blocks a warp quantizes (g
 // Calls with at least this many pairs per expert on average use wide tiles.
 constexpr int64_t kWideTokensPerExpert = 4;
 constexpr int64_t kMaxPairs = int64_t{1} << 24;
+// The prepare kernel counts pairs per expert in shared memory (4 bytes an expert, below the 48 KiB that
+// needs no opt-in).
+constexpr int kMaxExperts = 8192;
 // Activation offsets inside the kernels are int32 (elements of x and of h: pairs * ff).
 constexpr int64_t kMaxActivationElements = (int64_t{1} << 31) - 1;
 constexpr size_t kWorkspaceAlignment = 256;
@@ -48,7 +51,7 @@ constexpr size_t kWorkspaceAlignment = 256;
 // Workspace
 
 struct WorkspacePlan {
-  size_t n_items = 0, counts = 0, list = 0, items = 0;
+  size_t n_items = 0, list = 0, items = 0;
   size_t xq = 0, xscale = 0, xsum = 0;  // integer schemes: quantized x, per token
   size_t hq = 0, hscale = 0, hsum = 0;  // integer schemes: quantized h, per slot
   size_t hf = 0;                        // f16: h in f32, per slot
@@ -69,7 +72,6 @@ WorkspacePlan PlanWorkspace(const ExpertLayout& l, int64_t n_tokens, int k, int 
     return start;
   };
   w.n_items = take(sizeof(int32_t));
-  w.counts = take(int64_t{n_expert} * 4);
   w.list = take(pairs * 4);
   // The narrow tile gives the larger bound, so one plan serves both tile sizes.
   w.items = take(MaxWorkItems(pairs, n_expert, kNarrowTile) * static_cast<int64_t>(sizeof(WorkItem)));
@@ -124,8 +126,9 @@ absl::Status CheckLayout(const ExpertLayout& l) {
 // Everything ExpertFfn checks before it looks at pointers.
 absl::Status CheckFfnSizes(const ExpertLayout& layout, int n_expert, int n_tokens, int k) {
   if (absl::Status s = CheckLayout(layout); !s.ok()) return s;
-  if (n_expert < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: n_expert ", n_expert, " must be at least 1"));
+  if (n_expert < 1 || n_expert > kMaxExperts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExpertFfn: n_expert ", n_expert, " must be in [1, ", kMaxExperts, "]"));
   }
   if (k < 1 || k > n_expert) {
     return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: k ", k, " must be in [1, n_expert = ", n_expert, "]"));
@@ -180,23 +183,23 @@ struct GroupArgs {
   int n_pairs;
   int n_expert;
   int tile;              // tokens per work item at most
-  int32_t* counts;       // n_expert
   int32_t* list;         // n_pairs: pair indices t * k + j grouped by expert
   WorkItem* items;
   int32_t* n_items;
 };
 
-// A counting sort of the valid pairs by expert, run by one block of kPrepThreads threads. The order of
-// pairs inside an expert's run depends on atomics; nothing downstream depends on it.
-__device__ void GroupPairsByExpert(const GroupArgs& a) {
+// A counting sort of the valid pairs by expert, run by one block of kPrepThreads threads, with counts[e]
+// (n_expert ints of shared memory) first expert e's pair count, then its next free list position. The
+// order of pairs inside an expert's run depends on atomics; nothing downstream depends on it.
+__device__ void GroupPairsByExpert(const GroupArgs& a, int32_t* counts) {
   __shared__ int32_t scan_pairs[kPrepThreads];
   __shared__ int32_t scan_items[kPrepThreads];
   const int tid = threadIdx.x;
-  for (int e = tid; e < a.n_expert; e += kPrepThreads) a.counts[e] = 0;
+  for (int e = tid; e < a.n_expert; e += kPrepThreads) counts[e] = 0;
   __syncthreads();
   for (int p = tid; p < a.n_pairs; p += kPrepThreads) {
     const int e = a.ids[p];
-    if (e >= 0 && e < a.n_expert) atomicAdd(&a.counts[e], 1);
+    if (e >= 0 && e < a.n_expert) atomicAdd(&counts[e], 1);
   }
   __syncthreads();
   // Each thread owns a contiguous range of experts; an exclusive scan over threads places their runs.
@@ -205,9 +208,8 @@ __device__ void GroupPairsByExpert(const GroupArgs& a) {
   const int e_end = min(e_begin + per_thread, a.n_expert);
   int my_pairs = 0, my_items = 0;
   for (int e = e_begin; e < e_end; ++e) {
-    const int c = __ldcg(a.counts + e);  // counted by atomics (in L2): read from L2
-    my_pairs += c;
-    my_items += (c + a.tile - 1) / a.tile;
+    my_pairs += counts[e];
+    my_items += (counts[e] + a.tile - 1) / a.tile;
   }
   scan_pairs[tid] = my_pairs;
   scan_items[tid] = my_items;
@@ -223,24 +225,25 @@ __device__ void GroupPairsByExpert(const GroupArgs& a) {
   int pair_at = scan_pairs[tid] - my_pairs;
   int item_at = scan_items[tid] - my_items;
   for (int e = e_begin; e < e_end; ++e) {
-    const int c = __ldcg(a.counts + e);
+    const int c = counts[e];
     const uint8_t* blob = c > 0 ? a.blobs[e] : nullptr;  // blobs of experts without pairs may be null
     for (int s = 0; s < c; s += a.tile) a.items[item_at++] = WorkItem{blob, pair_at + s, min(a.tile, c - s)};
-    a.counts[e] = pair_at;  // from here on: expert e's next free list position
+    counts[e] = pair_at;
     pair_at += c;
   }
   if (tid == kPrepThreads - 1) *a.n_items = scan_items[tid];
   __syncthreads();
   for (int p = tid; p < a.n_pairs; p += kPrepThreads) {
     const int e = a.ids[p];
-    if (e >= 0 && e < a.n_expert) a.list[atomicAdd(&a.counts[e], 1)] = p;
+    if (e >= 0 && e < a.n_expert) a.list[atomicAdd(&counts[e], 1)] = p;
   }
 }
 
 __global__ void __launch_bounds__(kPrepThreads)
     PrepareKernel(GroupArgs group, const float* x, int64_t x_blocks, int8_t* xq, float* xscale, int32_t* xsum) {
+  extern __shared__ int32_t expert_counts[];  // group.n_expert ints (block 0 only)
   if (blockIdx.x == 0) {
-    GroupPairsByExpert(group);
+    GroupPairsByExpert(group, expert_counts);
     return;
   }
   QuantizeBlocks(x, x_blocks, xq, xscale, xsum, blockIdx.x - 1, gridDim.x - 1);
@@ -291,7 +294,6 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   group.n_pairs = static_cast<int>(pairs);
   group.n_expert = n_expert;
   group.tile = tile;
-  group.counts = reinterpret_cast<int32_t*>(ws + plan.counts);
   group.list = reinterpret_cast<int32_t*>(ws + plan.list);
   group.items = reinterpret_cast<WorkItem*>(ws + plan.items);
   group.n_items = reinterpret_cast<int32_t*>(ws + plan.n_items);
@@ -300,8 +302,9 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   int32_t* xsum = quantized ? reinterpret_cast<int32_t*>(ws + plan.xsum) : nullptr;
   const int64_t x_blocks = quantized ? int64_t{n_tokens} * (layout.n_embd / 32) : 0;
   const int64_t quant_ctas = (x_blocks + kPrepWarps * kQuantBlocksPerWarp - 1) / (kPrepWarps * kQuantBlocksPerWarp);
-  PrepareKernel<<<static_cast<unsigned>(1 + quant_ctas), kPrepThreads, 0, stream>>>(group, x, x_blocks, xq, xscale,
-                                                                                  xsum);
+  const size_t counts_bytes = static_cast<size_t>(n_expert) * sizeof(int32_t);
+  PrepareKernel<<<static_cast<unsigned>(1 + quant_ctas), kPrepThreads, counts_bytes, stream>>>(group, x, x_blocks, xq,
+                                                                                            xscale, xsum);
   if (absl::Status s = LaunchStatus("ExpertFfn prepare kernel"); !s.ok()) return s;
 
   FfnArgs a;

@@ -57,7 +57,7 @@ size_t ExpertFfnWorkspaceBytes(const ExpertLayout& layout, int max_tokens, int k
 // side, so an expert's weights come from HBM once a call and from L2 for its further items. The grids are
 // sized from n_tokens, k and n_expert only, never from device data. n_tokens == 0 enqueues nothing. A token's result
 // is the same bits whatever else is in the call.
-// INVALID_ARGUMENT for n_tokens < 0, n_expert < 1, k outside [1, n_expert], n_tokens * k > 2^24,
+// INVALID_ARGUMENT for n_tokens < 0, n_expert outside [1, 8192], k outside [1, n_expert], n_tokens * k > 2^24,
 // n_tokens * n_embd or n_tokens * k * expert_ff >= 2^31, a layout whose dimensions or role sizes do not
 // follow kernels/format, a null or misaligned pointer, or a workspace smaller than needed.
 absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, int n_expert, const int32_t* ids,

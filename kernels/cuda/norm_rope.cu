@@ -18,13 +18,10 @@ namespace {
 
 using detail::BadArgument;
 using detail::NullArgument;
+using detail::RmsScale;
 
 // One block a row: 1024 threads, so a 2560-wide row takes three rounds of loads, not ten.
 constexpr int kNormThreads = 1024;
-
-__device__ __forceinline__ float RmsScale(double sum_of_squares, int64_t n, float eps) {
-  return 1.0f / sqrtf(static_cast<float>(sum_of_squares / static_cast<double>(n)) + eps);
-}
 
 // Block r normalizes row r. Every thread reads its elements in both passes before writing them, so out
 // may be x.

@@ -1,11 +1,15 @@
 // The MoE router in one launch: logits, softmax, top-k and the renormalised weights.
 //
-// Grid (expert blocks, token blocks). Block (e, t) computes the logits of experts [8e, 8e + 8) (a warp
-// each) for tokens [8t, 8t + 8) into the workspace. The last of the expert blocks of token block t to
-// finish (a counter per token block, which that block resets to zero for the next call or graph replay)
-// then reads all of their logits and does the softmax and top-k, a warp per token. Softmax, top-k and the
-// weights follow strata::model::Softmax / TopK and Model::Forward: float exp, sum in double, probs times a
-// float 1 / sum, selection on the probs with ties to the lower id, weights as double quotients.
+// Grid (expert blocks, token blocks). Block (e, t) computes the logits of experts [2e, 2e + 2) for tokens
+// [8t, 8t + 8): four warps per expert, each taking every fourth run of 32 float4s of the row, their sums
+// added in warp order (so a logit does not depend on the grid). With a norm, every block first forms its
+// tokens' RMS scales (while its first weights load) and normalizes x on the fly; block 0 stores the
+// normed rows. Two experts a block give a decode step n_expert / 2 blocks, enough to read the router's
+// rows at the memory rate. The last of the expert blocks of token block t to finish (a counter per token block, which that block resets to zero for the next call
+// or graph replay) then reads all of their logits and does the softmax and top-k, a warp per token.
+// Softmax, top-k and the weights follow strata::model::Softmax / TopK and Model::Forward: float exp, sum in
+// double, probs times a float 1 / sum, selection on the probs with ties to the lower id, weights as double
+// quotients.
 
 #include <climits>
 #include <cmath>
@@ -26,6 +30,10 @@ using detail::NullArgument;
 
 constexpr int kRouterWarps = 8;
 constexpr int kRouterThreads = 32 * kRouterWarps;
+constexpr int kExpertsPerBlock = 2;
+constexpr int kWarpsPerExpert = kRouterWarps / kExpertsPerBlock;
+constexpr int kRowStride = 32 * kWarpsPerExpert;  // float4s between a lane's consecutive ones in a row
+constexpr int kWeightRun = 8;                     // float4s of a row a lane loads before using them
 constexpr int kRouterTokens = 8;  // tokens per token block: one softmax warp each
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxK = 32;
@@ -39,41 +47,106 @@ size_t CounterBytes(int n_tokens) {
 
 // Dynamic shared memory: kRouterWarps * n_expert floats (each softmax warp's probabilities).
 __global__ void __launch_bounds__(kRouterThreads)
-    RouterKernel(const float* w, int n_expert, int64_t n, const float* x, int n_tokens, int k, int32_t* ids,
-                 float* weights, unsigned* counters, float* logits) {
+    RouterKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, int n_tokens, int k,
+                 int32_t* ids, float* weights, unsigned* counters, float* logits) {
   extern __shared__ float s_probs[];
   __shared__ float s_top_p[kRouterWarps][kMaxK];
   __shared__ int s_top_id[kRouterWarps][kMaxK];
   __shared__ bool s_is_last;
+  __shared__ float s_partial[kRouterWarps][kRouterTokens];
+  __shared__ double s_squares[kWarpsPerExpert][kRouterTokens];
+  __shared__ float s_scale[kRouterTokens];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int token0 = blockIdx.y * kRouterTokens;
   const int block_tokens = min(kRouterTokens, n_tokens - token0);
+  const int slot = warp / kWarpsPerExpert, quarter = warp % kWarpsPerExpert;
+  const int expert = blockIdx.x * kExpertsPerBlock + slot;
+  const int64_t n4 = n / 4;
+  const int64_t first = 32 * quarter + lane;  // this lane's float4s of a row: first + i * kRowStride
+  const float4* const wr = expert < n_expert ? reinterpret_cast<const float4*>(w + expert * n) : nullptr;
+  const float4* const x4 = reinterpret_cast<const float4*>(x);
+  const float4* const g4 = reinterpret_cast<const float4*>(norm.weight);
 
-  const int expert = blockIdx.x * kRouterWarps + warp;
-  if (expert < n_expert) {
-    float acc[kRouterTokens];
+  // The first run of weights is in flight while the norm's sums of squares are formed.
+  float4 wv[kWeightRun];
+  auto load_run = [&](int64_t run_first) {
 #pragma unroll
-    for (int t = 0; t < kRouterTokens; ++t) acc[t] = 0.0f;
-    const float4* wr = reinterpret_cast<const float4*>(w + expert * n);
-#pragma unroll 4
-    for (int64_t c4 = lane; c4 < n / 4; c4 += 32) {
-      const float4 wv = __ldg(wr + c4);
+    for (int u = 0; u < kWeightRun; ++u) {
+      const int64_t c4 = run_first + u * kRowStride;
+      wv[u] = wr != nullptr && c4 < n4 ? __ldg(wr + c4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  };
+  load_run(first);
+  if (norm.weight != nullptr) {
+    // The four quarters of either expert slot cover each row once: slot 0's warps sum the squares.
+    if (slot == 0) {
+      for (int t = 0; t < block_tokens; ++t) {
+        double squares = 0;
+        for (int64_t c4 = first; c4 < n4; c4 += kRowStride) {
+          const float4 v = __ldg(x4 + (token0 + t) * n4 + c4);
+          squares += static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y +
+                     static_cast<double>(v.z) * v.z + static_cast<double>(v.w) * v.w;
+        }
+        squares = detail::WarpSumDouble(squares);
+        if (lane == 0) s_squares[quarter][t] = squares;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < block_tokens) {
+      double total = 0;
+      for (int q = 0; q < kWarpsPerExpert; ++q) total += s_squares[q][threadIdx.x];
+      s_scale[threadIdx.x] = detail::RmsScale(total, n, norm.eps);
+    }
+    __syncthreads();
+  }
+  // Expert block 0's slot-0 warps also store the normed rows.
+  const bool store_h = norm.weight != nullptr && blockIdx.x == 0 && slot == 0;
+
+  float acc[kRouterTokens];
+#pragma unroll
+  for (int t = 0; t < kRouterTokens; ++t) acc[t] = 0.0f;
+  for (int64_t run_first = first; run_first < n4; run_first += kWeightRun * kRowStride) {
+    if (run_first != first) load_run(run_first);
+#pragma unroll
+    for (int u = 0; u < kWeightRun; ++u) {
+      const int64_t c4 = run_first + u * kRowStride;
+      if (c4 >= n4) break;
+      float4 g = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+      if (norm.weight != nullptr) g = __ldg(g4 + c4);
 #pragma unroll
       for (int t = 0; t < kRouterTokens; ++t) {
         if (t < block_tokens) {
-          const float4 xv = __ldg(reinterpret_cast<const float4*>(x + (token0 + t) * n) + c4);
-          acc[t] = fmaf(wv.x, xv.x, acc[t]);
-          acc[t] = fmaf(wv.y, xv.y, acc[t]);
-          acc[t] = fmaf(wv.z, xv.z, acc[t]);
-          acc[t] = fmaf(wv.w, xv.w, acc[t]);
+          float4 xv = __ldg(x4 + (token0 + t) * n4 + c4);
+          if (norm.weight != nullptr) {
+            const float scale = s_scale[t];
+            xv = make_float4(xv.x * scale * g.x, xv.y * scale * g.y, xv.z * scale * g.z, xv.w * scale * g.w);
+            if (store_h) reinterpret_cast<float4*>(norm.out)[(token0 + t) * n4 + c4] = xv;
+          }
+          acc[t] = fmaf(wv[u].x, xv.x, acc[t]);
+          acc[t] = fmaf(wv[u].y, xv.y, acc[t]);
+          acc[t] = fmaf(wv[u].z, xv.z, acc[t]);
+          acc[t] = fmaf(wv[u].w, xv.w, acc[t]);
         }
       }
     }
+  }
 #pragma unroll
-    for (int t = 0; t < kRouterTokens; ++t) {
+  for (int t = 0; t < kRouterTokens; ++t) {
+    if (t < block_tokens) {  // the same in the whole block
       const float sum = detail::WarpSum(acc[t]);
-      if (lane == t && t < block_tokens) logits[static_cast<int64_t>(token0 + t) * n_expert + expert] = sum;
+      if (lane == 0) s_partial[warp][t] = sum;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kExpertsPerBlock * kRouterTokens) {
+    const int e_slot = threadIdx.x / kRouterTokens, t = threadIdx.x % kRouterTokens;
+    const int e = blockIdx.x * kExpertsPerBlock + e_slot;
+    if (e < n_expert && t < block_tokens) {
+      float logit = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kWarpsPerExpert; ++q) logit += s_partial[e_slot * kWarpsPerExpert + q][t];
+      logits[static_cast<int64_t>(token0 + t) * n_expert + e] = logit;
     }
   }
 
@@ -153,8 +226,9 @@ size_t RouterWorkspaceBytes(int n_tokens, int n_expert) {
   return CounterBytes(n_tokens) + static_cast<size_t>(n_tokens) * n_expert * sizeof(float);
 }
 
-absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x, int n_tokens, int k, int32_t* ids,
-                        float* weights, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x, const RouterNorm& norm, int n_tokens,
+                        int k, int32_t* ids, float* weights, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream) {
   constexpr absl::string_view kFn = "RouterTopK";
   if (n_expert < 1 || n_expert > kMaxExperts) return BadArgument(kFn, "n_expert", n_expert, "it must be in [1, 1024]");
   if (k < 1 || k > n_expert || k > kMaxK) {
@@ -167,6 +241,11 @@ absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x,
   if (x == nullptr) return NullArgument(kFn, "x");
   if (!detail::Aligned16(w)) return detail::Misaligned(kFn, "w", w);
   if (!detail::Aligned16(x)) return detail::Misaligned(kFn, "x", x);
+  if (norm.weight != nullptr) {
+    if (!detail::Aligned16(norm.weight)) return detail::Misaligned(kFn, "norm.weight", norm.weight);
+    if (norm.out == nullptr) return NullArgument(kFn, "norm.out (with a norm.weight)");
+    if (!detail::Aligned16(norm.out)) return detail::Misaligned(kFn, "norm.out", norm.out);
+  }
   if (ids == nullptr) return NullArgument(kFn, "ids");
   if (weights == nullptr) return NullArgument(kFn, "weights");
   const size_t needed = RouterWorkspaceBytes(n_tokens, n_expert);
@@ -180,9 +259,10 @@ absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x,
 
   unsigned* counters = static_cast<unsigned*>(workspace);
   float* logits = reinterpret_cast<float*>(static_cast<char*>(workspace) + CounterBytes(n_tokens));
-  const dim3 grid((n_expert + kRouterWarps - 1) / kRouterWarps, TokenBlocks(n_tokens));
+  const dim3 grid((n_expert + kExpertsPerBlock - 1) / kExpertsPerBlock, TokenBlocks(n_tokens));
   const size_t smem = static_cast<size_t>(kRouterWarps) * n_expert * sizeof(float);
-  RouterKernel<<<grid, kRouterThreads, smem, stream>>>(w, n_expert, n, x, n_tokens, k, ids, weights, counters, logits);
+  RouterKernel<<<grid, kRouterThreads, smem, stream>>>(w, n_expert, n, x, norm, n_tokens, k, ids, weights, counters,
+                                                       logits);
   return LaunchStatus("RouterKernel");
 }
 

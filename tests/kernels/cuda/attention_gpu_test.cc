@@ -236,17 +236,22 @@ void RunAttention(cudaStream_t stream, const HeadShape& shape, const std::vector
   const std::vector<float> q = RandomFloats(n * shape.q_dim(), -2.0f, 2.0f, rng);
   DeviceArray<float> dq(q.size()), dout(q.size());
   dq.Upload(q);
-  const size_t ws_bytes = AttentionWorkspaceBytes(n, shape.n_head, shape.head_dim, max_positions);
-  DeviceArray<uint8_t> workspace(std::max<size_t>(ws_bytes, 1));
+  const size_t ws_bytes = AttentionWorkspaceBytes(n, shape.n_head, shape.n_head_kv, shape.head_dim, max_positions);
+  DeviceArray<uint8_t> workspace(ws_bytes);
+  Check(cudaMemset(workspace.get(), 0, ws_bytes), "clearing the workspace");
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
-  const absl::Status s =
-      Attention(dq.get(), slots.get(), n, kLayer, shape.n_head, shape.n_head_kv, shape.head_dim, scale, max_positions,
-                dout.get(), ws_bytes > 0 ? workspace.get() : nullptr, ws_bytes, stream);
-  ASSERT_TRUE(s.ok()) << s;
-  Check(cudaStreamSynchronize(stream), "Attention");
   const std::vector<float> want = ReferenceAttention(q, batch, caches, kLayer, shape, scale);
-  ExpectRows(dout.Download(), want, static_cast<int64_t>(n) * shape.n_head, shape.head_dim, shape.head_dim, 1e-5,
-             "out");
+  // Twice through one workspace: the first call must leave its counters as it found them.
+  for (int call = 0; call < 2; ++call) {
+    SCOPED_TRACE(absl::StrCat("call ", call));
+    Check(cudaMemset(dout.get(), 0xff, q.size() * 4), "poisoning out");
+    const absl::Status s = Attention(dq.get(), slots.get(), n, kLayer, shape.n_head, shape.n_head_kv, shape.head_dim,
+                                     scale, max_positions, dout.get(), workspace.get(), ws_bytes, stream);
+    ASSERT_TRUE(s.ok()) << s;
+    Check(cudaStreamSynchronize(stream), "Attention");
+    ExpectRows(dout.Download(), want, static_cast<int64_t>(n) * shape.n_head, shape.head_dim, shape.head_dim, 1e-5,
+               "out");
+  }
   ExpectGuards(dout, "out");
   ExpectGuards(workspace, "workspace");
   EXPECT_EQ(dq.Download(), q) << "q was modified";
@@ -257,7 +262,9 @@ const HeadShape kAttentionShapes[] = {
     {32, 8, 128},  // Mixtral
     {8, 8, 64},    // no grouping
     {12, 2, 64},   // 6 heads a group: prefill tiles of 10 tokens, 60 rows
-    {64, 1, 64},   // 64 heads a group: decode rows fill every warp
+    {64, 1, 64},   // 64 heads a group: decode batches take the tiled kernel too
+    {32, 2, 128},  // 16 heads a group: the decode kernel's largest
+    {16, 1, 32},   // head_dim 32
 };
 
 TEST_F(DenseKernelsTest, AttentionDecodeMatchesTheCpu) {
@@ -270,6 +277,8 @@ TEST_F(DenseKernelsTest, AttentionDecodeMatchesTheCpu) {
     // A single split.
     RunAttention(stream_, shape, {1}, {{0, 0}}, 1, "one position");
     RunAttention(stream_, shape, {128}, {{0, 127}}, 128, "one full split");
+    // One token deep in a long grid: dozens of splits merged by the last to finish.
+    RunAttention(stream_, shape, {4096}, {{0, 3000}}, 4096, "one token, many splits");
     // Two tokens of one sequence (a short prefill) among others, 32 tokens: still one token per block.
     std::vector<BatchToken> batch = {{0, 10}, {1, 500}, {0, 11}};
     for (int i = 0; i < 29; ++i) batch.push_back({2 + i, i * 37});
@@ -317,13 +326,14 @@ TEST_F(DenseKernelsTest, AttentionRejectsBadArguments) {
               StatusIsWith(absl::StatusCode::kInvalidArgument, "n_head is 30"));
   EXPECT_THAT(Attention(q.get(), slots.get(), 1, 0, 32, 4, 128, 1.0f, 0, out.get(), nullptr, 0, stream_),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "max_positions is 0"));
-  const size_t needed = AttentionWorkspaceBytes(1, 32, 128, 4096);
+  const size_t needed = AttentionWorkspaceBytes(1, 32, 4, 128, 4096);
   ASSERT_GT(needed, 0u);
   // A workspace sized for a batch and a context serves every smaller one.
-  const size_t most = AttentionWorkspaceBytes(64, 32, 128, 4096);
+  const size_t most = AttentionWorkspaceBytes(64, 32, 4, 128, 4096);
   for (int n = 1; n <= 64; ++n) {
     for (int positions : {1, 128, 129, 1000, 4095, 4096}) {
-      EXPECT_LE(AttentionWorkspaceBytes(n, 32, 128, positions), most) << n << " tokens, " << positions << " positions";
+      EXPECT_LE(AttentionWorkspaceBytes(n, 32, 4, 128, positions), most)
+          << n << " tokens, " << positions << " positions";
     }
   }
   EXPECT_THAT(Attention(q.get(), slots.get(), 1, 0, 32, 4, 128, 1.0f, 4096, out.get(), q.get(), needed - 4, stream_),
@@ -373,10 +383,11 @@ TEST_F(DenseKernelsTest, CapturedDecodeStepReplaysWithNewSlots) {
   dk.Upload(k_src);
   dv.Upload(v_src);
   dfreq.Upload(freq);
-  const size_t attn_ws = AttentionWorkspaceBytes(3, shape.n_head, shape.head_dim, kMaxPositions);
+  const size_t attn_ws = AttentionWorkspaceBytes(3, shape.n_head, shape.n_head_kv, shape.head_dim, kMaxPositions);
   const size_t router_ws = RouterWorkspaceBytes(3, kExperts);
-  DeviceArray<uint8_t> dattn_ws(std::max<size_t>(attn_ws, 1)), drouter_ws(router_ws);
+  DeviceArray<uint8_t> dattn_ws(attn_ws), drouter_ws(router_ws);
   Check(cudaMemset(drouter_ws.get(), 0, router_ws), "memset");
+  Check(cudaMemset(dattn_ws.get(), 0, attn_ws), "memset");
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
 
   cudaGraph_t graph;
@@ -399,7 +410,8 @@ TEST_F(DenseKernelsTest, CapturedDecodeStepReplaysWithNewSlots) {
                     false, stream_);
   }
   if (s.ok()) {
-    s = RouterTopK(drouter.get(), kExperts, kN, dx.get(), 3, kTopK, dids.get(), dweights.get(), drouter_ws.get(),
+    s = RouterTopK(drouter.get(), kExperts, kN, dx.get(), RouterNorm{}, 3, kTopK, dids.get(), dweights.get(),
+                   drouter_ws.get(),
                    router_ws, stream_);
   }
   const cudaError_t end = cudaStreamEndCapture(stream_, &graph);

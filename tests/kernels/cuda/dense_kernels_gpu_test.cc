@@ -217,7 +217,7 @@ TEST_F(DenseKernelsTest, CombineAndNormMatchesTheCpu) {
     bool norm;
   };
   for (const Case& c : {Case{1, 8, 2048, true}, Case{7, 8, 2560, true}, Case{64, 2, 4096, true}, Case{3, 1, 40, true},
-                        Case{5, 8, 2048, false}}) {
+                        Case{5, 8, 2048, false}, Case{2, 20, 7168, true}, Case{1, 10, 513, true}}) {
     const uint64_t seed = NextSeed();
     SCOPED_TRACE(absl::StrCat("n_tokens ", c.n_tokens, " k ", c.k, " n ", c.n, " norm ", c.norm, " seed ", seed));
     Random rng(seed);
@@ -307,7 +307,15 @@ TEST_F(DenseKernelsTest, EmbedRowsWidensTheTokensRows) {
         EmbedRows(c.type, table.get(), c.n, dslots.get(), static_cast<int>(tokens.size()), x.get(), stream_);
     ASSERT_TRUE(s.ok()) << s;
     Sync();
-    EXPECT_EQ(0, std::memcmp(x.Download().data(), want.data(), want.size() * 4)) << "rows differ from the CPU's";
+    const std::vector<float> got = x.Download();
+    int wrong = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (std::memcmp(&got[i], &want[i], 4) != 0 && ++wrong <= 5) {
+        ADD_FAILURE() << "token " << i / c.n << " (id " << tokens[i / c.n] << ") column " << i % c.n << ": "
+                      << got[i] << ", the CPU's " << want[i];
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "elements differ from the CPU's";
     ExpectGuards(x, "x");
   }
   DeviceArray<uint8_t> table(1024);
@@ -330,15 +338,20 @@ struct RouterCase {
 // to resolve differently), the CPU's ids and weights.
 struct RouterInputs {
   std::vector<float> w, x;
+  std::vector<float> norm, h;  // with a norm: its weight and the CPU's normed rows
   std::vector<int32_t> ids;
   std::vector<float> weights;
 };
 
-RouterInputs MakeRouterInputs(const RouterCase& c, int n_tokens, Random& rng) {
+constexpr float kRouterEps = 1e-6f;
+
+RouterInputs MakeRouterInputs(const RouterCase& c, int n_tokens, bool with_norm, Random& rng) {
   RouterInputs in;
   const float w_scale = 1.0f / std::sqrt(static_cast<float>(c.n));
   in.w = RandomFloats(static_cast<size_t>(c.n_expert) * c.n, -w_scale, w_scale, rng);
+  if (with_norm) in.norm = RandomFloats(c.n, 0.5f, 1.5f, rng);
   in.x.resize(static_cast<size_t>(n_tokens) * c.n);
+  in.h.resize(with_norm ? in.x.size() : 0);
   in.ids.resize(static_cast<size_t>(n_tokens) * c.k);
   in.weights.resize(in.ids.size());
   std::vector<float> logits(c.n_expert);
@@ -347,7 +360,12 @@ RouterInputs MakeRouterInputs(const RouterCase& c, int n_tokens, Random& rng) {
     for (int attempt = 0;; ++attempt) {
       if (attempt == 1000) throw std::runtime_error("no router input without near-ties");
       for (int64_t i = 0; i < c.n; ++i) xt[i] = rng.Uniform(-1.0f, 1.0f);
-      DenseGemvReference(DenseType::kF32, reinterpret_cast<const uint8_t*>(in.w.data()), c.n, 0, c.n_expert, xt, c.n, 1,
+      const float* ht = xt;
+      if (with_norm) {
+        model::RmsNorm(xt, in.norm.data(), c.n, kRouterEps, &in.h[t * c.n]);
+        ht = &in.h[t * c.n];
+      }
+      DenseGemvReference(DenseType::kF32, reinterpret_cast<const uint8_t*>(in.w.data()), c.n, 0, c.n_expert, ht, c.n, 1,
                          logits.data(), c.n_expert);
       std::vector<float> sorted = logits;
       std::sort(sorted.begin(), sorted.end(), std::greater<float>());
@@ -375,39 +393,54 @@ TEST_F(DenseKernelsTest, RouterTopKMatchesTheCpu) {
     DeviceArray<uint8_t> workspace(ws_bytes);
     Check(cudaMemset(workspace.get(), 0, ws_bytes), "memset");
     for (int n_tokens : {1, 7, 8, 9, 300, 16, 1}) {
-      const uint64_t seed = NextSeed();
-      SCOPED_TRACE(absl::StrCat(c.n_expert, " experts, n ", c.n, ", k ", c.k, ", ", n_tokens, " tokens, seed ", seed));
-      Random rng(seed);
-      const RouterInputs in = MakeRouterInputs(c, n_tokens, rng);
-      DeviceArray<float> dw(in.w.size()), dx(in.x.size()), dweights(in.weights.size());
-      DeviceArray<int32_t> dids(in.ids.size());
-      dw.Upload(in.w);
-      dx.Upload(in.x);
-      const absl::Status s = RouterTopK(dw.get(), c.n_expert, c.n, dx.get(), n_tokens, c.k, dids.get(), dweights.get(),
-                                        workspace.get(), ws_bytes, stream_);
-      ASSERT_TRUE(s.ok()) << s;
-      Sync();
-      EXPECT_EQ(dids.Download(), in.ids);
-      const std::vector<float> weights = dweights.Download();
-      int wrong = 0;
-      for (size_t i = 0; i < weights.size(); ++i) {
-        if (!(std::fabs(weights[i] - in.weights[i]) <= 1e-6f) && ++wrong <= 5) {
-          ADD_FAILURE() << "weight " << i << " is " << weights[i] << ", the CPU's " << in.weights[i];
+      for (bool with_norm : {false, true}) {
+        const uint64_t seed = NextSeed();
+        SCOPED_TRACE(absl::StrCat(c.n_expert, " experts, n ", c.n, ", k ", c.k, ", ", n_tokens, " tokens, ",
+                                  with_norm ? "normed" : "no norm", ", seed ", seed));
+        Random rng(seed);
+        const RouterInputs in = MakeRouterInputs(c, n_tokens, with_norm, rng);
+        DeviceArray<float> dw(in.w.size()), dx(in.x.size()), dweights(in.weights.size()), dnorm(c.n),
+            dh(in.x.size());
+        DeviceArray<int32_t> dids(in.ids.size());
+        dw.Upload(in.w);
+        dx.Upload(in.x);
+        RouterNorm norm;
+        if (with_norm) {
+          dnorm.Upload(in.norm);
+          norm = RouterNorm{dnorm.get(), kRouterEps, dh.get()};
         }
+        const absl::Status s = RouterTopK(dw.get(), c.n_expert, c.n, dx.get(), norm, n_tokens, c.k, dids.get(),
+                                          dweights.get(), workspace.get(), ws_bytes, stream_);
+        ASSERT_TRUE(s.ok()) << s;
+        Sync();
+        EXPECT_EQ(dids.Download(), in.ids);
+        const std::vector<float> weights = dweights.Download();
+        int wrong = 0;
+        for (size_t i = 0; i < weights.size(); ++i) {
+          if (!(std::fabs(weights[i] - in.weights[i]) <= 1e-6f) && ++wrong <= 5) {
+            ADD_FAILURE() << "weight " << i << " is " << weights[i] << ", the CPU's " << in.weights[i];
+          }
+        }
+        EXPECT_EQ(wrong, 0);
+        if (with_norm) {
+          // The normed rows: the CPU's, but for the rounding of a double sum in another order (one ulp).
+          ExpectRows(dh.Download(), in.h, n_tokens, c.n, c.n, 2e-7, "h");
+          ExpectGuards(dh, "h");
+        }
+        ExpectGuards(dids, "ids");
+        ExpectGuards(dweights, "weights");
+        ExpectGuards(workspace, "workspace");
       }
-      EXPECT_EQ(wrong, 0);
-      ExpectGuards(dids, "ids");
-      ExpectGuards(dweights, "weights");
-      ExpectGuards(workspace, "workspace");
     }
   }
   DeviceArray<float> w(4096), x(4096), weights(64);
   DeviceArray<int32_t> ids(64);
   DeviceArray<uint8_t> workspace(RouterWorkspaceBytes(1, 8));
-  EXPECT_THAT(RouterTopK(w.get(), 8, 64, x.get(), 1, 9, ids.get(), weights.get(), workspace.get(),
+  EXPECT_THAT(RouterTopK(w.get(), 8, 64, x.get(), RouterNorm{}, 1, 9, ids.get(), weights.get(), workspace.get(),
                          RouterWorkspaceBytes(1, 8), stream_),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "k is 9"));
-  EXPECT_THAT(RouterTopK(w.get(), 8, 64, x.get(), 1, 2, ids.get(), weights.get(), workspace.get(), 4, stream_),
+  EXPECT_THAT(RouterTopK(w.get(), 8, 64, x.get(), RouterNorm{}, 1, 2, ids.get(), weights.get(), workspace.get(), 4,
+                         stream_),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "workspace_bytes is 4"));
 }
 

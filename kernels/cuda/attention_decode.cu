@@ -1,0 +1,288 @@
+// Attention of a few tokens each over its own cache (decode): a block per (token, kv head, split of the
+// positions), eight warps, no shared-memory staging of K and V.
+//
+// Warp w takes positions w, w + 8, ... of its split. Scores: a lane holds D/32 consecutive dims of a key
+// row (one coalesced load per row) and of each of the group's G query heads (shared memory); the G partial
+// dot products are reduced across the warp together (WarpReduceMany: log2(32) steps that each halve the
+// values a lane carries). Probabilities: a warp per head, over the split. Output: a lane holds D/32 dims of
+// a value row times every head; the eight warps' sums are added in warp order through shared memory.
+// A split holds at least kDecodeGranule positions; when a token's positions span several splits, each
+// writes its (m, l, O) to the workspace and the last of them to finish (a counter per (token, kv head),
+// which it resets) merges them in split order. Splits wholly past a token's position exit at once.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/attention_internal.cuh"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dense_device.cuh"
+
+namespace strata::kernels::cuda::detail {
+namespace {
+
+constexpr int kDecodeWarps = 8;
+constexpr int kDecodeThreads = 32 * kDecodeWarps;
+constexpr int kDecodeGranule = 64;    // split lengths are multiples of this many positions
+constexpr int kDecodeMaxSplit = 512;  // positions of the score buffer
+constexpr int kDecodeTargetBlocks = 264;
+constexpr int kDecodeMaxSplits = 1024;
+constexpr int kDecodeRowsPerPass = 4;  // K / V rows a warp loads before using them
+
+// Reduces N values (N a power of two, <= 32) over the warp at once. Returns, in lane l, the sum over the
+// warp of value index l >> (5 - log2 N) (for N = 1, the sum of v[0] in every lane). Clobbers v.
+template <int N>
+__device__ __forceinline__ float WarpReduceMany(float (&v)[N], int lane) {
+  int count = N;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    if (count > 1) {
+      const bool upper = (lane & offset) != 0;
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i) {
+        if (i < count / 2) {
+          const float send = upper ? v[i] : v[i + count / 2];
+          const float keep = upper ? v[i + count / 2] : v[i];
+          v[i] = keep + __shfl_xor_sync(kFullMask, send, offset);
+        }
+      }
+      count /= 2;
+    } else {
+      v[0] += __shfl_xor_sync(kFullMask, v[0], offset);
+    }
+  }
+  return v[0];
+}
+
+template <int kPer>
+__device__ __forceinline__ void LoadRow(const float* p, float (&r)[kPer]) {
+  if constexpr (kPer == 4) {
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(p));
+    r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+  } else if constexpr (kPer == 2) {
+    const float2 v = __ldcg(reinterpret_cast<const float2*>(p));
+    r[0] = v.x, r[1] = v.y;
+  } else {
+    r[0] = __ldcg(p);
+  }
+}
+
+__host__ __device__ constexpr int Log2(int n) { return n <= 1 ? 0 : 1 + Log2(n / 2); }
+
+// Dynamic shared memory: q [G][D], probabilities [G][split_len], warp outputs [8][G][D].
+size_t DecodeSharedBytes(int group, int head_dim, int split_len) {
+  return (static_cast<size_t>(group) * head_dim + static_cast<size_t>(group) * split_len +
+          static_cast<size_t>(kDecodeWarps) * group * head_dim) *
+         sizeof(float);
+}
+
+// D: head_dim; NG: G rounded up to a power of two (the values each lane reduces at once).
+template <int D, int NG>
+__global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const DecodeAttentionArgs a) {
+  constexpr int kPer = D / 32;
+  constexpr int kShift = 5 - Log2(NG);
+  extern __shared__ float4 decode_shared_raw[];
+  float* const s_q = reinterpret_cast<float*>(decode_shared_raw);
+  float* const s_p = s_q + a.group * D;
+  float* const s_o = s_p + a.group * a.split_len;
+  __shared__ float s_m[NG], s_l[NG];
+  __shared__ bool s_is_last;
+
+  const int token = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int G = a.group;
+  const TokenSlot slot = a.slots[token];
+  const int begin = split * a.split_len;
+  const int n_pos = min(a.split_len, slot.pos + 1 - begin);
+  if (n_pos <= 0) return;  // past the token's position: no part to write, not counted
+  const int live_splits = (slot.pos + a.split_len) / a.split_len;
+  const int64_t row0 = static_cast<int64_t>(token) * a.n_head + static_cast<int64_t>(kv_head) * G;
+
+  for (int i = threadIdx.x; i < G * D / 4; i += kDecodeThreads) {
+    reinterpret_cast<float4*>(s_q)[i] = __ldg(reinterpret_cast<const float4*>(a.q + row0 * D) + i);
+  }
+  __syncthreads();
+
+  const int64_t kv_dim = static_cast<int64_t>(a.n_head_kv) * D;
+  const int64_t base = a.layer * slot.capacity * kv_dim + static_cast<int64_t>(kv_head) * D + lane * kPer;
+  const float* const keys = slot.keys + base + begin * kv_dim;
+  const float* const values = slot.values + base + begin * kv_dim;
+
+  // Scores, scaled, into s_p[g][j].
+  for (int j0 = warp; j0 < n_pos; j0 += kDecodeRowsPerPass * kDecodeWarps) {
+    float k[kDecodeRowsPerPass][kPer];
+#pragma unroll
+    for (int r = 0; r < kDecodeRowsPerPass; ++r) {
+      const int j = j0 + r * kDecodeWarps;
+      if (j < n_pos) LoadRow<kPer>(keys + j * kv_dim, k[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kDecodeRowsPerPass; ++r) {
+      const int j = j0 + r * kDecodeWarps;
+      if (j >= n_pos) break;
+      float dots[NG];
+#pragma unroll
+      for (int g = 0; g < NG; ++g) {
+        dots[g] = 0.0f;
+        if (g < G) {
+#pragma unroll
+          for (int c = 0; c < kPer; ++c) dots[g] = fmaf(s_q[g * D + lane * kPer + c], k[r][c], dots[g]);
+        }
+      }
+      const float score = WarpReduceMany<NG>(dots, lane);
+      const int g = lane >> kShift;
+      if ((lane & ((1 << kShift) - 1)) == 0 && g < G) s_p[g * a.split_len + j] = score * a.scale;
+    }
+  }
+  __syncthreads();
+
+  // Probabilities of each head over the split: exp(s - m), with m and l = sum of them.
+  for (int g = warp; g < G; g += kDecodeWarps) {
+    float* const p = s_p + g * a.split_len;
+    float m = -INFINITY;
+    for (int j = lane; j < n_pos; j += 32) m = fmaxf(m, p[j]);
+    m = WarpMax(m);
+    float l = 0.0f;
+    for (int j = lane; j < n_pos; j += 32) {
+      p[j] = expf(p[j] - m);
+      l += p[j];
+    }
+    l = WarpSum(l);
+    if (lane == 0) {
+      s_m[g] = m;
+      s_l[g] = l;
+    }
+  }
+  __syncthreads();
+
+  // This warp's share of O = P V.
+  float o[NG][kPer];
+#pragma unroll
+  for (int g = 0; g < NG; ++g) {
+#pragma unroll
+    for (int c = 0; c < kPer; ++c) o[g][c] = 0.0f;
+  }
+  for (int j0 = warp; j0 < n_pos; j0 += kDecodeRowsPerPass * kDecodeWarps) {
+    float v[kDecodeRowsPerPass][kPer];
+#pragma unroll
+    for (int r = 0; r < kDecodeRowsPerPass; ++r) {
+      const int j = j0 + r * kDecodeWarps;
+      if (j < n_pos) LoadRow<kPer>(values + j * kv_dim, v[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kDecodeRowsPerPass; ++r) {
+      const int j = j0 + r * kDecodeWarps;
+      if (j >= n_pos) break;
+#pragma unroll
+      for (int g = 0; g < NG; ++g) {
+        if (g < G) {
+          const float pj = s_p[g * a.split_len + j];
+#pragma unroll
+          for (int c = 0; c < kPer; ++c) o[g][c] = fmaf(pj, v[r][c], o[g][c]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < NG; ++g) {
+    if (g < G) {
+#pragma unroll
+      for (int c = 0; c < kPer; ++c) s_o[(warp * G + g) * D + lane * kPer + c] = o[g][c];
+    }
+  }
+  __syncthreads();
+
+  const int64_t rows = static_cast<int64_t>(a.n_tokens) * a.n_head;
+  for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
+    const int g = i / D, d = i % D;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) sum += s_o[(w * G + g) * D + d];
+    const int64_t row = row0 + g;
+    if (live_splits == 1) {
+      a.out[row * D + d] = sum / s_l[g];  // l >= 1: the max position contributes exp(0)
+    } else {
+      const int64_t part = static_cast<int64_t>(split) * rows + row;
+      a.part_o[part * D + d] = sum;
+      if (d == 0) {
+        a.part_m[part] = s_m[g];
+        a.part_l[part] = s_l[g];
+      }
+    }
+  }
+  if (live_splits == 1) return;
+
+  // Count this split in; the last one merges every live split of (token, kv head) in split order.
+  __threadfence();
+  __syncthreads();
+  unsigned* const counter = a.counters + static_cast<int64_t>(token) * a.n_head_kv + kv_head;
+  if (threadIdx.x == 0) s_is_last = atomicAdd(counter, 1u) == static_cast<unsigned>(live_splits - 1);
+  __syncthreads();
+  if (!s_is_last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
+    const int g = i / D, d = i % D;
+    const int64_t row = row0 + g;
+    float max_m = -INFINITY;
+    for (int s = 0; s < live_splits; ++s) max_m = fmaxf(max_m, __ldcg(a.part_m + s * rows + row));
+    float sum_l = 0.0f, sum_o = 0.0f;
+    for (int s = 0; s < live_splits; ++s) {
+      const int64_t part = s * rows + row;
+      const float f = expf(__ldcg(a.part_m + part) - max_m);
+      sum_l += __ldcg(a.part_l + part) * f;
+      sum_o += __ldcg(a.part_o + part * D + d) * f;
+    }
+    a.out[row * D + d] = sum_o / sum_l;
+  }
+  if (threadIdx.x == 0) *counter = 0;
+}
+
+template <int D, int NG>
+absl::Status Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  // Above 48 KiB a kernel must opt in; set once per process (host-side, enqueues nothing), to the most
+  // any call can ask, so graph captures skip it.
+  static const cudaError_t opt_in =
+      cudaFuncSetAttribute(DecodeAttentionKernel<D, NG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(DecodeSharedBytes(NG, D, kDecodeMaxSplit)));
+  CUDA_RETURN_IF_ERROR(opt_in, "cudaFuncSetAttribute(DecodeAttentionKernel)");
+  const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_head_kv),
+                  static_cast<unsigned>(a.n_splits));
+  DecodeAttentionKernel<D, NG>
+      <<<grid, kDecodeThreads, DecodeSharedBytes(a.group, D, a.split_len), stream>>>(a);
+  return LaunchStatus("DecodeAttentionKernel");
+}
+
+template <int D>
+absl::Status LaunchForGroup(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  if (a.group <= 4) return Launch<D, 4>(a, stream);
+  if (a.group <= 8) return Launch<D, 8>(a, stream);
+  return Launch<D, 16>(a, stream);
+}
+
+}  // namespace
+
+bool UseDecodeAttention(int n_tokens, int group) { return n_tokens <= kDecodeMaxTokens && group <= 16; }
+
+DecodeSplitPlan PlanDecodeSplits(int n_tokens, int n_head_kv, int max_positions) {
+  const int64_t items = std::max<int64_t>(1, static_cast<int64_t>(n_tokens) * n_head_kv);
+  const int64_t wanted = (kDecodeTargetBlocks + items - 1) / items;
+  const int64_t most = (static_cast<int64_t>(max_positions) + kDecodeGranule - 1) / kDecodeGranule;
+  const int64_t n = std::clamp<int64_t>(std::min(wanted, most), 1, kDecodeMaxSplits);
+  int64_t len = (max_positions + n - 1) / n;
+  len = std::min<int64_t>((len + kDecodeGranule - 1) / kDecodeGranule * kDecodeGranule, kDecodeMaxSplit);
+  return DecodeSplitPlan{static_cast<int>((max_positions + len - 1) / len), static_cast<int>(len)};
+}
+
+absl::Status LaunchDecodeAttention(const DecodeAttentionArgs& a, int head_dim, cudaStream_t stream) {
+  switch (head_dim) {
+    case 32:
+      return LaunchForGroup<32>(a, stream);
+    case 64:
+      return LaunchForGroup<64>(a, stream);
+    default:
+      return LaunchForGroup<128>(a, stream);
+  }
+}
+
+}  // namespace strata::kernels::cuda::detail
