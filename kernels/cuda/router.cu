@@ -33,7 +33,10 @@ constexpr int kRouterThreads = 32 * kRouterWarps;
 constexpr int kExpertsPerBlock = 2;
 constexpr int kWarpsPerExpert = kRouterWarps / kExpertsPerBlock;
 constexpr int kRowStride = 32 * kWarpsPerExpert;  // float4s between a lane's consecutive ones in a row
-constexpr int kWeightRun = 8;                     // float4s of a row a lane loads before using them
+// Float4s of a row a lane loads before using them: a run of 8 for a decode step (one token block, so
+// few activation registers); one at a time for larger batches, whose 8 tokens' activations fill the
+// registers instead.
+constexpr int kDecodeWeightRun = 8;
 constexpr int kRouterTokens = 8;  // tokens per token block: one softmax warp each
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxK = 32;
@@ -46,6 +49,7 @@ size_t CounterBytes(int n_tokens) {
 }
 
 // Dynamic shared memory: kRouterWarps * n_expert floats (each softmax warp's probabilities).
+template <int kWeightRun>
 __global__ void __launch_bounds__(kRouterThreads)
     RouterKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, int n_tokens, int k,
                  int32_t* ids, float* weights, unsigned* counters, float* logits) {
@@ -106,6 +110,7 @@ __global__ void __launch_bounds__(kRouterThreads)
   float acc[kRouterTokens];
 #pragma unroll
   for (int t = 0; t < kRouterTokens; ++t) acc[t] = 0.0f;
+#pragma unroll(kWeightRun == 1 ? 4 : 1)
   for (int64_t run_first = first; run_first < n4; run_first += kWeightRun * kRowStride) {
     if (run_first != first) load_run(run_first);
 #pragma unroll
@@ -261,8 +266,8 @@ absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x,
   float* logits = reinterpret_cast<float*>(static_cast<char*>(workspace) + CounterBytes(n_tokens));
   const dim3 grid((n_expert + kExpertsPerBlock - 1) / kExpertsPerBlock, TokenBlocks(n_tokens));
   const size_t smem = static_cast<size_t>(kRouterWarps) * n_expert * sizeof(float);
-  RouterKernel<<<grid, kRouterThreads, smem, stream>>>(w, n_expert, n, x, norm, n_tokens, k, ids, weights, counters,
-                                                       logits);
+  const auto kernel = n_tokens <= kRouterTokens ? RouterKernel<kDecodeWeightRun> : RouterKernel<1>;
+  kernel<<<grid, kRouterThreads, smem, stream>>>(w, n_expert, n, x, norm, n_tokens, k, ids, weights, counters, logits);
   return LaunchStatus("RouterKernel");
 }
 
