@@ -14,14 +14,6 @@ using kernels::cuda::CudaStatus;
 using kernels::cuda::DeviceBuffer;
 using kernels::cuda::PinnedBuffer;
 
-absl::StatusOr<CachePolicy> ParseCachePolicy(const std::string& name) {
-  if (name == "lru") return CachePolicy::kLru;
-  if (name == "lfu-decay") return CachePolicy::kLfuDecay;
-  if (name == "static") return CachePolicy::kStatic;
-  return absl::InvalidArgumentError(
-      absl::StrCat("cache policy '", name, "' is not one of lru, lfu-decay, static"));
-}
-
 uint64_t OffloadMoeDispatch::FixedDeviceBytes(const pack::Pack& pack, int max_tokens) {
   const pack::v1::Geometry& g = pack.manifest().geometry();
   return pack.n_blobs() * sizeof(void*) +
@@ -43,8 +35,9 @@ absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(c
   d->layout_ = pack.layout();
   d->n_expert_ = g.n_expert();
   d->n_blobs_ = pack.n_blobs();
-  d->options_ = options;
-  d->n_slots_ = std::clamp<int64_t>(options.slots, 0, static_cast<int64_t>(d->n_blobs_));
+  d->policy_ = std::make_unique<model::ExpertCachePolicy>(options, static_cast<int64_t>(g.n_moe_layers()),
+                                                        d->n_expert_);
+  d->n_slots_ = d->policy_->n_slots();
   d->counter_ = model::RoutingCounter(d->n_expert_);
   ASSIGN_OR_RETURN(const uint8_t* first, arena->Blob(0, 0));
   void* device_arena = nullptr;
@@ -62,26 +55,17 @@ absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(c
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&d->copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&d->compute_done_, cudaEventDisableTiming), "cudaEventCreate");
 
-  d->slot_of_.assign(d->n_blobs_, -1);
-  d->owner_.assign(static_cast<size_t>(d->n_slots_), -1);
-  d->entry_state_.assign(d->n_blobs_, kHost);
-  d->score_.assign(d->n_blobs_, 0.0);
-  d->last_used_.assign(d->n_blobs_, 0);
   const uint8_t** table = d->table_host_.as<const uint8_t*>();
   for (uint64_t b = 0; b < d->n_blobs_; ++b) table[b] = d->arena_ + b * blob_bytes;
-  // Warm start: expert e of every layer for e = 0, 1, ... until the slots are full.
-  const uint64_t n_layers = g.n_moe_layers();
-  for (int64_t s = 0; s < d->n_slots_; ++s) {
-    const uint64_t blob = (static_cast<uint64_t>(s) % n_layers) * d->n_expert_ + static_cast<uint64_t>(s) / n_layers;
-    const uint8_t* dst = d->slots_.as<uint8_t>() + static_cast<uint64_t>(s) * blob_bytes;
-    CUDA_RETURN_IF_ERROR(cudaMemcpy(const_cast<uint8_t*>(dst), first + blob * blob_bytes, blob_bytes,
+  ASSIGN_OR_RETURN(const std::vector<uint64_t> warm, d->policy_->WarmStart({}));
+  for (size_t s = 0; s < warm.size(); ++s) {
+    const uint8_t* dst = d->slots_.as<uint8_t>() + s * blob_bytes;
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(const_cast<uint8_t*>(dst), first + warm[s] * blob_bytes, blob_bytes,
                                     cudaMemcpyHostToDevice),
                          "filling the VRAM expert cache");
-    d->slot_of_[blob] = s;
-    d->owner_[s] = static_cast<int64_t>(blob);
-    d->entry_state_[blob] = kResident;
-    table[blob] = dst;
+    table[warm[s]] = dst;
   }
+  RETURN_IF_ERROR(d->policy_->Place(warm, {}));
   CUDA_RETURN_IF_ERROR(cudaMemcpy(d->table_.data(), table, d->n_blobs_ * sizeof(void*), cudaMemcpyHostToDevice),
                        "uploading the blob table");
   return d;
@@ -115,14 +99,14 @@ void OffloadMoeDispatch::Account(int64_t moe_layer, const int32_t* ids, int n_to
   for (int i = 0; i < n_tokens * k; ++i) {
     if (ids[i] < 0 || ids[i] >= n_expert_) continue;
     const uint64_t blob = static_cast<uint64_t>(moe_layer) * n_expert_ + ids[i];
-    (entry_state_[blob] == kResident ? stats->hits : stats->misses) += 1;
+    (policy_->resident(blob) ? stats->hits : stats->misses) += 1;
   }
 }
 
 model::CacheReport OffloadMoeDispatch::cache() const {
   model::CacheReport r;
   r.slots = n_slots_;
-  r.policy = options_.policy == CachePolicy::kLru ? "lru" : options_.policy == CachePolicy::kStatic ? "static" : "lfu-decay";
+  r.policy = model::CachePolicyName(policy_->options().policy);
   r.admissions = admissions_.load(std::memory_order_relaxed);
   r.evictions = evictions_.load(std::memory_order_relaxed);
   r.pcie_bytes = pcie_bytes_.load(std::memory_order_relaxed);
@@ -147,7 +131,7 @@ absl::Status OffloadMoeDispatch::BeforeStep() {
     }
     RETURN_IF_ERROR(CudaStatus(q, "filling the VRAM expert cache"));
     const PendingFill f = pending_[i];
-    entry_state_[f.blob] = kResident;
+    policy_->Landed(f.blob);
     SetEntry(f.blob, slots_.as<uint8_t>() + static_cast<uint64_t>(f.slot) * pack_->manifest().blob_bytes());
     spare_events_.push_back(f.done);
     pending_[i] = pending_.back();
@@ -156,19 +140,14 @@ absl::Status OffloadMoeDispatch::BeforeStep() {
   return absl::OkStatus();
 }
 
-void OffloadMoeDispatch::Fill(uint64_t blob, int64_t slot) {
+void OffloadMoeDispatch::Fill(const model::ExpertCachePolicy::Admission& admission) {
   const uint64_t blob_bytes = pack_->manifest().blob_bytes();
-  const int64_t victim = owner_[slot];
-  if (victim >= 0) {
+  if (admission.victim >= 0) {
     // Point the victim back at the arena before anything can overwrite its slot.
-    entry_state_[victim] = kHost;
-    slot_of_[victim] = -1;
-    SetEntry(static_cast<uint64_t>(victim), arena_ + static_cast<uint64_t>(victim) * blob_bytes);
+    const uint64_t victim = static_cast<uint64_t>(admission.victim);
+    SetEntry(victim, arena_ + victim * blob_bytes);
     evictions_.fetch_add(1, std::memory_order_relaxed);
   }
-  owner_[slot] = static_cast<int64_t>(blob);
-  slot_of_[blob] = slot;
-  entry_state_[blob] = kFilling;
   cudaEvent_t done = nullptr;
   if (!spare_events_.empty()) {
     done = spare_events_.back();
@@ -176,65 +155,21 @@ void OffloadMoeDispatch::Fill(uint64_t blob, int64_t slot) {
   } else {
     cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
   }
-  pending_.push_back({blob, slot, done});
+  pending_.push_back({admission.blob, admission.slot, done});
   admissions_.fetch_add(1, std::memory_order_relaxed);
   pcie_bytes_.fetch_add(blob_bytes, std::memory_order_relaxed);
 }
 
 void OffloadMoeDispatch::AfterStep(int64_t n_moe_layers, const int32_t* const* ids, int n_tokens, int k) {
   if (stream_ == nullptr) return;
-  ++step_;
   const uint64_t blob_bytes = pack_->manifest().blob_bytes();
-  // Usage, and the misses of this step in order of first use.
   std::vector<uint64_t> missed;
-  for (int64_t l = 0; l < n_moe_layers; ++l) {
-    for (int i = 0; i < n_tokens * k; ++i) {
-      const int32_t e = ids[l][i];
-      if (e < 0 || e >= n_expert_) continue;
-      const uint64_t blob = static_cast<uint64_t>(l) * n_expert_ + e;
-      if (entry_state_[blob] != kResident) {
-        if (last_used_[blob] != step_) {
-          missed.push_back(blob);
-          pcie_bytes_.fetch_add(layout_.weight_bytes(), std::memory_order_relaxed);  // read once a step
-        }
-      }
-      last_used_[blob] = step_;
-      score_[blob] += 1.0;
-    }
-  }
-  tokens_since_decay_ += static_cast<uint64_t>(n_tokens);
-  if (options_.policy == CachePolicy::kLfuDecay && tokens_since_decay_ >= static_cast<uint64_t>(options_.decay_tokens)) {
-    for (double& s : score_) s *= 0.5;
-    tokens_since_decay_ = 0;
-  }
-  if (options_.policy == CachePolicy::kStatic || n_slots_ == 0 || missed.empty()) return;
-
-  // Admissions: each missed expert takes the slot of the coldest resident one (a free slot first), if the
-  // policy prefers it. Slots being filled are not victims.
-  int fills = 0;
-  for (uint64_t blob : missed) {
-    if (fills >= options_.max_fills_per_step) break;
-    if (entry_state_[blob] != kHost) continue;
-    int64_t victim_slot = -1;
-    double victim_key = std::numeric_limits<double>::infinity();
-    for (int64_t s = 0; s < n_slots_; ++s) {
-      const int64_t owner = owner_[s];
-      if (owner < 0) {
-        victim_slot = s;
-        break;
-      }
-      if (entry_state_[owner] != kResident || last_used_[owner] == step_) continue;  // in flight or just used
-      const double key = options_.policy == CachePolicy::kLru ? static_cast<double>(last_used_[owner]) : score_[owner];
-      if (key < victim_key) {
-        victim_key = key;
-        victim_slot = s;
-      }
-    }
-    if (victim_slot < 0) break;
-    if (options_.policy == CachePolicy::kLfuDecay && owner_[victim_slot] >= 0 && !(score_[blob] > victim_key)) continue;
-    Fill(blob, victim_slot);
-    ++fills;
-  }
+  const std::vector<model::ExpertCachePolicy::Admission> admissions =
+      policy_->Observe(n_moe_layers, ids, n_tokens, k, &missed);
+  // A missed expert's weights crossed PCIe once this step.
+  pcie_bytes_.fetch_add(missed.size() * layout_.weight_bytes(), std::memory_order_relaxed);
+  for (const model::ExpertCachePolicy::Admission& a : admissions) Fill(a);
+  const int fills = static_cast<int>(admissions.size());
   if (fills == 0) return;
   // The fills wait for the victims' entries to point at the arena (and for the step that read them).
   cudaEventRecord(compute_done_, stream_);

@@ -7,9 +7,8 @@
 // the kernel reads in place over PCIe (zero-copy). The same kernel reads both, so an expert's output is the
 // same bits whether it was a hit or a miss. Run only enqueues, so a decode step stays one CUDA graph.
 //
-// The cache learns between steps (AfterStep, from the step's routing on the host): lru evicts the expert
-// unused longest; lfu-decay keeps usage counts halved every `decay_tokens` tokens and admits a missed
-// expert only when it outscores the coldest resident one; static keeps the slots it was started with.
+// The cache learns between steps (AfterStep, from the step's routing on the host); which experts it holds
+// is decided by model::ExpertCachePolicy (lru, lfu-decay, static), which this class executes.
 // Fills are copies from the arena on a copy stream of their own, off the token's critical path. Ordering:
 // a victim's table entry is pointed back at the arena on the compute stream before its slot is refilled
 // (the copy waits for that), and a filled slot's entry is switched to VRAM only once its copy has been
@@ -26,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/cpu_moe_dispatch.h"
+#include "engine/model/expert_cache_policy.h"
 #include "engine/model/moe_dispatch.h"
 #include "engine/pack/expert_source.h"
 #include "engine/pack/pack.h"
@@ -34,18 +34,9 @@
 
 namespace strata::gpu {
 
-enum class CachePolicy { kLru, kLfuDecay, kStatic };
-
-// "lru", "lfu-decay" or "static"; INVALID_ARGUMENT naming the value otherwise.
-absl::StatusOr<CachePolicy> ParseCachePolicy(const std::string& name);
-
-struct CacheOptions {
-  int64_t slots = 0;             // VRAM expert slots (0: every expert is a miss)
-  CachePolicy policy = CachePolicy::kLfuDecay;
-  int64_t decay_tokens = 256;    // lfu-decay: counts halve after this many tokens
-  int max_fills_per_step = 32;   // admissions planned after one step
-};
-
+using model::CacheOptions;
+using model::CachePolicy;
+using model::ParseCachePolicy;
 
 class OffloadMoeDispatch : public model::MoeDispatch {
  public:
@@ -71,13 +62,12 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   uint64_t device_bytes() const { return slots_.bytes() + table_.bytes() + workspace_.bytes(); }
   int64_t n_slots() const { return n_slots_; }
   // Whether a blob is in VRAM for the next step (tests).
-  bool resident(uint64_t blob) const { return entry_state_[blob] == kResident; }
+  bool resident(uint64_t blob) const { return policy_->resident(blob); }
 
  private:
-  enum SlotState : uint8_t { kHost, kFilling, kResident };
   OffloadMoeDispatch() = default;
   void SetEntry(uint64_t blob, const uint8_t* ptr);  // mirror and enqueue the 8-byte update on stream_
-  void Fill(uint64_t blob, int64_t slot);
+  void Fill(const model::ExpertCachePolicy::Admission& admission);
 
   const pack::Pack* pack_ = nullptr;
   kernels::ExpertLayout layout_;
@@ -85,7 +75,7 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   uint64_t n_blobs_ = 0;
   const uint8_t* arena_ = nullptr;       // device address of the mapped arena
   const uint8_t* arena_host_ = nullptr;  // its host address (the source of fills)
-  CacheOptions options_;
+  std::unique_ptr<model::ExpertCachePolicy> policy_;
   int64_t n_slots_ = 0;
   mutable model::RoutingCounter counter_{1};
 
@@ -97,9 +87,6 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   cudaStream_t copy_stream_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;  // recorded on stream_ after victims were pointed back at the arena
 
-  std::vector<int64_t> slot_of_;        // per blob: its slot or -1
-  std::vector<int64_t> owner_;          // per slot: its blob or -1
-  std::vector<SlotState> entry_state_;  // per blob
   struct PendingFill {
     uint64_t blob;
     int64_t slot;
@@ -107,10 +94,6 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   };
   std::vector<PendingFill> pending_;
   std::vector<cudaEvent_t> spare_events_;
-  std::vector<double> score_;           // per blob: lfu count
-  std::vector<uint64_t> last_used_;     // per blob: step of last use
-  uint64_t step_ = 0;
-  uint64_t tokens_since_decay_ = 0;
   // Read by cache() from any thread.
   std::atomic<uint64_t> admissions_{0}, evictions_{0}, pcie_bytes_{0};
 };

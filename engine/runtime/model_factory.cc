@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/cpu_dense_backend.h"
 #include "engine/model/cpu_moe_dispatch.h"
+#include "engine/model/expert_cache_policy.h"
 #include "engine/status_macros.h"
 #if STRATA_HAVE_CUDA
 #include "engine/gpu/cuda_model.h"
@@ -32,10 +33,8 @@ absl::Status CheckDeviceOptions(const DeviceOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("vram_experts: ", options.vram_experts, " is not a count (-1 = as many as fit)"));
   }
-  const std::string& policy = options.cache_policy;
-  if (policy != "lru" && policy != "lfu-decay" && policy != "static") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cache_policy: '", policy, "' is not one of lru, lfu-decay, static"));
+  if (absl::StatusOr<model::CachePolicy> policy = model::ParseCachePolicy(options.cache_policy); !policy.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cache_policy: ", policy.status().message()));
   }
   return absl::OkStatus();
 }
