@@ -2,7 +2,7 @@
 """Renders chat templates with Python's jinja2, the way Hugging Face transformers' apply_chat_template does
 (ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks and loop controls; tojson as json.dumps
 without HTML escaping, keeping key order; raise_exception and strftime_now), so that
-chat_template_jinja2_test can compare the C++ rendering with it byte for byte.
+chat_template_test can compare the C++ rendering with it byte for byte.
 
 Usage: render_with_jinja2.py CASES.json OUT
 CASES.json: a list of {"template": path, "messages": [...], "add_generation_prompt": bool, "bos_token": str,

@@ -1,5 +1,5 @@
-// Every chat template of tests/data/chat-templates, rendered for several conversations by the C++
-// interpreter and by Python's jinja2 (render_with_jinja2.py, run here: scripts/setup installs
+// ChatTemplate. Every chat template of tests/data/chat-templates, rendered for several conversations by
+// the C++ interpreter and by Python's jinja2 (render_with_jinja2.py, run here: scripts/setup installs
 // python3-jinja2), must give the same bytes, or both refuse the conversation with the same message.
 
 #include <cstdlib>
@@ -189,6 +189,38 @@ TEST(ChatTemplateJinja2Test, EveryTemplateRendersEveryConversationAsJinja2Does) 
   // tool messages), which the comparison must also cover.
   EXPECT_GT(rendered, 80u);
   EXPECT_GT(refused, 0u);
+}
+
+TEST(ChatTemplateTest, ATemplateThatCannotRenderTheProbeIsRefusedNamingWhy) {
+  EXPECT_THAT(ChatTemplate::Create("{{ messages[0].content.zfill(3) }}", "", "").status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "user/assistant/user conversation"));
+  EXPECT_THAT(ChatTemplate::Create("{{ raise_exception('no chat here') }}", "", "").status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "no chat here"));
+  // A template may refuse system messages itself (some models have no system role) and still load.
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> no_system = ChatTemplate::Create(
+      "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
+      "{% endif %}[{{ m.role }}]{% endfor %}",
+      "", "");
+  ASSERT_TRUE(no_system.ok()) << no_system.status();
+  const std::vector<ChatMessage> with_system = {{"system", "s"}, {"user", "u"}};
+  EXPECT_THAT((*no_system)->Render(with_system, ChatOptions{}).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "System role not supported"));
+}
+
+TEST(ChatTemplateTest, RendersBosEosAndTheGenerationPromptFlag) {
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> t = ChatTemplate::Create(
+      "{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}{{ eos_token }}{% endfor %}"
+      "{% if add_generation_prompt %}assistant:{% endif %}{% if enable_thinking is defined %}"
+      "{{ enable_thinking }}{% endif %}",
+      "<s>", "</s>");
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::vector<ChatMessage> messages = {{"user", "hi"}};
+  EXPECT_EQ(*(*t)->Render(messages, Options(true, std::nullopt)), "<s>user:hi</s>assistant:");
+  EXPECT_EQ(*(*t)->Render(messages, Options(false, false)), "<s>user:hi</s>False");
+  EXPECT_THAT((*t)->Render({}, ChatOptions{}).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "messages"));
+  const std::vector<ChatMessage> bad_role = {{"user", "hi"}, {"developer", "x"}};
+  EXPECT_THAT((*t)->Render(bad_role, ChatOptions{}).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "messages[1].role: 'developer'"));
 }
 
 }  // namespace
