@@ -99,6 +99,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   info.backend = e->model_->backend().info();
   info.threads = threads;
   info.max_ctx = max_ctx;
+  info.has_chat_template = e->chat_template_ != nullptr;
   info.load_seconds = Since(start, Clock::now());
   e->scheduler_ = std::thread([engine = e.get()] { engine->SchedulerLoop(); });
   return e;

@@ -63,6 +63,7 @@ struct EngineInfo {
   double load_seconds = 0;
   int threads = 0;
   int64_t max_ctx = 0;
+  bool has_chat_template = false;  // RenderChat / PrepareChat work
 };
 
 struct EngineStats {
