@@ -15,6 +15,8 @@
 #include "engine/gguf/gguf_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "engine/gguf/gguf_writer.h"
+#include "packtool/builtin_vocab.h"
 #include "packtool/convert.h"
 #include "packtool/synth.h"
 #include "tests/testing/reference_model.h"
@@ -482,6 +484,36 @@ TEST_F(EngineTest, AChatTemplateItCannotRenderIsRefusedAtLoad) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   const std::vector<chat::ChatMessage> messages = {{"user", "x"}, {"assistant", "y"}};
   EXPECT_EQ(*(*engine)->RenderChat(messages, {}), "<user>x<assistant>y");
+}
+
+// A model whose GGUF has no tokenizer.chat_template loads (Generate works) but cannot chat.
+TEST(EngineChatTest, AModelWithoutAChatTemplateRefusesChatAsAFailedPrecondition) {
+  ScratchDir dir;
+  absl::StatusOr<packtool::VocabMetadata> vocab = packtool::BuiltinVocab(0);
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  gguf::GgufWriter writer(32);
+  for (const auto& [key, value] : vocab->entries) {
+    if (key != chat::kChatTemplateKey) writer.Set(key, value);
+  }
+  ASSERT_TRUE(writer.WriteFile(dir.Join("vocab.gguf")).ok());
+  packtool::SynthOptions o;
+  o.geometry = *packtool::PresetGeometry("qwen3moe", "tiny");
+  o.vocab_path = dir.Join("vocab.gguf");
+  o.output = dir.Join("pack");
+  o.pack_scheme = kernels::Scheme::kS4;
+  o.threads = 2;
+  ASSERT_TRUE(packtool::SynthesizePack(o, nullptr, nullptr).ok());
+  auto engine = Engine::Create(Options(dir.Join("pack")));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_FALSE((*engine)->info().has_chat_template);
+  EXPECT_EQ((*engine)->chat_template(), nullptr);
+  const std::vector<chat::ChatMessage> messages = {{"user", "hi"}};
+  EXPECT_THAT((*engine)->RenderChat(messages, {}).status(),
+              StatusIsWith(absl::StatusCode::kFailedPrecondition, "tokenizer.chat_template"));
+  ChatRequest chat;
+  chat.messages = messages;
+  EXPECT_THAT((*engine)->PrepareChat(chat).status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE((*engine)->Generate(Greedy({1, 2}, 2)).ok());
 }
 
 // Fails every read of one expert: the request must fail cleanly, with no token emitted.
