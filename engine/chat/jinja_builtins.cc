@@ -1,5 +1,6 @@
 #include "engine/chat/jinja_builtins.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -373,7 +374,10 @@ absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value&
     const Value& s = a.is_string() ? a : b;
     const Value& n = a.is_string() ? b : a;
     if (n.kind() == Value::Kind::kFloat) return unsupported();
-    if (n.integer() > (int64_t{1} << 20)) return TypeError("string repetition too large");
+    // A template must not be able to make a string bigger than any prompt could be.
+    if (n.integer() > 0 && static_cast<uint64_t>(n.integer()) * std::max<size_t>(s.str().size(), 1) > (uint64_t{16} << 20)) {
+      return TypeError("string repetition: the result would exceed 16 MiB");
+    }
     std::string out;
     for (int64_t i = 0; i < n.integer(); ++i) out += s.str();
     return Value::String(std::move(out));

@@ -1,5 +1,6 @@
 #include "engine/chat/jinja_interpreter.h"
 
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,8 @@ namespace {
 constexpr int kMaxCallDepth = 64;
 // Output beyond this fails (a template looping without end).
 constexpr size_t kMaxOutputBytes = size_t{64} << 20;
+// Loop iterations and macro calls beyond this fail (nested loops that would run for hours).
+constexpr int64_t kMaxSteps = 1'000'000;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
@@ -132,6 +135,14 @@ class Interpreter {
     return Flow::kNormal;
   }
 
+  absl::Status CountStep() {
+    if (++steps_ > kMaxSteps) {
+      return absl::ResourceExhaustedError(
+          Cat("the template ran more than ", kMaxSteps, " loop iterations and macro calls"));
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Flow> ExecFor(const Stmt& s, Scope* scope, std::string* out) {
     ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr, scope));
     ASSIGN_OR_RETURN(std::vector<Value> all, Iterate(iterable));
@@ -148,22 +159,27 @@ class Interpreter {
     }
     if (items.empty()) return Exec(s.else_body, scope, out);
     const int64_t n = static_cast<int64_t>(items.size());
+    auto index = std::make_shared<int64_t>(0);  // the iteration loop.cycle answers for
+    const Value cycle = Value::Func("loop.cycle", [index](const CallArgs& args) -> absl::StatusOr<Value> {
+      if (args.positional.empty()) return absl::InvalidArgumentError("loop.cycle(): no items");
+      return args.positional[static_cast<size_t>(*index) % args.positional.size()];
+    });
     for (int64_t i = 0; i < n; ++i) {
+      *index = i;
+      RETURN_IF_ERROR(CountStep());
       RETURN_IF_ERROR(Assign(s.targets, items[static_cast<size_t>(i)], &loop_scope));
       ValueDict loop;
-      loop.Set("index0", Value::Int(i));
-      loop.Set("index", Value::Int(i + 1));
-      loop.Set("revindex0", Value::Int(n - i - 1));
-      loop.Set("revindex", Value::Int(n - i));
-      loop.Set("first", Value::Bool(i == 0));
-      loop.Set("last", Value::Bool(i == n - 1));
-      loop.Set("length", Value::Int(n));
-      if (i > 0) loop.Set("previtem", items[static_cast<size_t>(i - 1)]);
-      if (i + 1 < n) loop.Set("nextitem", items[static_cast<size_t>(i + 1)]);
-      loop.Set("cycle", Value::Func("loop.cycle", [i](const CallArgs& args) -> absl::StatusOr<Value> {
-        if (args.positional.empty()) return absl::InvalidArgumentError("loop.cycle(): no items");
-        return args.positional[static_cast<size_t>(i) % args.positional.size()];
-      }));
+      loop.items.reserve(10);
+      loop.items.emplace_back("index0", Value::Int(i));
+      loop.items.emplace_back("index", Value::Int(i + 1));
+      loop.items.emplace_back("revindex0", Value::Int(n - i - 1));
+      loop.items.emplace_back("revindex", Value::Int(n - i));
+      loop.items.emplace_back("first", Value::Bool(i == 0));
+      loop.items.emplace_back("last", Value::Bool(i == n - 1));
+      loop.items.emplace_back("length", Value::Int(n));
+      if (i > 0) loop.items.emplace_back("previtem", items[static_cast<size_t>(i - 1)]);
+      if (i + 1 < n) loop.items.emplace_back("nextitem", items[static_cast<size_t>(i + 1)]);
+      loop.items.emplace_back("cycle", cycle);
       loop_scope.vars["loop"] = Value::Dict(std::move(loop));
       ASSIGN_OR_RETURN(Flow flow, Exec(s.body, &loop_scope, out));
       if (flow == Flow::kBreak) break;
@@ -176,6 +192,7 @@ class Interpreter {
       return absl::ResourceExhaustedError(Cat("macro '", macro.name, "': calls nest deeper than ",
                                                        kMaxCallDepth));
     }
+    RETURN_IF_ERROR(CountStep());
     if (args.positional.size() > macro.params.size()) {
       return absl::InvalidArgumentError(Cat("macro '", macro.name, "' takes ", macro.params.size(),
                                                      " arguments, ", args.positional.size(), " given"));
@@ -359,7 +376,8 @@ class Interpreter {
   }
 
   Scope root_;
-  int depth_ = 0;
+  int depth_ = 0;      // macro calls in progress
+  int64_t steps_ = 0;  // loop iterations and macro calls so far
 };
 
 }  // namespace

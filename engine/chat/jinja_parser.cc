@@ -14,6 +14,10 @@ namespace {
 
 using K = Token::Kind;
 
+// Statements and expressions nested deeper than this are refused (the parser and the interpreter recurse
+// once per level; a hostile template must not exhaust the stack).
+constexpr int kMaxNesting = 200;
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
@@ -130,7 +134,20 @@ class Parser {
     }
   }
 
+  // Counts one level of nesting for as long as it lives.
+  struct Nest {
+    explicit Nest(int* depth) : depth(depth) { ++*depth; }
+    ~Nest() { --*depth; }
+    int* depth;
+  };
+  absl::Status CheckNesting() const {
+    if (depth_ > kMaxNesting) return Error(Peek(), Cat("nesting deeper than ", kMaxNesting, " levels"));
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::unique_ptr<Stmt>> ParseStatement() {
+    const Nest nest(&depth_);
+    RETURN_IF_ERROR(CheckNesting());
     const Token tag = Next();
     auto s = std::make_unique<Stmt>();
     s->line = tag.line;
@@ -261,6 +278,8 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseExpression() {
+    const Nest nest(&depth_);
+    RETURN_IF_ERROR(CheckNesting());
     ASSIGN_OR_RETURN(ExprPtr expr, ParseOr());
     while (SkipName("if")) {
       ExprPtr cond_expr = Make(Expr::Kind::kCond, expr->line);
@@ -373,6 +392,8 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseUnary(bool with_filter) {
+    const Nest nest(&depth_);
+    RETURN_IF_ERROR(CheckNesting());
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
       const Token op = Next();
@@ -578,6 +599,7 @@ class Parser {
 
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  int depth_ = 0;  // statements and expressions being parsed, one inside the other
 };
 
 }  // namespace

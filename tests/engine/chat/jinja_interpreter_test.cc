@@ -57,6 +57,10 @@ TEST(JinjaInterpreterTest, ForElseOnAnEmptySequence) {
   EXPECT_EQ(Render(R"J({% for x in [] %}x{% else %}empty{% endfor %})J"), R"J(empty)J");
 }
 
+TEST(JinjaInterpreterTest, LoopCycle) {
+  EXPECT_EQ(Render("{% for x in [1, 2, 3] %}{{ loop.cycle('a', 'b') }}{% endfor %}"), "aba");
+}
+
 TEST(JinjaInterpreterTest, BreakAndContinue) {
   EXPECT_EQ(Render(R"J({% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x > 4 %}{% break %}{% endif %}{{ x }}{% endfor %})J"), R"J(0134)J");
 }
@@ -148,6 +152,19 @@ TEST(JinjaParserTest, WhatIsOutsideTheSubsetIsRefusedByNameAndLine) {
               StatusIsWith(absl::StatusCode::kInvalidArgument, "recursive"));
   EXPECT_THAT(ParseTemplate("{{ f(*args) }}").status(),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "*args"));
+}
+
+// A hostile template fails with an error instead of exhausting the stack, memory or time.
+TEST(JinjaInterpreterTest, RunawayTemplatesAreStopped) {
+  EXPECT_THAT(ParseTemplate("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "nesting deeper than"));
+  std::string nested_ifs;
+  for (int i = 0; i < 5000; ++i) nested_ifs += "{% if true %}";
+  EXPECT_THAT(ParseTemplate(nested_ifs).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "nesting"));
+  EXPECT_THAT(TryRender("{{ 'abcdefgh' * 100000000 }}").status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "16 MiB"));
+  EXPECT_THAT(TryRender("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}").status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 TEST(JinjaParserTest, MalformedTemplatesAreRefusedWithTheLine) {
