@@ -119,9 +119,9 @@ std::vector<Expected> RenderWithJinja2(const std::string& cases_json, const stra
   const std::string cases = dir.Join("cases.json"), out = dir.Join("out.bin");
   std::ofstream(cases, std::ios::binary) << cases_json;
   const std::string script = std::string(STRATA_SOURCE_DIR) + "/tests/engine/chat/render_with_jinja2.py";
-  const std::string cmd = absl::StrCat("python3 '", script, "' '", cases, "' '", out, "'");
+  const std::string cmd = absl::StrCat("'", STRATA_PYTHON3, "' '", script, "' '", cases, "' '", out, "'");
   const int rc = std::system(cmd.c_str());
-  EXPECT_EQ(rc, 0) << cmd << " failed: python3 with jinja2 is needed (scripts/setup installs python3-jinja2)";
+  EXPECT_EQ(rc, 0) << cmd << " failed: Python's jinja2 is needed (scripts/setup installs python3-jinja2)";
   std::vector<Expected> results;
   const std::string data = ReadText(out);
   size_t pos = 0;
