@@ -236,6 +236,9 @@ int Info(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo
   out << absl::StrFormat("vocabulary    %d tokens (%s), bos %d, eos %d\n", m.vocab_size(), m.tokenizer(), m.bos(),
                          m.eos());
   out << absl::StrFormat("context       %d positions (trained for %d)\n", m.context(), m.train_context());
+  out << "chat          "
+      << (m.has_chat_template() ? "the model's chat template (strata chat)" : "no chat template (generate only)")
+      << "\n";
   out << absl::StrFormat("experts       %s, scheme %s, source %s%s\n", FormatBytes(m.experts_bytes()), m.scheme(),
                          m.expert_source(), m.arena_huge_pages() ? " (huge pages)" : "");
   out << absl::StrFormat("per token     %s of experts, %s dense (batch of one)\n",
