@@ -108,6 +108,7 @@ absl::StatusOr<VocabMetadata> BuiltinVocab(int64_t n_vocab) {
   v.entries.emplace_back("tokenizer.ggml.bos_token_id", gguf::Value::Uint32(static_cast<uint32_t>(eot)));
   v.entries.emplace_back("tokenizer.ggml.padding_token_id", gguf::Value::Uint32(static_cast<uint32_t>(eot)));
   v.entries.emplace_back("tokenizer.ggml.add_bos_token", gguf::Value::Bool(false));
+  v.entries.emplace_back("tokenizer.chat_template", gguf::Value::String(kBuiltinChatTemplate));
   return v;
 }
 

@@ -2,7 +2,8 @@
 #define STRATA_PACKTOOL_BUILTIN_VOCAB_H_
 
 // A small byte-level BPE vocabulary (GPT-2 style, qwen2 pre-tokenizer) so synth needs no other file:
-// 256 byte tokens, a few hundred merges of common English pairs, and three control tokens.
+// 256 byte tokens, a few hundred merges of common English pairs, three control tokens and a ChatML chat
+// template.
 
 #include <cstdint>
 #include <string>
@@ -18,6 +19,14 @@ struct VocabMetadata {
   std::vector<std::pair<std::string, gguf::Value>> entries;  // tokenizer.* keys, in order
   int64_t n_tokens = 0;
 };
+
+// The chat template the built-in vocabulary carries (tokenizer.chat_template): ChatML, over its
+// <|im_start|> and <|im_end|> control tokens, as Qwen's models use.
+inline constexpr char kBuiltinChatTemplate[] =
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
 // The built-in vocabulary, padded with unused "[PAD<i>]" tokens up to `n_vocab` when that is larger.
 absl::StatusOr<VocabMetadata> BuiltinVocab(int64_t n_vocab);

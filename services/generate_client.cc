@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <istream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -55,34 +57,27 @@ std::string PrintablePiece(const std::string& piece) {
   return out;
 }
 
-int Generate(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
-             const ClientIo& io) {
-  v1::GenerateRequest request;
-  if (!options.tokens.empty()) {
-    if (args.size() > 1) return UsageError(io, "give either a text prompt or --tokens, not both");
-    std::vector<int32_t> ids;
-    if (!ParseTokenList(options.tokens, &ids)) {
-      return UsageError(io, absl::StrCat("--tokens: expected comma-separated integers, got '", options.tokens, "'"));
-    }
-    request.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
-  } else {
-    if (args.size() != 2) {
-      return UsageError(io, absl::StrCat("generate takes one prompt (quote it), got ", args.size() - 1));
-    }
-    request.set_text(args[1]);
+// The sampling of a generate or chat request: the flags' parameters plus --stop-token-ids. False (after
+// reporting the usage error) when the ids do not parse.
+bool BuildSampling(const ClientOptions& options, const ClientIo& io, v1::SamplingParams* sampling) {
+  *sampling = options.sampling;
+  if (options.stop_token_ids.empty()) return true;
+  std::vector<int32_t> ids;
+  if (!ParseTokenList(options.stop_token_ids, &ids)) {
+    UsageError(io, absl::StrCat("--stop-token-ids: expected comma-separated integers, got '", options.stop_token_ids,
+                                "'"));
+    return false;
   }
-  request.set_add_special(options.add_special);
-  request.set_parse_special(options.parse_special);
-  *request.mutable_sampling() = options.sampling;
-  if (!options.stop_token_ids.empty()) {
-    std::vector<int32_t> ids;
-    if (!ParseTokenList(options.stop_token_ids, &ids)) {
-      return UsageError(io, absl::StrCat("--stop-token-ids: expected comma-separated integers, got '",
-                                         options.stop_token_ids, "'"));
-    }
-    request.mutable_sampling()->mutable_stop_token_ids()->Add(ids.begin(), ids.end());
-  }
+  sampling->mutable_stop_token_ids()->Add(ids.begin(), ids.end());
+  return true;
+}
 
+using StartStream =
+    std::function<std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>>(grpc::ClientContext* context)>;
+
+// Runs one streaming call (Generate or Chat): the text to `out` as it arrives, then the log-probabilities
+// and the summary to `err`. `reply` (may be null) receives the whole text.
+int StreamReply(const ClientOptions& options, const ClientIo& io, const StartStream& start, std::string* reply) {
   grpc::ClientContext context;
   SetDeadline(options, /*streaming=*/true, &context);
   std::vector<v1::TokenLogprob> logprobs;
@@ -91,13 +86,14 @@ int Generate(const std::vector<std::string>& args, const ClientOptions& options,
   grpc::Status status;
   {
     CancelWatcher watcher(io.cancel, &context);
-    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&context, request);
+    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = start(&context);
     v1::GenerateResponse message;
     while (reader->Read(&message)) {
       if (!options.quiet && !message.text().empty()) {
         *io.out << message.text() << std::flush;
         ends_with_newline = message.text().back() == '\n';
       }
+      if (reply != nullptr) *reply += message.text();
       logprobs.insert(logprobs.end(), message.logprobs().begin(), message.logprobs().end());
       if (message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) last = message;
     }
@@ -125,6 +121,69 @@ int Generate(const std::vector<std::string>& args, const ClientOptions& options,
       u.completion_tokens(), std::string(FinishReasonProtoName(last.finish_reason())), u.prompt_tokens(),
       u.time_to_first_token() * 1e3, u.decode_tokens_per_second(), u.expert_hit_rate() * 100,
       FormatBytes(u.expert_bytes()));
+  return kExitOk;
+}
+
+int Generate(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
+             const ClientIo& io) {
+  v1::GenerateRequest request;
+  if (!options.tokens.empty()) {
+    if (args.size() > 1) return UsageError(io, "give either a text prompt or --tokens, not both");
+    std::vector<int32_t> ids;
+    if (!ParseTokenList(options.tokens, &ids)) {
+      return UsageError(io, absl::StrCat("--tokens: expected comma-separated integers, got '", options.tokens, "'"));
+    }
+    request.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  } else {
+    if (args.size() != 2) {
+      return UsageError(io, absl::StrCat("generate takes one prompt (quote it), got ", args.size() - 1));
+    }
+    request.set_text(args[1]);
+  }
+  request.set_add_special(options.add_special);
+  request.set_parse_special(options.parse_special);
+  if (!BuildSampling(options, io, request.mutable_sampling())) return kExitUsage;
+  return StreamReply(options, io, [&](grpc::ClientContext* context) { return stub.Generate(context, request); },
+                     nullptr);
+}
+
+void AddMessage(const std::string& role, const std::string& content, v1::ChatRequest* request) {
+  v1::ChatMessage* m = request->add_messages();
+  m->set_role(role);
+  m->set_content(content);
+}
+
+// strata chat "user" ["assistant" "user" ...]: one reply to the conversation the arguments spell, turns
+// alternating from the user's. Without arguments: a conversation read from `in`, one user message per
+// line, each answered in turn with the whole history sent; it ends at end of input.
+int Chat(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
+         const ClientIo& io) {
+  v1::ChatRequest request;
+  request.set_system_prompt(options.system_prompt);
+  if (options.enable_thinking.has_value()) request.set_enable_thinking(*options.enable_thinking);
+  if (!BuildSampling(options, io, request.mutable_sampling())) return kExitUsage;
+  const auto start = [&](grpc::ClientContext* context) { return stub.Chat(context, request); };
+  if (args.size() > 1) {
+    if (args.size() % 2 != 0) {
+      return UsageError(io, absl::StrCat("chat takes messages alternating user, assistant, user, ... and ending "
+                                         "with the user's (an odd number), got ",
+                                         args.size() - 1));
+    }
+    for (size_t i = 1; i < args.size(); ++i) AddMessage(i % 2 == 1 ? "user" : "assistant", args[i], &request);
+    return StreamReply(options, io, start, nullptr);
+  }
+  if (io.in == nullptr) return UsageError(io, "chat without messages reads them from standard input");
+  std::string line;
+  while (true) {
+    *io.err << "> " << std::flush;
+    if (!std::getline(*io.in, line)) break;
+    if (line.empty()) continue;
+    AddMessage("user", line, &request);
+    std::string reply;
+    if (const int rc = StreamReply(options, io, start, &reply); rc != kExitOk) return rc;
+    AddMessage("assistant", reply, &request);
+  }
+  *io.err << "\n";
   return kExitOk;
 }
 
@@ -177,6 +236,9 @@ int Info(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo
   out << absl::StrFormat("vocabulary    %d tokens (%s), bos %d, eos %d\n", m.vocab_size(), m.tokenizer(), m.bos(),
                          m.eos());
   out << absl::StrFormat("context       %d positions (trained for %d)\n", m.context(), m.train_context());
+  out << "chat          "
+      << (m.has_chat_template() ? "the model's chat template (strata chat)" : "no chat template (generate only)")
+      << "\n";
   out << absl::StrFormat("experts       %s, scheme %s, source %s%s\n", FormatBytes(m.experts_bytes()), m.scheme(),
                          m.expert_source(), m.arena_huge_pages() ? " (huge pages)" : "");
   out << absl::StrFormat("per token     %s of experts, %s dense (batch of one)\n",
@@ -224,11 +286,12 @@ int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const ClientI
 
 int RunClient(const std::vector<std::string>& args, const ClientOptions& options,
               const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io) {
-  if (args.empty()) return UsageError(io, "no command given (generate, tokenize, detokenize, info or stats)");
+  if (args.empty()) return UsageError(io, "no command given (generate, chat, tokenize, detokenize, info or stats)");
   const std::string& command = args[0];
   auto no_arguments = [&]() { return args.size() == 1; };
   std::unique_ptr<v1::Inference::Stub> stub = v1::Inference::NewStub(channel);
   if (command == "generate") return Generate(args, options, *stub, io);
+  if (command == "chat") return Chat(args, options, *stub, io);
   if (command == "tokenize") return Tokenize(args, options, *stub, io);
   if (command == "detokenize") return Detokenize(args, options, *stub, io);
   if (command == "info" || command == "stats") {
@@ -236,7 +299,7 @@ int RunClient(const std::vector<std::string>& args, const ClientOptions& options
     return command == "info" ? Info(options, *stub, io) : Stats(options, *stub, io);
   }
   return UsageError(io, absl::StrCat("unknown command '", command,
-                                     "' (expected generate, tokenize, detokenize, info or stats)"));
+                                     "' (expected generate, chat, tokenize, detokenize, info or stats)"));
 }
 
 std::string ClientUsage() {
@@ -244,6 +307,9 @@ std::string ClientUsage() {
 
   strata generate [flags] "prompt"   stream the generated text, then speed and expert hit rate
   strata generate --tokens 1,2,3     a prompt of token ids
+  strata chat [flags] "message"      the model's reply, through its chat template; more arguments
+                                     alternate assistant and user turns ("hi" "hello!" "how are you?")
+  strata chat [flags]                a conversation: one user message per line of standard input
   strata tokenize "text"             the prompt's token ids
   strata detokenize 1,2,3            the text of token ids
   strata info                        the loaded model: geometry, scheme, arena, threads
@@ -256,6 +322,7 @@ Flags:
   --repeat-penalty R  --presence-penalty P  --frequency-penalty F  --penalty-last-n N
   --stop a,b  --stop-token-ids 1,2  --ignore-eos  --logprobs N (chosen token and N alternatives)
   --add-special=false  --parse-special  --render-special  --quiet
+  chat: --system "prompt" (a system message first)  --thinking=true|false (templates that read it)
 Unset sampling flags take the server's defaults (temperature 1, max 256 tokens).
 Exit codes: 0 ok, 1 failed or refused request, 2 usage error.
 )";

@@ -4,6 +4,8 @@
 // The `strata` command line, a client of strata-server (strata.v1.Inference):
 //
 //   strata generate [--server ADDR] [sampling flags] "prompt"   text as it streams, then speed and hit rate
+//   strata chat [flags] "message" ["reply" "message" ...]       the reply through the model's chat template
+//   strata chat [flags]                                         a conversation, one user line at a time
 //   strata tokenize "text" | detokenize 1,2,3 | info | stats
 //
 // main() parses the flags into ClientOptions and calls RunClient with a channel to the server; tests pass
@@ -12,7 +14,9 @@
 // failed request, server unreachable), 2 usage. One thread calls RunClient.
 
 #include <atomic>
+#include <istream>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -34,6 +38,10 @@ struct ClientOptions {
   bool parse_special = false;
   bool quiet = false;  // print only the summary
 
+  // chat (sampling and quiet as generate)
+  std::string system_prompt;             // when set, a system message first
+  std::optional<bool> enable_thinking;  // for templates that read it; unset: the template's default
+
   // tokenize / detokenize
   bool render_special = false;
 };
@@ -41,6 +49,7 @@ struct ClientOptions {
 struct ClientIo {
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
+  std::istream* in = nullptr;  // chat without message arguments reads the user's lines from it
   const std::atomic<bool>* cancel = nullptr;  // set (by a signal handler): cancel the running call
 };
 

@@ -78,6 +78,16 @@ runtime::GenerateRequest GenerateRequestFromProto(const v1::GenerateRequest& pro
   return r;
 }
 
+runtime::ChatRequest ChatRequestFromProto(const v1::ChatRequest& proto) {
+  runtime::ChatRequest r;
+  for (const v1::ChatMessage& m : proto.messages()) r.messages.push_back({m.role(), m.content()});
+  r.system_prompt = proto.system_prompt();
+  r.options.add_generation_prompt = true;
+  if (proto.has_enable_thinking()) r.options.enable_thinking = proto.enable_thinking();
+  r.sampling = SamplingParamsFromProto(proto.sampling());
+  return r;
+}
+
 void AppendTokenEvent(const runtime::TokenEvent& event, const tokenizer::Tokenizer& tokenizer,
                       v1::GenerateResponse* response) {
   for (int32_t token : event.tokens) response->add_tokens(token);
@@ -163,6 +173,7 @@ v1::ModelInfo ModelInfoToProto(const runtime::EngineInfo& info, const tokenizer:
   proto.set_kernel_isa(info.backend.isa);
   proto.set_device_memory_used(info.backend.memory_used);
   proto.set_device_memory_total(info.backend.memory_total);
+  proto.set_has_chat_template(info.has_chat_template);
   return proto;
 }
 

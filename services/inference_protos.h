@@ -23,6 +23,9 @@ v1::SamplingParams SamplingParamsToProto(const runtime::SamplingParams& params);
 // naming "prompt".
 runtime::GenerateRequest GenerateRequestFromProto(const v1::GenerateRequest& proto);
 
+// The engine's chat request; Engine::PrepareChat checks it.
+runtime::ChatRequest ChatRequestFromProto(const v1::ChatRequest& proto);
+
 // Appends the event's tokens, text and log-probabilities to `response` (which may already hold earlier
 // events not yet sent). `tokenizer` gives the pieces of the alternative tokens.
 void AppendTokenEvent(const runtime::TokenEvent& event, const tokenizer::Tokenizer& tokenizer,

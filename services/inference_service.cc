@@ -206,6 +206,17 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceServiceImpl::Generate(g
   return reactor;
 }
 
+grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceServiceImpl::Chat(grpc::CallbackServerContext* context,
+                                                                          const v1::ChatRequest* request) {
+  runtime::Engine* engine = this->engine();
+  if (engine == nullptr) return new RefusedGenerate(NotLoaded());
+  absl::StatusOr<runtime::GenerateRequest> generate = engine->PrepareChat(ChatRequestFromProto(*request));
+  if (!generate.ok()) return new RefusedGenerate(generate.status());
+  auto* reactor = new GenerateReactor(engine, context->deadline());
+  reactor->Start(*std::move(generate));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* InferenceServiceImpl::Tokenize(grpc::CallbackServerContext* context,
                                                          const v1::TokenizeRequest* request,
                                                          v1::TokenizeResponse* response) {

@@ -39,11 +39,14 @@ ABSL_FLAG(std::string, tokens, "", "generate: a prompt of comma-separated token 
 ABSL_FLAG(bool, add_special, true, "add BOS/EOS to a text prompt as the vocabulary asks");
 ABSL_FLAG(bool, parse_special, false, "recognise control tokens written in the text");
 ABSL_FLAG(bool, render_special, false, "detokenize: write control tokens as their text");
-ABSL_FLAG(bool, quiet, false, "generate: print only the summary");
+ABSL_FLAG(bool, quiet, false, "generate, chat: print only the summary");
+ABSL_FLAG(std::string, system, "", "chat: a system prompt, sent as the first message");
+ABSL_FLAG(std::optional<bool>, thinking, std::nullopt,
+          "chat: enable_thinking for templates that read it (Qwen3, DeepSeek-V3.1, GLM-4.6)");
 
 int main(int argc, char** argv) {
   using strata::services::kExitUsage;
-  absl::SetProgramUsageMessage("strata <generate|tokenize|detokenize|info|stats> [arguments] [flags]");
+  absl::SetProgramUsageMessage("strata <generate|chat|tokenize|detokenize|info|stats> [arguments] [flags]");
   std::vector<std::string> args(argv, argv + argc);
   if (strata::services::WantsHelp(args)) {
     std::cout << strata::services::ClientUsage();
@@ -92,6 +95,8 @@ int main(int argc, char** argv) {
   options.parse_special = absl::GetFlag(FLAGS_parse_special);
   options.render_special = absl::GetFlag(FLAGS_render_special);
   options.quiet = absl::GetFlag(FLAGS_quiet);
+  options.system_prompt = absl::GetFlag(FLAGS_system);
+  options.enable_thinking = absl::GetFlag(FLAGS_thinking);
   if (options.server.empty()) {
     std::cerr << "strata: error: --server is empty (see strata --help)\n";
     return kExitUsage;
@@ -100,6 +105,7 @@ int main(int argc, char** argv) {
   strata::services::ClientIo io;
   io.out = &std::cout;
   io.err = &std::cerr;
+  io.in = &std::cin;
   io.cancel = strata::services::CancelOnSignal();
   const std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());

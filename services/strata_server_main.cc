@@ -14,7 +14,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,6 +49,8 @@ ABSL_FLAG(int64_t, vram_experts, -1,
           "page-locked arena over PCIe)");
 ABSL_FLAG(std::string, cache_policy, "lfu-decay", "VRAM expert cache policy: lru, lfu-decay or static");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
+ABSL_FLAG(std::string, chat_template_file, "",
+          "a Jinja chat template used by Chat instead of the model's tokenizer.chat_template");
 ABSL_FLAG(std::string, network_priority, "auto",
           "scheduling of gRPC's threads: idle (SCHED_IDLE: they run when a compute thread leaves its core and "
           "never preempt one), normal, or auto: idle when the compute threads take every core, else normal "
@@ -94,6 +98,9 @@ void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtim
                info.source.pinned ? ", pinned" : "", static_cast<double>(info.expert_bytes_per_token) / 1e6);
   spdlog::info("{} threads, up to {} sequences together, {} more queued", info.threads, options.max_seqs,
                options.max_queue);
+  spdlog::info("chat: {}", info.has_chat_template ? (options.chat_template.empty() ? "the model's chat template"
+                                                                                    : "--chat-template-file")
+                                                   : "unavailable (the model has no tokenizer.chat_template)");
   spdlog::info("device {} ({}), kernels {}, {:.2f} GiB of device memory in use", info.backend.device,
                info.backend.name, info.backend.isa, static_cast<double>(info.backend.memory_used) / (1ull << 30));
 }
@@ -104,7 +111,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "strata-server --pack DIR [--listen HOST:PORT] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N] "
       "[--expert-source arena|mmap] [--verify] [--device auto|cpu|cuda] [--vram-gib X] [--vram-experts N] "
-      "[--cache-policy lru|lfu-decay|static] "
+      "[--cache-policy lru|lfu-decay|static] [--chat-template-file FILE] "
       "[--network-priority auto|idle|normal]");
   std::vector<std::string> args(argv, argv + argc);
   absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
@@ -127,6 +134,14 @@ int main(int argc, char** argv) {
   options.device.vram_experts = absl::GetFlag(FLAGS_vram_experts);
   options.device.cache_policy = absl::GetFlag(FLAGS_cache_policy);
   if (options.pack_dir.empty()) return UsageError("--pack is required");
+  if (const std::string path = absl::GetFlag(FLAGS_chat_template_file); !path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in.good() && !in.eof()) return UsageError("--chat-template-file: cannot read " + path);
+    options.chat_template = text.str();
+    if (options.chat_template.empty()) return UsageError("--chat-template-file: " + path + " is empty or unreadable");
+  }
   if (options.device.device != "auto" && options.device.device != "cpu" && options.device.device != "cuda") {
     return UsageError("--device: '" + options.device.device + "' is not auto, cpu or cuda");
   }

@@ -78,6 +78,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
     return absl::InvalidArgumentError(absl::StrCat("tokenizer has ", e->tokenizer_->n_vocab(),
                                                    " tokens but the model's vocabulary is ", c.n_vocab));
   }
+  ASSIGN_OR_RETURN(e->chat_template_,
+                   chat::LoadChatTemplate(e->pack_->dense().metadata(), *e->tokenizer_, options.chat_template));
   const int64_t max_ctx = options.max_ctx > 0 ? options.max_ctx : std::min<int64_t>(c.n_ctx_train, 8192);
   const int64_t kv_dim = c.n_head_kv * c.head_dim;
   uint64_t budget = options.kv_budget_bytes;
@@ -97,6 +99,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   info.backend = e->model_->backend().info();
   info.threads = threads;
   info.max_ctx = max_ctx;
+  info.has_chat_template = e->chat_template_ != nullptr;
   info.load_seconds = Since(start, Clock::now());
   e->scheduler_ = std::thread([engine = e.get()] { engine->SchedulerLoop(); });
   return e;
@@ -108,6 +111,37 @@ Engine::~Engine() {
     stopping_ = true;
   }
   if (scheduler_.joinable()) scheduler_.join();
+}
+
+absl::StatusOr<std::string> Engine::RenderChat(std::span<const chat::ChatMessage> messages,
+                                               const chat::ChatOptions& options) const {
+  if (chat_template_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the model has no chat template (", chat::kChatTemplateKey,
+        " is absent from its GGUF): use Generate with a raw prompt, or give the server a chat template"));
+  }
+  return chat_template_->Render(messages, options);
+}
+
+absl::StatusOr<GenerateRequest> Engine::PrepareChat(const ChatRequest& request) const {
+  std::vector<chat::ChatMessage> messages;
+  if (!request.system_prompt.empty()) {
+    if (!request.messages.empty() && request.messages[0].role == "system") {
+      return absl::InvalidArgumentError(
+          "system_prompt: messages[0] is already a system message; give the system prompt once");
+    }
+    messages.push_back({"system", request.system_prompt});
+  }
+  messages.insert(messages.end(), request.messages.begin(), request.messages.end());
+  ASSIGN_OR_RETURN(std::string prompt, RenderChat(messages, request.options));
+  GenerateRequest out;
+  const std::string_view bos = tokenizer_->bos() >= 0 ? tokenizer_->TokenText(tokenizer_->bos()) : "";
+  // Templates that write bos_token themselves (DeepSeek, Mistral) must not get a second one.
+  out.add_special = bos.empty() || prompt.compare(0, bos.size(), bos) != 0;
+  out.parse_special = true;
+  out.prompt = std::move(prompt);
+  out.sampling = request.sampling;
+  return out;
 }
 
 std::vector<int32_t> Engine::Tokenize(const std::string& text, bool add_special, bool parse_special) const {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/chat/chat_template.h"
 #include "engine/model/model.h"
 #include "engine/pack/expert_source.h"
 #include "engine/pack/pack.h"
@@ -42,6 +44,8 @@ struct EngineOptions {
   int prefill_chunk = 256;          // prompt tokens per step, over all joining sequences
   pack::ExpertSourceOptions experts;
   DeviceOptions device;
+  // Jinja text replacing the model's tokenizer.chat_template; empty: the model's own (if it has one).
+  std::string chat_template;
   // Replaces the pack's expert source (tests inject failures); null = open experts as `experts` says.
   std::function<std::unique_ptr<pack::ExpertSource>(const pack::Pack&)> source_factory;
 };
@@ -59,6 +63,7 @@ struct EngineInfo {
   double load_seconds = 0;
   int threads = 0;
   int64_t max_ctx = 0;
+  bool has_chat_template = false;  // RenderChat / PrepareChat work
 };
 
 struct EngineStats {
@@ -108,6 +113,19 @@ class Engine {
   };
   absl::StatusOr<Completion> Generate(GenerateRequest request);
 
+  // The prompt text the model's chat template makes of `messages` (for the HTTP server's chat endpoint,
+  // and PrepareChat). FAILED_PRECONDITION when the model has no chat template; INVALID_ARGUMENT naming the
+  // message for a bad conversation or with the template's own message when it refuses it.
+  absl::StatusOr<std::string> RenderChat(std::span<const chat::ChatMessage> messages,
+                                         const chat::ChatOptions& options) const;
+  // The GenerateRequest for a conversation: its rendered prompt with special tokens parsed, BOS added as the
+  // vocabulary asks unless the template already wrote it, and the request's sampling. Errors as
+  // RenderChat, plus INVALID_ARGUMENT for a system_prompt given with messages that start with a system
+  // message.
+  absl::StatusOr<GenerateRequest> PrepareChat(const ChatRequest& request) const;
+  // Null when the model has no chat template.
+  const chat::ChatTemplate* chat_template() const { return chat_template_.get(); }
+
   // The token ids of a text prompt as Submit would see them.
   std::vector<int32_t> Tokenize(const std::string& text, bool add_special, bool parse_special) const;
 
@@ -135,6 +153,7 @@ class Engine {
   std::unique_ptr<pack::ExpertSource> source_;  // null when every expert is in VRAM
   std::unique_ptr<model::Model> model_;         // reads source_ and pool_: declared after them
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<chat::ChatTemplate> chat_template_;  // null: the model has none
   std::unique_ptr<model::KvCachePool> kv_pool_;
 
   std::atomic<uint64_t> next_request_id_{0};

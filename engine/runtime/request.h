@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/chat/chat_template.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/sampling_params.h"
 
@@ -21,6 +22,15 @@ struct GenerateRequest {
   bool parse_special = false;          // text prompts: recognise control tokens written in the text
   SamplingParams sampling;
   bool prompt_logits = false;          // also return the logits of every prompt position
+};
+
+// A conversation to continue: Engine::PrepareChat renders it with the model's chat template into a
+// GenerateRequest (special tokens in the rendered text parsed as special).
+struct ChatRequest {
+  std::vector<chat::ChatMessage> messages;
+  std::string system_prompt;  // when non-empty, a system message put before `messages`
+  chat::ChatOptions options;
+  SamplingParams sampling;
 };
 
 // A piece of a streamed generation: the tokens sampled in one step and the text they complete.

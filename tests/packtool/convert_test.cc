@@ -138,6 +138,11 @@ TEST_P(ConvertSchemeTest, WritesAConsistentPackWhoseBlobsAreTheQuantizedExperts)
     EXPECT_EQ(0, std::memcmp(s->data, t.data, t.bytes)) << t.name;
   }
   EXPECT_EQ(*(*dense)->metadata().GetString("tokenizer.ggml.model"), "gpt2");
+  // The chat template is carried into the pack as it is.
+  absl::StatusOr<std::string> chat_template = (*dense)->metadata().GetString("tokenizer.chat_template");
+  ASSERT_TRUE(chat_template.ok()) << chat_template.status();
+  EXPECT_EQ(*chat_template, *(*src)->metadata().GetString("tokenizer.chat_template"));
+  EXPECT_NE(chat_template->find("<|im_start|>"), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSchemes, ConvertSchemeTest, ::testing::Values(Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2),

@@ -29,11 +29,14 @@ struct CliRun {
 };
 
 CliRun RunCli(const std::vector<std::string>& args, const ClientOptions& options,
-           const std::shared_ptr<grpc::Channel>& channel, const std::atomic<bool>* cancel = nullptr) {
+           const std::shared_ptr<grpc::Channel>& channel, const std::atomic<bool>* cancel = nullptr,
+           const std::string& input = "") {
   std::ostringstream out, err;
+  std::istringstream in(input);
   ClientIo io;
   io.out = &out;
   io.err = &err;
+  io.in = &in;
   io.cancel = cancel;
   CliRun run;
   run.code = RunClient(args, options, channel, io);
@@ -69,6 +72,61 @@ TEST(GenerateClientTest, GeneratePrintsTheStreamedTextThenSpeedAndHitRate) {
   EXPECT_THAT(run.err, HasSubstr("16 tokens (length)"));
   EXPECT_THAT(run.err, HasSubstr("tokens/s"));
   EXPECT_THAT(run.err, HasSubstr("expert hit rate"));
+}
+
+// The reply the engine gives to a conversation, as the CLI prints it (a newline added when missing).
+std::string ExpectedReply(InferenceTestServer& server, const std::vector<chat::ChatMessage>& messages,
+                          const ClientOptions& options) {
+  runtime::ChatRequest chat;
+  chat.messages = messages;
+  chat.system_prompt = options.system_prompt;
+  chat.sampling = SamplingParamsFromProto(options.sampling);
+  auto request = server.engine().PrepareChat(chat);
+  EXPECT_TRUE(request.ok()) << request.status();
+  if (!request.ok()) return "";
+  auto done = server.engine().Generate(*std::move(request));
+  EXPECT_TRUE(done.ok()) << done.status();
+  if (!done.ok()) return "";
+  return done->text;
+}
+
+std::string WithNewline(std::string s) {
+  if (s.empty() || s.back() != '\n') s += "\n";
+  return s;
+}
+
+TEST(GenerateClientTest, ChatRepliesToTheConversationItsArgumentsSpell) {
+  InferenceTestServer server(TinyEngineOptions());
+  ClientOptions options = GreedyOptions(8);
+  options.system_prompt = "Be brief.";
+  const CliRun run = RunCli({"chat", "Hi", "Hello!", "How are you?"}, options, server.channel());
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  const std::string want =
+      ExpectedReply(server, {{"user", "Hi"}, {"assistant", "Hello!"}, {"user", "How are you?"}}, options);
+  EXPECT_EQ(run.out, WithNewline(want));
+  EXPECT_THAT(run.err, HasSubstr("8 tokens (length)"));
+
+  const CliRun even = RunCli({"chat", "Hi", "Hello!"}, options, server.channel());
+  EXPECT_EQ(even.code, kExitUsage);
+  EXPECT_THAT(even.err, HasSubstr("ending with the user's"));
+}
+
+// Without message arguments, each line of input is a user message answered with the history so far.
+TEST(GenerateClientTest, InteractiveChatKeepsTheHistory) {
+  InferenceTestServer server(TinyEngineOptions());
+  const ClientOptions options = GreedyOptions(5);
+  const CliRun run = RunCli({"chat"}, options, server.channel(), nullptr, "Hi\n\nTell me more\n");
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  const std::string first = ExpectedReply(server, {{"user", "Hi"}}, options);
+  const std::string second =
+      ExpectedReply(server, {{"user", "Hi"}, {"assistant", first}, {"user", "Tell me more"}}, options);
+  EXPECT_EQ(run.out, WithNewline(first) + WithNewline(second));
+  // Two replies, two summaries; the empty line was skipped.
+  size_t summaries = 0;
+  for (size_t p = run.err.find("5 tokens (length)"); p != std::string::npos; p = run.err.find("5 tokens (length)", p + 1)) {
+    ++summaries;
+  }
+  EXPECT_EQ(summaries, 2u);
 }
 
 TEST(GenerateClientTest, TokenIdPromptsAndLogprobs) {
@@ -111,6 +169,7 @@ TEST(GenerateClientTest, TokenizeDetokenizeInfoAndStats) {
   EXPECT_THAT(info.out, HasSubstr("qwen3moe"));
   EXPECT_THAT(info.out, HasSubstr("2 layers, 8 experts (top-2)"));
   EXPECT_THAT(info.out, HasSubstr("scheme s4"));
+  EXPECT_THAT(info.out, HasSubstr("chat          the model's chat template"));
 
   ASSERT_EQ(RunCli({"generate", "x"}, GreedyOptions(4), server.channel()).code, kExitOk);
   ASSERT_TRUE(server.WaitUntilIdle());  // the engine counts a request just after its last callback

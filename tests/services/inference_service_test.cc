@@ -373,6 +373,7 @@ TEST(InferenceServiceTest, ModelInfoAndStatsDescribeTheEngine) {
   EXPECT_EQ(info.threads(), 1);
   EXPECT_GT(info.load_seconds(), 0);
   EXPECT_EQ(info.expert_bytes_per_token(), e.expert_bytes_per_token);
+  EXPECT_TRUE(info.has_chat_template());
 
   ASSERT_TRUE(RunGenerate(server.stub(), GreedyTokens({3, 4}, 7)).status.ok());
   // The engine counts a request as finished just after its last callback.
@@ -386,6 +387,105 @@ TEST(InferenceServiceTest, ModelInfoAndStatsDescribeTheEngine) {
   EXPECT_EQ(stats.prompt_tokens(), 2u);
   EXPECT_EQ(stats.active(), 0);
   EXPECT_EQ(stats.kv_bytes_in_use(), 0u);
+}
+
+Streamed RunChat(v1::Inference::Stub& stub, const v1::ChatRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  Streamed out;
+  auto reader = stub.Chat(&context, request);
+  v1::GenerateResponse message;
+  while (reader->Read(&message)) {
+    out.tokens.insert(out.tokens.end(), message.tokens().begin(), message.tokens().end());
+    out.text += message.text();
+    out.messages.push_back(message);
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+v1::ChatRequest GreedyChat(int max_tokens) {
+  v1::ChatRequest r;
+  r.mutable_sampling()->set_temperature(0);
+  r.mutable_sampling()->set_max_tokens(max_tokens);
+  r.mutable_sampling()->set_ignore_eos(true);
+  return r;
+}
+
+// The tiny pack carries the built-in vocabulary's ChatML template: Chat must stream what Generate streams
+// for the rendered conversation, with its control tokens parsed as special tokens.
+TEST(InferenceServiceTest, ChatStreamsWhatGenerateGivesForTheRenderedConversation) {
+  InferenceTestServer server(TinyEngineOptions());
+  v1::ChatRequest chat = GreedyChat(12);
+  chat.set_system_prompt("Be brief.");
+  v1::ChatMessage* m = chat.add_messages();
+  m->set_role("user");
+  m->set_content("Hello there");
+  m = chat.add_messages();
+  m->set_role("assistant");
+  m->set_content("Hi");
+  m = chat.add_messages();
+  m->set_role("user");
+  m->set_content("Tell me more");
+  const Streamed streamed = RunChat(server.stub(), chat);
+  ASSERT_TRUE(streamed.status.ok()) << streamed.status.error_message();
+  EXPECT_EQ(streamed.tokens.size(), 12u);
+
+  v1::GenerateRequest generate = GreedyText(
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n"
+      "<|im_start|>assistant\nHi<|im_end|>\n<|im_start|>user\nTell me more<|im_end|>\n<|im_start|>assistant\n",
+      12);
+  generate.set_parse_special(true);
+  const Streamed raw = RunGenerate(server.stub(), generate);
+  ASSERT_TRUE(raw.status.ok()) << raw.status.error_message();
+  EXPECT_EQ(streamed.tokens, raw.tokens);
+  EXPECT_EQ(streamed.text, raw.text);
+  const v1::Usage& usage = streamed.messages.back().usage();
+  EXPECT_EQ(usage.prompt_tokens(), raw.messages.back().usage().prompt_tokens());
+  // Five turns' control tokens, each one token: the prompt is far shorter than its text spelt out.
+  const std::vector<int32_t> spelt = server.engine().Tokenize(generate.text(), true, false);
+  EXPECT_LT(usage.prompt_tokens(), static_cast<int64_t>(spelt.size()));
+  EXPECT_EQ(streamed.messages.back().finish_reason(), v1::FINISH_REASON_LENGTH);
+}
+
+TEST(InferenceServiceTest, BadConversationsAreInvalidArgumentNamingTheMessage) {
+  InferenceTestServer server(TinyEngineOptions());
+  v1::ChatRequest empty = GreedyChat(4);
+  Streamed s = RunChat(server.stub(), empty);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.status.error_message(), HasSubstr("messages"));
+  EXPECT_TRUE(s.messages.empty());
+
+  v1::ChatRequest bad_role = GreedyChat(4);
+  bad_role.add_messages()->set_role("user");
+  bad_role.add_messages()->set_role("narrator");
+  s = RunChat(server.stub(), bad_role);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.status.error_message(), HasSubstr("messages[1].role: 'narrator'"));
+
+  v1::ChatRequest two_systems = GreedyChat(4);
+  two_systems.set_system_prompt("a");
+  two_systems.add_messages()->set_role("system");
+  two_systems.add_messages()->set_role("user");
+  s = RunChat(server.stub(), two_systems);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.status.error_message(), HasSubstr("system_prompt"));
+
+  v1::ChatRequest hot = GreedyChat(4);
+  hot.add_messages()->set_role("user");
+  hot.mutable_sampling()->set_temperature(-1);
+  s = RunChat(server.stub(), hot);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.status.error_message(), HasSubstr("temperature"));
+  EXPECT_TRUE(server.WaitUntilIdle());
+}
+
+TEST(InferenceServiceTest, ChatIsUnavailableUntilThePackHasLoaded) {
+  InferenceTestServer server(TinyEngineOptions(), /*load=*/false);
+  v1::ChatRequest chat = GreedyChat(4);
+  chat.add_messages()->set_role("user");
+  const Streamed s = RunChat(server.stub(), chat);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ctest python_client_example: starts a real strata-server on a free loopback port with a tiny synthesized
-# pack, runs generate.py against it and checks that it prints generated text and exits 0, then stops the
+# pack, runs generate.py and chat.py against it and checks that they print generated text and exit 0, then stops the
 # server with SIGTERM and checks that it exits 0. Every step is bounded in time.
 #
 #   example_test.sh STRATA_SERVER STRATA_PACK STUBS_DIR [PYTHON]
@@ -61,6 +61,19 @@ cat "$work/err.txt"
 grep -q '[^[:space:]]' "$work/out.txt" || fail "generate.py printed no text"
 grep -q '16 tokens (length)' "$work/err.txt" || fail "generate.py printed no summary"
 grep -q 'tokens/s' "$work/err.txt" || fail "generate.py printed no speed"
+
+# chat.py: a conversation from stdin, two user lines, each answered through the pack's chat template.
+rc=0
+printf 'Hello\nTell me a story\n' | timeout 90 "$python" "$here/chat.py" --stubs "$stubs" \
+  --server "127.0.0.1:$port" --system "Be brief." --max-tokens 8 --temperature 0 --ignore-eos \
+  >"$work/chat_out.txt" 2>"$work/chat_err.txt" || rc=$?
+echo "--- chat.py stdout"
+cat "$work/chat_out.txt"
+echo "--- chat.py stderr"
+cat "$work/chat_err.txt"
+[ "$rc" -eq 0 ] || fail "chat.py exited with $rc"
+[ "$(grep -c '8 tokens (length)' "$work/chat_err.txt")" -eq 2 ] || fail "chat.py did not answer both messages"
+[ "$(wc -l <"$work/chat_out.txt")" -ge 2 ] || fail "chat.py printed fewer than two replies"
 
 kill -TERM "$server_pid"
 for _ in $(seq 1 100); do

@@ -15,6 +15,8 @@
 #include "engine/gguf/gguf_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "engine/gguf/gguf_writer.h"
+#include "packtool/builtin_vocab.h"
 #include "packtool/convert.h"
 #include "packtool/synth.h"
 #include "tests/testing/reference_model.h"
@@ -418,6 +420,100 @@ TEST_F(EngineTest, BadRequestsAreRefusedNamingTheField) {
   GenerateRequest hot = Greedy({1}, 4);
   hot.sampling.temperature = -1;
   EXPECT_THAT((*engine)->Submit(hot, {}).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "temperature"));
+}
+
+// The tiny model's pack carries the built-in vocabulary's ChatML template: a conversation renders into
+// its control tokens, which the prepared request parses as special tokens.
+TEST_F(EngineTest, ChatRendersTheModelsTemplateAndParsesItsSpecialTokens) {
+  auto engine = Engine::Create(Options(*pack_));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_NE((*engine)->chat_template(), nullptr);
+  const std::vector<chat::ChatMessage> messages = {{"user", "hello there"}};
+  absl::StatusOr<std::string> text = (*engine)->RenderChat(messages, {});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n");
+
+  ChatRequest chat;
+  chat.system_prompt = "Be brief.";
+  chat.messages = messages;
+  chat.sampling.max_tokens = 3;
+  absl::StatusOr<GenerateRequest> request = (*engine)->PrepareChat(chat);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->prompt,
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_TRUE(request->parse_special);
+  EXPECT_EQ(request->sampling.max_tokens, 3);
+  const std::vector<int32_t> ids = (*engine)->Tokenize(request->prompt, request->add_special, request->parse_special);
+  const int32_t im_start = (*engine)->tokenizer().TokenId("<|im_start|>");
+  ASSERT_GE(im_start, 0);
+  EXPECT_EQ(ids.front(), im_start);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), im_start), 3);
+
+  absl::StatusOr<Engine::Completion> done = (*engine)->Generate(*std::move(request));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->result.usage.prompt_tokens, static_cast<int64_t>(ids.size()));
+}
+
+TEST_F(EngineTest, BadConversationsAreRefusedNamingTheMessage) {
+  auto engine = Engine::Create(Options(*pack_));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ChatRequest chat;
+  EXPECT_THAT((*engine)->PrepareChat(chat).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "messages"));
+  chat.messages = {{"user", "hi"}, {"robot", "beep"}};
+  EXPECT_THAT((*engine)->PrepareChat(chat).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "messages[1].role: 'robot'"));
+  chat.messages = {{"system", "a"}, {"user", "hi"}};
+  chat.system_prompt = "b";
+  EXPECT_THAT((*engine)->PrepareChat(chat).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "system_prompt"));
+}
+
+// A template override replaces the model's; one the interpreter cannot run fails the load, naming what.
+TEST_F(EngineTest, AChatTemplateItCannotRenderIsRefusedAtLoad) {
+  EngineOptions o = Options(*pack_);
+  o.chat_template = "{% for m in messages %}[{{ m.role | wordwrap }}]{% endfor %}";
+  EXPECT_THAT(Engine::Create(o).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "unsupported filter 'wordwrap'"));
+  o.chat_template = "{% include 'other.jinja' %}";
+  EXPECT_THAT(Engine::Create(o).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "{% include %}"));
+  o.chat_template = "{{ messages[0].content.zfill(3) }}";
+  EXPECT_THAT(Engine::Create(o).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "zfill"));
+  o.chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<chat::ChatMessage> messages = {{"user", "x"}, {"assistant", "y"}};
+  EXPECT_EQ(*(*engine)->RenderChat(messages, {}), "<user>x<assistant>y");
+}
+
+// A model whose GGUF has no tokenizer.chat_template loads (Generate works) but cannot chat.
+TEST(EngineChatTest, AModelWithoutAChatTemplateRefusesChatAsAFailedPrecondition) {
+  ScratchDir dir;
+  absl::StatusOr<packtool::VocabMetadata> vocab = packtool::BuiltinVocab(0);
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  gguf::GgufWriter writer(32);
+  for (const auto& [key, value] : vocab->entries) {
+    if (key != chat::kChatTemplateKey) writer.Set(key, value);
+  }
+  ASSERT_TRUE(writer.WriteFile(dir.Join("vocab.gguf")).ok());
+  packtool::SynthOptions o;
+  o.geometry = *packtool::PresetGeometry("qwen3moe", "tiny");
+  o.vocab_path = dir.Join("vocab.gguf");
+  o.output = dir.Join("pack");
+  o.pack_scheme = kernels::Scheme::kS4;
+  o.threads = 2;
+  ASSERT_TRUE(packtool::SynthesizePack(o, nullptr, nullptr).ok());
+  auto engine = Engine::Create(Options(dir.Join("pack")));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_FALSE((*engine)->info().has_chat_template);
+  EXPECT_EQ((*engine)->chat_template(), nullptr);
+  const std::vector<chat::ChatMessage> messages = {{"user", "hi"}};
+  EXPECT_THAT((*engine)->RenderChat(messages, {}).status(),
+              StatusIsWith(absl::StatusCode::kFailedPrecondition, "tokenizer.chat_template"));
+  ChatRequest chat;
+  chat.messages = messages;
+  EXPECT_THAT((*engine)->PrepareChat(chat).status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE((*engine)->Generate(Greedy({1, 2}, 2)).ok());
 }
 
 // Fails every read of one expert: the request must fail cleanly, with no token emitted.

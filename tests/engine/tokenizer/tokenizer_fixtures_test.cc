@@ -124,7 +124,10 @@ TEST_P(VocabFixtureTest, TokenizesAndDetokenizesEveryCase) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, VocabFixtureTest,
                          ::testing::Values(Fixture{"ggml-vocab-qwen2.gguf", "ggml-vocab-qwen2.gguf.gz"},
                                            Fixture{"ggml-vocab-gpt-2.gguf", "ggml-vocab-gpt-2.gguf.gz"},
-                                           Fixture{"ggml-vocab-llama-spm.gguf", "ggml-vocab-llama-spm.gguf.gz"}),
+                                           Fixture{"ggml-vocab-llama-spm.gguf", "ggml-vocab-llama-spm.gguf.gz"},
+                                           Fixture{"ggml-vocab-deepseek-llm.gguf", "ggml-vocab-deepseek-llm.gguf.gz"},
+                                           Fixture{"ggml-vocab-deepseek-coder.gguf",
+                                                   "ggml-vocab-deepseek-coder.gguf.gz"}),
                          [](const ::testing::TestParamInfo<Fixture>& info) {
                            std::string out;
                            for (char c : std::string(info.param.name).substr(11)) {  // after "ggml-vocab-"
