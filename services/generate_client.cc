@@ -9,11 +9,13 @@
 #include "absl/strings/str_join.h"
 #include "grpcpp/client_context.h"
 #include "services/cancel_watcher.h"
+#include "services/cli_flags.h"
 #include "services/grpc_status.h"
 #include "services/inference_protos.h"
 #include "services/pack_cli.h"
 #include "services/progress_printer.h"
 #include "services/run_cli.h"
+#include "services/sampling_flags.h"
 #include "strata/v1/inference.grpc.pb.h"
 
 namespace strata::services {
@@ -26,8 +28,11 @@ int UsageError(const ClientIo& io, const std::string& message) {
   return kExitUsage;
 }
 
-int CallFailed(const ClientIo& io, const ClientOptions& options, const grpc::Status& status) {
-  *io.err << "strata: error: " << FromGrpcStatus(status).ToString();
+// A server of another kind (a strata-packd) is named, not left as a bare UNIMPLEMENTED.
+int CallFailed(const ClientIo& io, const ClientOptions& options, const std::shared_ptr<grpc::Channel>& channel,
+               const grpc::Status& status) {
+  *io.err << "strata: error: "
+          << FromGrpcStatusAt(status, channel, options.server, v1::Inference::service_full_name()).ToString();
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) *io.err << " (server " << options.server << ")";
   *io.err << "\n";
   return kExitFailure;
@@ -56,7 +61,7 @@ std::string PrintablePiece(const std::string& piece) {
 }
 
 int Generate(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
-             const ClientIo& io) {
+             const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io) {
   v1::GenerateRequest request;
   if (!options.tokens.empty()) {
     if (args.size() > 1) return UsageError(io, "give either a text prompt or --tokens, not both");
@@ -74,6 +79,10 @@ int Generate(const std::vector<std::string>& args, const ClientOptions& options,
   request.set_add_special(options.add_special);
   request.set_parse_special(options.parse_special);
   *request.mutable_sampling() = options.sampling;
+  // Bad values are usage errors naming the flag, found before the call.
+  if (absl::Status s = CheckSamplingFlags(SamplingParamsFromProto(options.sampling)); !s.ok()) {
+    return UsageError(io, std::string(s.message()));
+  }
   if (!options.stop_token_ids.empty()) {
     std::vector<int32_t> ids;
     if (!ParseTokenList(options.stop_token_ids, &ids)) {
@@ -109,7 +118,7 @@ int Generate(const std::vector<std::string>& args, const ClientOptions& options,
       *io.err << "strata: cancelled\n";
       return kExitFailure;
     }
-    return CallFailed(io, options, status);
+    return CallFailed(io, options, channel, status);
   }
   for (const v1::TokenLogprob& lp : logprobs) {
     *io.err << absl::StrFormat("token %d  logprob %.4f", lp.token(), lp.logprob());
@@ -121,15 +130,15 @@ int Generate(const std::vector<std::string>& args, const ClientOptions& options,
   const v1::Usage& u = last.usage();
   *io.err << absl::StrFormat(
       "-- %d tokens (%s) | prompt %d tokens | first token %.1f ms | decode %.1f tokens/s | expert hit rate "
-      "%.1f%% | expert bytes read %s\n",
+      "%.1f%% | expert bytes read %s | seed %d\n",
       u.completion_tokens(), std::string(FinishReasonProtoName(last.finish_reason())), u.prompt_tokens(),
       u.time_to_first_token() * 1e3, u.decode_tokens_per_second(), u.expert_hit_rate() * 100,
-      FormatBytes(u.expert_bytes()));
+      FormatBytes(u.expert_bytes()), u.seed());
   return kExitOk;
 }
 
 int Tokenize(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
-             const ClientIo& io) {
+             const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io) {
   if (args.size() != 2) return UsageError(io, absl::StrCat("tokenize takes one text (quote it), got ", args.size() - 1));
   v1::TokenizeRequest request;
   request.set_text(args[1]);
@@ -139,13 +148,13 @@ int Tokenize(const std::vector<std::string>& args, const ClientOptions& options,
   grpc::ClientContext context;
   SetDeadline(options, false, &context);
   const grpc::Status status = stub.Tokenize(&context, request, &response);
-  if (!status.ok()) return CallFailed(io, options, status);
+  if (!status.ok()) return CallFailed(io, options, channel, status);
   *io.out << absl::StrJoin(response.tokens(), ",") << "\n";
   return kExitOk;
 }
 
 int Detokenize(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
-               const ClientIo& io) {
+               const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io) {
   std::vector<int32_t> ids;
   if (args.size() != 2 || !ParseTokenList(args[1], &ids)) {
     return UsageError(io, "detokenize takes one list of comma-separated token ids");
@@ -157,17 +166,18 @@ int Detokenize(const std::vector<std::string>& args, const ClientOptions& option
   grpc::ClientContext context;
   SetDeadline(options, false, &context);
   const grpc::Status status = stub.Detokenize(&context, request, &response);
-  if (!status.ok()) return CallFailed(io, options, status);
+  if (!status.ok()) return CallFailed(io, options, channel, status);
   *io.out << response.text() << "\n";
   return kExitOk;
 }
 
-int Info(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo& io) {
+int Info(const ClientOptions& options, v1::Inference::Stub& stub, const std::shared_ptr<grpc::Channel>& channel,
+         const ClientIo& io) {
   v1::ModelInfo m;
   grpc::ClientContext context;
   SetDeadline(options, false, &context);
   const grpc::Status status = stub.GetModelInfo(&context, v1::GetModelInfoRequest(), &m);
-  if (!status.ok()) return CallFailed(io, options, status);
+  if (!status.ok()) return CallFailed(io, options, channel, status);
   std::ostream& out = *io.out;
   out << "architecture  " << m.architecture() << "\n";
   out << absl::StrFormat("geometry      %d layers, %d experts (top-%d), n_embd %d, expert ff %d\n", m.n_layer(),
@@ -192,12 +202,13 @@ int Info(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo
   return kExitOk;
 }
 
-int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo& io) {
+int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const std::shared_ptr<grpc::Channel>& channel,
+          const ClientIo& io) {
   v1::EngineStats s;
   grpc::ClientContext context;
   SetDeadline(options, false, &context);
   const grpc::Status status = stub.GetStats(&context, v1::GetStatsRequest(), &s);
-  if (!status.ok()) return CallFailed(io, options, status);
+  if (!status.ok()) return CallFailed(io, options, channel, status);
   std::ostream& out = *io.out;
   out << "active             " << s.active() << "\n";
   out << "queued             " << s.queued() << "\n";
@@ -228,19 +239,20 @@ int RunClient(const std::vector<std::string>& args, const ClientOptions& options
   const std::string& command = args[0];
   auto no_arguments = [&]() { return args.size() == 1; };
   std::unique_ptr<v1::Inference::Stub> stub = v1::Inference::NewStub(channel);
-  if (command == "generate") return Generate(args, options, *stub, io);
-  if (command == "tokenize") return Tokenize(args, options, *stub, io);
-  if (command == "detokenize") return Detokenize(args, options, *stub, io);
+  if (command == "generate") return Generate(args, options, *stub, channel, io);
+  if (command == "tokenize") return Tokenize(args, options, *stub, channel, io);
+  if (command == "detokenize") return Detokenize(args, options, *stub, channel, io);
   if (command == "info" || command == "stats") {
     if (!no_arguments()) return UsageError(io, absl::StrCat(command, " takes no arguments"));
-    return command == "info" ? Info(options, *stub, io) : Stats(options, *stub, io);
+    return command == "info" ? Info(options, *stub, channel, io) : Stats(options, *stub, channel, io);
   }
   return UsageError(io, absl::StrCat("unknown command '", command,
                                      "' (expected generate, tokenize, detokenize, info or stats)"));
 }
 
 std::string ClientUsage() {
-  return R"(strata: a client of strata-server (strata.v1.Inference)
+  return HelpText(R"(usage: strata <command> [arguments] [flags]
+a client of strata-server (strata.v1.Inference)
 
   strata generate [flags] "prompt"   stream the generated text, then speed and expert hit rate
   strata generate --tokens 1,2,3     a prompt of token ids
@@ -248,17 +260,8 @@ std::string ClientUsage() {
   strata detokenize 1,2,3            the text of token ids
   strata info                        the loaded model: geometry, scheme, arena, threads
   strata stats                       the engine's counters
-
-Flags:
-  --server HOST:PORT        (default 127.0.0.1:50051)
-  --timeout SECONDS         deadline of the call (generate: none by default)
-  --max-tokens N  --temperature T  --top-k K  --top-p P  --min-p P  --seed S
-  --repeat-penalty R  --presence-penalty P  --frequency-penalty F  --penalty-last-n N
-  --stop a,b  --stop-token-ids 1,2  --ignore-eos  --logprobs N (chosen token and N alternatives)
-  --add-special=false  --parse-special  --render-special  --quiet
-Unset sampling flags take the server's defaults (temperature 1, max 256 tokens).
-Exit codes: 0 ok, 1 failed or refused request, 2 usage error.
-)";
+)",
+                  {kClientFlagFile});
 }
 
 }  // namespace strata::services

@@ -27,6 +27,7 @@
 #include "engine/runtime/engine.h"
 #include "engine/exec/thread_pool.h"
 #include "services/cli_flags.h"
+#include "services/count_progress.h"
 #include "services/inference_service.h"
 #include "services/pack_cli.h"
 #include "services/server_runner.h"
@@ -57,6 +58,16 @@ namespace {
 using strata::services::kExitFailure;
 using strata::services::kExitOk;
 using strata::services::kExitUsage;
+
+constexpr char kUsage[] =
+    R"(usage: strata-server --pack DIR [--listen HOST:PORT] [flags]
+
+Serves strata.v1.Inference, grpc.health.v1 and server reflection. The server reports NOT_SERVING while the
+pack loads, then SERVING. SIGINT or SIGTERM stops taking calls, gives running generations 2 s, cancels the
+rest and exits 0.
+)";
+constexpr char kExitCodes[] =
+    "exit codes: 0 stopped by SIGINT or SIGTERM, 1 cannot listen or load the pack, 2 usage error";
 
 // Time running generations get to end on their own after a stop signal before they are cancelled.
 constexpr auto kShutdownGrace = std::chrono::seconds(2);
@@ -107,6 +118,10 @@ int main(int argc, char** argv) {
       "[--cache-policy lru|lfu-decay|static] "
       "[--network-priority auto|idle|normal]");
   std::vector<std::string> args(argv, argv + argc);
+  if (strata::services::WantsHelp(args)) {
+    std::cout << strata::services::HelpText(kUsage, {"strata_server_main.cc"}, kExitCodes);
+    return kExitOk;
+  }
   absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
   if (!parsed.ok()) {
     return UsageError(std::string(parsed.status().message()));
@@ -126,6 +141,11 @@ int main(int argc, char** argv) {
   options.device.vram_gib = absl::GetFlag(FLAGS_vram_gib);
   options.device.vram_experts = absl::GetFlag(FLAGS_vram_experts);
   options.device.cache_policy = absl::GetFlag(FLAGS_cache_policy);
+  // Loading a large pack shows in the log (nothing for one loaded within a second).
+  options.experts.on_load_progress = [progress = std::make_shared<strata::services::CountProgress>(
+                                          "loading experts", strata::services::CountProgress::Unit::kBytes,
+                                          [](const std::string& line) { spdlog::info("{}", line); })](
+                                         uint64_t done, uint64_t total) { progress->Update(done, total); };
   if (options.pack_dir.empty()) return UsageError("--pack is required");
   if (options.device.device != "auto" && options.device.device != "cpu" && options.device.device != "cuda") {
     return UsageError("--device: '" + options.device.device + "' is not auto, cpu or cuda");
