@@ -35,6 +35,7 @@ Flags::Flags(int argc, char** argv, std::string usage) : usage_(std::move(usage)
   }
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
+    if (arg == "-h") arg = "--help";
     if (arg.substr(0, 2) != "--" || arg.size() == 2) Fail("unexpected argument '" + std::string(arg) + "'");
     arg.remove_prefix(2);
     const size_t eq = arg.find('=');
@@ -53,19 +54,20 @@ void Flags::Fail(const std::string& message) const {
   std::exit(2);
 }
 
-const std::string* Flags::Find(std::string_view name) {
+const std::string* Flags::Find(std::string_view name, std::string shown_default) {
+  if (!known_[std::string(name)]) defaults_.emplace_back(std::string(name), std::move(shown_default));
   known_[std::string(name)] = true;
   const auto it = values_.find(name);
   return it == values_.end() ? nullptr : &it->second;
 }
 
 std::string Flags::String(std::string_view name, std::string_view def) {
-  const std::string* v = Find(name);
+  const std::string* v = Find(name, def.empty() ? "none" : std::string(def));
   return v == nullptr ? std::string(def) : *v;
 }
 
 int64_t Flags::Int(std::string_view name, int64_t def) {
-  const std::string* v = Find(name);
+  const std::string* v = Find(name, std::to_string(def));
   if (v == nullptr) return def;
   char* end = nullptr;
   const long long x = std::strtoll(v->c_str(), &end, 10);
@@ -74,7 +76,9 @@ int64_t Flags::Int(std::string_view name, int64_t def) {
 }
 
 double Flags::Double(std::string_view name, double def) {
-  const std::string* v = Find(name);
+  char shown[32];
+  std::snprintf(shown, sizeof(shown), "%g", def);
+  const std::string* v = Find(name, shown);
   if (v == nullptr) return def;
   char* end = nullptr;
   const double x = std::strtod(v->c_str(), &end);
@@ -83,7 +87,7 @@ double Flags::Double(std::string_view name, double def) {
 }
 
 bool Flags::Bool(std::string_view name, bool def) {
-  const std::string* v = Find(name);
+  const std::string* v = Find(name, def ? "true" : "false");
   if (v == nullptr) return def;
   if (*v == "true" || *v == "1") return true;
   if (*v == "false" || *v == "0") return false;
@@ -91,7 +95,9 @@ bool Flags::Bool(std::string_view name, bool def) {
 }
 
 std::vector<std::string> Flags::StringList(std::string_view name, const std::vector<std::string>& def) {
-  const std::string* v = Find(name);
+  std::string shown;
+  for (const std::string& item : def) shown += (shown.empty() ? "" : ",") + item;
+  const std::string* v = Find(name, shown.empty() ? "none" : shown);
   if (v == nullptr) return def;
   std::vector<std::string> out;
   size_t start = 0;
@@ -105,10 +111,14 @@ std::vector<std::string> Flags::StringList(std::string_view name, const std::vec
 }
 
 std::vector<int64_t> Flags::IntList(std::string_view name, const std::vector<int64_t>& def) {
+  std::string shown;
+  for (const int64_t item : def) shown += (shown.empty() ? "" : ",") + std::to_string(item);
+  if (shown.empty()) shown = "none";
   if (values_.find(name) == values_.end()) {
-    Find(name);
+    Find(name, shown);
     return def;
   }
+  Find(name, shown);
   std::vector<int64_t> out;
   for (const std::string& item : StringList(name, {})) {
     char* end = nullptr;
@@ -121,8 +131,10 @@ std::vector<int64_t> Flags::IntList(std::string_view name, const std::vector<int
 
 void Flags::CheckNoUnknown() const {
   if (values_.count("help") != 0) {
-    std::fprintf(stderr, "%s\n", usage_.c_str());
-    std::exit(2);
+    std::printf("%s\n\nflags (each also as --name value):\n", usage_.c_str());
+    for (const auto& [name, shown] : defaults_) std::printf("  --%s  (default: %s)\n", name.c_str(), shown.c_str());
+    std::printf("\nexit codes: 0 ok, 1 failure, 2 usage error\n");
+    std::exit(0);
   }
   for (const auto& [name, value] : values_) {
     if (known_.count(name) == 0) Fail("unknown flag --" + name);

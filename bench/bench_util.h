@@ -27,8 +27,10 @@ class Timer {
 };
 
 // Flags of the form --name=value or --name value (and --name alone for booleans). A getter marks its
-// flag known; CheckNoUnknown() then exits with a usage error naming any flag that no getter asked for.
-// Malformed values exit with an error naming the flag.
+// flag known and records its default; CheckNoUnknown() then answers --help (or -h) with the usage, every
+// flag a getter asked for with its default, and the exit codes, on stdout, exit 0; and exits with a usage
+// error (2) naming any flag that no getter asked for. Malformed values exit 2 with an error naming the flag.
+// So that --help lists every flag, call every getter before CheckNoUnknown().
 class Flags {
  public:
   Flags(int argc, char** argv, std::string usage);
@@ -42,7 +44,7 @@ class Flags {
   // Comma-separated strings.
   std::vector<std::string> StringList(std::string_view name, const std::vector<std::string>& def);
 
-  // Exits with status 2 after printing usage when --help was given or a flag was never asked for.
+  // Prints the help and exits 0 for --help / -h; exits 2 when a flag was never asked for.
   void CheckNoUnknown() const;
 
   // The command line as given, for reports.
@@ -50,12 +52,13 @@ class Flags {
 
  private:
   [[noreturn]] void Fail(const std::string& message) const;
-  const std::string* Find(std::string_view name);
+  const std::string* Find(std::string_view name, std::string shown_default);
 
   std::string usage_;
   std::string command_line_;
   std::map<std::string, std::string, std::less<>> values_;
   std::map<std::string, bool, std::less<>> known_;
+  std::vector<std::pair<std::string, std::string>> defaults_;  // name, default as shown; in asking order
 };
 
 // Page-aligned anonymous memory, backed by transparent huge pages where the kernel allows, with every

@@ -72,7 +72,7 @@ RunResult RunConcurrent(Engine& engine, int n, int prompt_len, int tokens) {
 
 int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
-                             "strata-decode-bench [--pack DIR] [--scheme s4] [--threads N] [--tokens 64] "
+                             "usage: strata-decode-bench [--pack DIR] [--scheme s4] [--threads N] [--tokens 64] "
                              "[--prompt 128] [--concurrency 1,4,16] [--dram-mb 4096]");
   std::string pack = flags.String("pack", "");
   const std::string scheme_name = flags.String("scheme", "s4");

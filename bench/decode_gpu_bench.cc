@@ -75,7 +75,7 @@ RunResult RunConcurrent(Engine& engine, int n, int prompt_len, int tokens) {
 
 int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
-                             "strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
+                             "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
                              "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
                              "[--vram-experts -1] [--cache-policy lfu-decay] [--preset seed --scheme s2 (to make --pack when "
                              "it does not exist)]");

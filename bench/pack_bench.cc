@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "packtool/convert.h"
 #include "packtool/pack_writer.h"
 #include "packtool/synth.h"
@@ -51,28 +52,12 @@ double ReadRate(const std::string& path, bool direct) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string dir = "/tmp/strata-pack-bench";
-  std::string scheme_name = "s4";
-  int threads = 0;
-  bool keep = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "strata-pack-bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--dir") dir = value();
-    else if (a == "--scheme") scheme_name = value();
-    else if (a == "--threads") threads = std::atoi(value().c_str());
-    else if (a == "--keep") keep = true;
-    else {
-      std::fprintf(stderr, "usage: strata-pack-bench [--dir DIR] [--scheme s4] [--threads N] [--keep]\n");
-      return 2;
-    }
-  }
+  strata::bench::Flags flags(argc, argv, "usage: strata-pack-bench [--dir DIR] [--scheme s4] [--threads N] [--keep]");
+  const std::string dir = flags.String("dir", "/tmp/strata-pack-bench");
+  const std::string scheme_name = flags.String("scheme", "s4");
+  int threads = static_cast<int>(flags.Int("threads", 0));
+  const bool keep = flags.Bool("keep", false);
+  flags.CheckNoUnknown();
   auto scheme = strata::kernels::ParseScheme(scheme_name);
   if (!scheme.ok()) {
     std::fprintf(stderr, "strata-pack-bench: %s\n", std::string(scheme.status().message()).c_str());

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/model/model_config.h"
 #include "engine/pack/pack_format.h"
 #include "engine/status_macros.h"
 #include "packtool/pack_writer.h"
@@ -56,6 +57,10 @@ absl::StatusOr<SourceModel> Describe(const gguf::GgufModel& model, const std::st
   auto arch = model.metadata().GetString("general.architecture");
   if (!arch.ok()) return absl::InvalidArgumentError(absl::StrCat(input, ": ", arch.status().message()));
   src.arch = *arch;
+  // Refused before any work: an architecture the engine cannot run would convert for hours for nothing.
+  if (auto supported = model::FindArchitecture(src.arch); !supported.ok()) {
+    return absl::Status(supported.status().code(), absl::StrCat(input, ": ", supported.status().message()));
+  }
   const std::string a = src.arch;
   auto meta_uint = [&](const std::string& key) -> absl::StatusOr<uint64_t> {
     auto v = model.metadata().GetUint(key);
@@ -63,8 +68,6 @@ absl::StatusOr<SourceModel> Describe(const gguf::GgufModel& model, const std::st
     return *v;
   };
   ASSIGN_OR_RETURN(const uint64_t n_layer, meta_uint(a + ".block_count"));
-  ASSIGN_OR_RETURN(const uint64_t n_used, meta_uint(a + ".expert_used_count"));
-  ASSIGN_OR_RETURN(const uint64_t n_embd_meta, meta_uint(a + ".embedding_length"));
 
   std::map<uint32_t, MoeBlock> by_block;
   for (const gguf::TensorInfo& t : model.tensors()) {
@@ -93,6 +96,9 @@ absl::StatusOr<SourceModel> Describe(const gguf::GgufModel& model, const std::st
     return absl::InvalidArgumentError(
         absl::StrCat(input, ": no expert tensors (blk.N.ffn_gate_exps.weight ...): not a MoE model"));
   }
+  // Read after the tensors, so that a dense model is told it is not a MoE model rather than missing a key.
+  ASSIGN_OR_RETURN(const uint64_t n_used, meta_uint(a + ".expert_used_count"));
+  ASSIGN_OR_RETURN(const uint64_t n_embd_meta, meta_uint(a + ".embedding_length"));
   int64_t n_embd = -1, ff = -1, n_expert = -1;
   for (auto& [block, b] : by_block) {
     for (int r = 0; r < 3; ++r) {
@@ -177,6 +183,10 @@ absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, co
   RETURN_IF_ERROR(CheckOutputFree(options.output_dir));
   ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufModel> model, gguf::GgufModel::Open(options.input));
   ASSIGN_OR_RETURN(SourceModel src, Describe(*model, options.input));
+  // Everything else the engine would refuse at load time (RoPE scaling, head sizes, the tokenizer's list).
+  if (auto config = model::ReadModelConfig(model->metadata()); !config.ok()) {
+    return absl::Status(config.status().code(), absl::StrCat(options.input, ": ", config.status().message()));
+  }
   ASSIGN_OR_RETURN(pack::BlobLayout layout,
                    pack::ComputeBlobLayout(options.scheme, src.geometry.n_embd(), src.geometry.expert_ff()));
 

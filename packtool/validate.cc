@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/model/model_config.h"
 #include "engine/pack/pack_format.h"
 #include "engine/status_macros.h"
 #include "packtool/pack_writer.h"
@@ -147,6 +148,10 @@ bool CheckDense(const std::string& path, const pack::v1::Manifest& m, bool quick
   if (*arch != m.architecture()) {
     out->Add(name, absl::StrCat("general.architecture is '", *arch, "', manifest says '", m.architecture(), "'"));
     return true;
+  }
+  // What the engine reads at load time, so that a pack the engine would refuse does not pass.
+  if (auto config = model::ReadModelConfig(meta); !config.ok()) {
+    out->Add(name, std::string(config.status().message()));
   }
   const pack::v1::Geometry& g = m.geometry();
   const std::pair<std::string, uint64_t> keys[] = {{".block_count", g.n_layer()},

@@ -1,5 +1,6 @@
 #include "services/cli_flags.h"
 
+#include <algorithm>
 #include <csignal>
 
 #include "absl/flags/parse.h"
@@ -57,6 +58,33 @@ absl::Status PrepareFlagArgs(std::vector<std::string>* args) {
     }
   }
   return absl::OkStatus();
+}
+
+std::string HelpText(absl::string_view usage, const std::vector<absl::string_view>& flag_files,
+                     absl::string_view exit_codes) {
+  std::vector<absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    const std::string filename = flag->Filename();
+    absl::string_view file = filename;
+    if (const size_t slash = file.rfind('/'); slash != absl::string_view::npos) file.remove_prefix(slash + 1);
+    for (absl::string_view wanted : flag_files) {
+      if (file == wanted) flags.push_back(flag);
+    }
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) { return a->Name() < b->Name(); });
+  std::string text(usage);
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  absl::StrAppend(&text, "\nflags (each also as --name=value):\n");
+  for (const absl::CommandLineFlag* flag : flags) {
+    std::string shown(flag->Name());
+    std::replace(shown.begin(), shown.end(), '_', '-');
+    std::string def = flag->DefaultValue();
+    if (def.empty()) def = "none";
+    absl::StrAppend(&text, "  --", shown, "  (default: ", def, ")\n      ", flag->Help(), "\n");
+  }
+  absl::StrAppend(&text, "\n", exit_codes, "\n");
+  return text;
 }
 
 bool WantsHelp(const std::vector<std::string>& args) {

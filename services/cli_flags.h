@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace strata::services {
 
@@ -31,6 +32,20 @@ const std::atomic<bool>* CancelOnSignal();
 
 // True when the command line asks for help: "--help", "-h" or "-help" before any "--".
 bool WantsHelp(const std::vector<std::string>& args);
+
+// The exit codes every Strata binary uses, and the line --help prints about them.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // invalid input, failed or refused request or job
+inline constexpr int kExitUsage = 2;    // unknown flag or command, bad flag value, missing argument
+inline constexpr char kExitCodesHelp[] =
+    "exit codes: 0 ok, 1 failure (invalid input, failed or refused request or job), 2 usage error";
+
+// The --help text of a binary (print it on stdout and exit kExitOk): `usage` (how it is called, its
+// commands), then every flag defined in the source files whose base names are `flag_files` (the binary's
+// main and any library file that defines its flags), sorted, as typed (--max-tokens) with the flag's
+// default and help, then `exit_codes`. Flags of other files (absl's own, other binaries') are left out.
+std::string HelpText(absl::string_view usage, const std::vector<absl::string_view>& flag_files,
+                     absl::string_view exit_codes = kExitCodesHelp);
 
 // OK for a level strata::InitLogging knows ("trace", "debug", "info", "warn", "error", "critical", "off");
 // INVALID_ARGUMENT naming --log-level otherwise.

@@ -11,11 +11,13 @@
 #include "absl/strings/str_join.h"
 #include "grpcpp/client_context.h"
 #include "services/cancel_watcher.h"
+#include "services/cli_flags.h"
 #include "services/grpc_status.h"
 #include "services/inference_protos.h"
 #include "services/pack_cli.h"
 #include "services/progress_printer.h"
 #include "services/run_cli.h"
+#include "services/sampling_flags.h"
 #include "strata/v1/inference.grpc.pb.h"
 
 namespace strata::services {
@@ -28,8 +30,11 @@ int UsageError(const ClientIo& io, const std::string& message) {
   return kExitUsage;
 }
 
-int CallFailed(const ClientIo& io, const ClientOptions& options, const grpc::Status& status) {
-  *io.err << "strata: error: " << FromGrpcStatus(status).ToString();
+// A server of another kind (a strata-packd) is named, not left as a bare UNIMPLEMENTED.
+int CallFailed(const ClientIo& io, const ClientOptions& options, const std::shared_ptr<grpc::Channel>& channel,
+               const grpc::Status& status) {
+  *io.err << "strata: error: "
+          << FromGrpcStatusAt(status, channel, options.server, v1::Inference::service_full_name()).ToString();
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) *io.err << " (server " << options.server << ")";
   *io.err << "\n";
   return kExitFailure;
@@ -58,9 +63,13 @@ std::string PrintablePiece(const std::string& piece) {
 }
 
 // The sampling of a generate or chat request: the flags' parameters plus --stop-token-ids. False (after
-// reporting the usage error) when the ids do not parse.
+// reporting the usage error) when a value is bad: found before the call, naming the flag.
 bool BuildSampling(const ClientOptions& options, const ClientIo& io, v1::SamplingParams* sampling) {
   *sampling = options.sampling;
+  if (absl::Status s = CheckSamplingFlags(SamplingParamsFromProto(options.sampling)); !s.ok()) {
+    UsageError(io, std::string(s.message()));
+    return false;
+  }
   if (options.stop_token_ids.empty()) return true;
   std::vector<int32_t> ids;
   if (!ParseTokenList(options.stop_token_ids, &ids)) {
@@ -77,7 +86,8 @@ using StartStream =
 
 // Runs one streaming call (Generate or Chat): the text to `out` as it arrives, then the log-probabilities
 // and the summary to `err`. `reply` (may be null) receives the whole text.
-int StreamReply(const ClientOptions& options, const ClientIo& io, const StartStream& start, std::string* reply) {
+int StreamReply(const ClientOptions& options, const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io,
+                const StartStream& start, std::string* reply) {
   grpc::ClientContext context;
   SetDeadline(options, /*streaming=*/true, &context);
   std::vector<v1::TokenLogprob> logprobs;
@@ -105,7 +115,7 @@ int StreamReply(const ClientOptions& options, const ClientIo& io, const StartStr
       *io.err << "strata: cancelled\n";
       return kExitFailure;
     }
-    return CallFailed(io, options, status);
+    return CallFailed(io, options, channel, status);
   }
   for (const v1::TokenLogprob& lp : logprobs) {
     *io.err << absl::StrFormat("token %d  logprob %.4f", lp.token(), lp.logprob());
@@ -117,15 +127,15 @@ int StreamReply(const ClientOptions& options, const ClientIo& io, const StartStr
   const v1::Usage& u = last.usage();
   *io.err << absl::StrFormat(
       "-- %d tokens (%s) | prompt %d tokens | first token %.1f ms | decode %.1f tokens/s | expert hit rate "
-      "%.1f%% | expert bytes read %s\n",
+      "%.1f%% | expert bytes read %s | seed %d\n",
       u.completion_tokens(), std::string(FinishReasonProtoName(last.finish_reason())), u.prompt_tokens(),
       u.time_to_first_token() * 1e3, u.decode_tokens_per_second(), u.expert_hit_rate() * 100,
-      FormatBytes(u.expert_bytes()));
+      FormatBytes(u.expert_bytes()), u.seed());
   return kExitOk;
 }
 
 int Generate(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
-             const ClientIo& io) {
+             const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io) {
   v1::GenerateRequest request;
   if (!options.tokens.empty()) {
     if (args.size() > 1) return UsageError(io, "give either a text prompt or --tokens, not both");
@@ -143,8 +153,8 @@ int Generate(const std::vector<std::string>& args, const ClientOptions& options,
   request.set_add_special(options.add_special);
   request.set_parse_special(options.parse_special);
   if (!BuildSampling(options, io, request.mutable_sampling())) return kExitUsage;
-  return StreamReply(options, io, [&](grpc::ClientContext* context) { return stub.Generate(context, request); },
-                     nullptr);
+  return StreamReply(options, channel, io,
+                     [&](grpc::ClientContext* context) { return stub.Generate(context, request); }, nullptr);
 }
 
 void AddMessage(const std::string& role, const std::string& content, v1::ChatRequest* request) {
@@ -157,7 +167,7 @@ void AddMessage(const std::string& role, const std::string& content, v1::ChatReq
 // alternating from the user's. Without arguments: a conversation read from `in`, one user message per
 // line, each answered in turn with the whole history sent; it ends at end of input.
 int Chat(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
-         const ClientIo& io) {
+         const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io) {
   v1::ChatRequest request;
   request.set_system_prompt(options.system_prompt);
   if (options.enable_thinking.has_value()) request.set_enable_thinking(*options.enable_thinking);
@@ -170,7 +180,7 @@ int Chat(const std::vector<std::string>& args, const ClientOptions& options, v1:
                                          args.size() - 1));
     }
     for (size_t i = 1; i < args.size(); ++i) AddMessage(i % 2 == 1 ? "user" : "assistant", args[i], &request);
-    return StreamReply(options, io, start, nullptr);
+    return StreamReply(options, channel, io, start, nullptr);
   }
   if (io.in == nullptr) return UsageError(io, "chat without messages reads them from standard input");
   std::string line;
@@ -180,7 +190,7 @@ int Chat(const std::vector<std::string>& args, const ClientOptions& options, v1:
     if (line.empty()) continue;
     AddMessage("user", line, &request);
     std::string reply;
-    if (const int rc = StreamReply(options, io, start, &reply); rc != kExitOk) return rc;
+    if (const int rc = StreamReply(options, channel, io, start, &reply); rc != kExitOk) return rc;
     AddMessage("assistant", reply, &request);
   }
   *io.err << "\n";
@@ -188,7 +198,7 @@ int Chat(const std::vector<std::string>& args, const ClientOptions& options, v1:
 }
 
 int Tokenize(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
-             const ClientIo& io) {
+             const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io) {
   if (args.size() != 2) return UsageError(io, absl::StrCat("tokenize takes one text (quote it), got ", args.size() - 1));
   v1::TokenizeRequest request;
   request.set_text(args[1]);
@@ -198,13 +208,13 @@ int Tokenize(const std::vector<std::string>& args, const ClientOptions& options,
   grpc::ClientContext context;
   SetDeadline(options, false, &context);
   const grpc::Status status = stub.Tokenize(&context, request, &response);
-  if (!status.ok()) return CallFailed(io, options, status);
+  if (!status.ok()) return CallFailed(io, options, channel, status);
   *io.out << absl::StrJoin(response.tokens(), ",") << "\n";
   return kExitOk;
 }
 
 int Detokenize(const std::vector<std::string>& args, const ClientOptions& options, v1::Inference::Stub& stub,
-               const ClientIo& io) {
+               const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io) {
   std::vector<int32_t> ids;
   if (args.size() != 2 || !ParseTokenList(args[1], &ids)) {
     return UsageError(io, "detokenize takes one list of comma-separated token ids");
@@ -216,17 +226,18 @@ int Detokenize(const std::vector<std::string>& args, const ClientOptions& option
   grpc::ClientContext context;
   SetDeadline(options, false, &context);
   const grpc::Status status = stub.Detokenize(&context, request, &response);
-  if (!status.ok()) return CallFailed(io, options, status);
+  if (!status.ok()) return CallFailed(io, options, channel, status);
   *io.out << response.text() << "\n";
   return kExitOk;
 }
 
-int Info(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo& io) {
+int Info(const ClientOptions& options, v1::Inference::Stub& stub, const std::shared_ptr<grpc::Channel>& channel,
+         const ClientIo& io) {
   v1::ModelInfo m;
   grpc::ClientContext context;
   SetDeadline(options, false, &context);
   const grpc::Status status = stub.GetModelInfo(&context, v1::GetModelInfoRequest(), &m);
-  if (!status.ok()) return CallFailed(io, options, status);
+  if (!status.ok()) return CallFailed(io, options, channel, status);
   std::ostream& out = *io.out;
   out << "architecture  " << m.architecture() << "\n";
   out << absl::StrFormat("geometry      %d layers, %d experts (top-%d), n_embd %d, expert ff %d\n", m.n_layer(),
@@ -254,12 +265,13 @@ int Info(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo
   return kExitOk;
 }
 
-int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo& io) {
+int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const std::shared_ptr<grpc::Channel>& channel,
+          const ClientIo& io) {
   v1::EngineStats s;
   grpc::ClientContext context;
   SetDeadline(options, false, &context);
   const grpc::Status status = stub.GetStats(&context, v1::GetStatsRequest(), &s);
-  if (!status.ok()) return CallFailed(io, options, status);
+  if (!status.ok()) return CallFailed(io, options, channel, status);
   std::ostream& out = *io.out;
   out << "active             " << s.active() << "\n";
   out << "queued             " << s.queued() << "\n";
@@ -290,20 +302,21 @@ int RunClient(const std::vector<std::string>& args, const ClientOptions& options
   const std::string& command = args[0];
   auto no_arguments = [&]() { return args.size() == 1; };
   std::unique_ptr<v1::Inference::Stub> stub = v1::Inference::NewStub(channel);
-  if (command == "generate") return Generate(args, options, *stub, io);
-  if (command == "chat") return Chat(args, options, *stub, io);
-  if (command == "tokenize") return Tokenize(args, options, *stub, io);
-  if (command == "detokenize") return Detokenize(args, options, *stub, io);
+  if (command == "generate") return Generate(args, options, *stub, channel, io);
+  if (command == "chat") return Chat(args, options, *stub, channel, io);
+  if (command == "tokenize") return Tokenize(args, options, *stub, channel, io);
+  if (command == "detokenize") return Detokenize(args, options, *stub, channel, io);
   if (command == "info" || command == "stats") {
     if (!no_arguments()) return UsageError(io, absl::StrCat(command, " takes no arguments"));
-    return command == "info" ? Info(options, *stub, io) : Stats(options, *stub, io);
+    return command == "info" ? Info(options, *stub, channel, io) : Stats(options, *stub, channel, io);
   }
   return UsageError(io, absl::StrCat("unknown command '", command,
                                      "' (expected generate, chat, tokenize, detokenize, info or stats)"));
 }
 
 std::string ClientUsage() {
-  return R"(strata: a client of strata-server (strata.v1.Inference)
+  return HelpText(R"(usage: strata <command> [arguments] [flags]
+a client of strata-server (strata.v1.Inference)
 
   strata generate [flags] "prompt"   stream the generated text, then speed and expert hit rate
   strata generate --tokens 1,2,3     a prompt of token ids
@@ -314,18 +327,8 @@ std::string ClientUsage() {
   strata detokenize 1,2,3            the text of token ids
   strata info                        the loaded model: geometry, scheme, arena, threads
   strata stats                       the engine's counters
-
-Flags:
-  --server HOST:PORT        (default 127.0.0.1:50051)
-  --timeout SECONDS         deadline of the call (generate: none by default)
-  --max-tokens N  --temperature T  --top-k K  --top-p P  --min-p P  --seed S
-  --repeat-penalty R  --presence-penalty P  --frequency-penalty F  --penalty-last-n N
-  --stop a,b  --stop-token-ids 1,2  --ignore-eos  --logprobs N (chosen token and N alternatives)
-  --add-special=false  --parse-special  --render-special  --quiet
-  chat: --system "prompt" (a system message first)  --thinking=true|false (templates that read it)
-Unset sampling flags take the server's defaults (temperature 1, max 256 tokens).
-Exit codes: 0 ok, 1 failed or refused request, 2 usage error.
-)";
+)",
+                  {kClientFlagFile});
 }
 
 }  // namespace strata::services

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "grpcpp/channel.h"
 #include "strata/v1/inference.pb.h"
 
@@ -57,7 +58,10 @@ struct ClientIo {
 int RunClient(const std::vector<std::string>& args, const ClientOptions& options,
               const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io);
 
-// Usage text for --help.
+// The file that defines strata's flags, whose every flag --help lists.
+inline constexpr absl::string_view kClientFlagFile = "strata_main.cc";
+
+// The --help text: commands, every flag with its default, exit codes (HelpText).
 std::string ClientUsage();
 
 }  // namespace strata::services

@@ -34,7 +34,7 @@ runtime::SamplingParams SamplingParamsFromProto(const v1::SamplingParams& proto)
   p.presence_penalty = proto.presence_penalty();
   p.frequency_penalty = proto.frequency_penalty();
   if (proto.has_penalty_last_n()) p.penalty_last_n = proto.penalty_last_n();
-  p.seed = proto.seed();
+  if (proto.has_seed()) p.seed = proto.seed();
   if (proto.has_max_tokens()) p.max_tokens = proto.max_tokens();
   p.stop.assign(proto.stop().begin(), proto.stop().end());
   p.stop_token_ids.assign(proto.stop_token_ids().begin(), proto.stop_token_ids().end());
@@ -55,7 +55,7 @@ v1::SamplingParams SamplingParamsToProto(const runtime::SamplingParams& p) {
   proto.set_presence_penalty(p.presence_penalty);
   proto.set_frequency_penalty(p.frequency_penalty);
   if (p.penalty_last_n != defaults.penalty_last_n) proto.set_penalty_last_n(p.penalty_last_n);
-  proto.set_seed(p.seed);
+  if (p.seed.has_value()) proto.set_seed(*p.seed);
   if (p.max_tokens != defaults.max_tokens) proto.set_max_tokens(p.max_tokens);
   for (const std::string& s : p.stop) proto.add_stop(s);
   for (int32_t id : p.stop_token_ids) proto.add_stop_token_ids(id);
@@ -138,6 +138,7 @@ v1::Usage UsageToProto(const runtime::Usage& usage) {
   proto.set_expert_hit_rate(usage.expert_hit_rate);
   proto.set_expert_bytes(usage.expert_bytes);
   proto.set_dense_bytes(usage.dense_bytes);
+  proto.set_seed(usage.seed);
   return proto;
 }
 

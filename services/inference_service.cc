@@ -13,6 +13,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "services/grpc_status.h"
 #include "services/inference_protos.h"
+#include "services/count_progress.h"
 #include "spdlog/spdlog.h"
 
 namespace strata::services {
@@ -52,6 +53,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     runtime::GenerateCallbacks callbacks;
     callbacks.on_tokens = [this](const runtime::TokenEvent& event) { OnTokens(event); };
     callbacks.on_done = [this](const runtime::GenerationResult& result) { OnFinished(result); };
+    // A long prompt's prefill shows in the log (nothing for one done within a second).
+    auto prefill = std::make_shared<CountProgress>("prefill", CountProgress::Unit::kTokens,
+                                                   [](const std::string& line) { spdlog::info("{}", line); });
+    callbacks.on_prompt_progress = [prefill](int64_t done, int64_t total) {
+      prefill->Update(static_cast<uint64_t>(done), static_cast<uint64_t>(total));
+    };
     absl::StatusOr<std::shared_ptr<runtime::RequestHandle>> handle =
         engine_->Submit(std::move(request), std::move(callbacks));
     if (!handle.ok()) {

@@ -4,7 +4,6 @@
 #include <memory>
 #include <system_error>
 
-#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,12 +17,6 @@
 #include "services/packtool_protos.h"
 #include "services/progress_printer.h"
 #include "strata/v1/packtool.pb.h"
-
-// Read by RunSynth itself rather than carried in PackCliOptions (pack_cli.h), which this change leaves to its
-// owners: moving it there means a bool field, filled in strata_pack_main.cc like --pack-only.
-ABSL_FLAG(bool, exact_quantize, false,
-          "synth --pack-only: make f32 weights and quantize them (slow; reports the quantization error) instead "
-          "of writing random codes and scales directly");
 
 namespace strata::services {
 namespace {
@@ -48,12 +41,7 @@ commands:
   inspect DIR|FILE.gguf
       Describes a pack or a GGUF file.
 
-flags for every command:
-  --server ADDR   run convert, validate and inspect on a strata-packd; paths are then relative to its
-                  data root
-  --log-level L   debug, info, warn (default), error or off
-
-exit status: 0 ok, 1 invalid input or failed job, 2 usage error.
+--server ADDR runs convert, validate and inspect on a strata-packd; paths are then relative to its data root.
 )";
 
 int Fail(const CliIo& io, int code, absl::string_view message) {
@@ -140,7 +128,7 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
   synth.output = options.out;
   synth.pack_scheme = *scheme;
   synth.threads = options.threads;
-  synth.exact_quantize = absl::GetFlag(FLAGS_exact_quantize);
+  synth.exact_quantize = options.exact_quantize;
   if (synth.exact_quantize && !options.pack_only) return UsageError(io, "--exact-quantize needs --pack-only");
 
   const absl::Time start = absl::Now();
@@ -239,7 +227,7 @@ int RunInspect(const std::vector<std::string>& args, const PackCliOptions& optio
 
 }  // namespace
 
-std::string PackCliUsage() { return kUsage; }
+std::string PackCliUsage() { return HelpText(kUsage, {kPackCliFlagFile}); }
 
 int RunPackCli(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
   if (args.empty()) return UsageError(io, "missing command: synth, convert, validate or inspect");
@@ -254,7 +242,7 @@ int RunPackCli(const std::vector<std::string>& args, const PackCliOptions& optio
   } else if (command == "inspect") {
     code = RunInspect(args, options, io);
   } else if (command == "help") {
-    *io.out << kUsage;
+    *io.out << PackCliUsage();
   } else {
     code =
         UsageError(io, absl::StrCat("unknown command '", command, "'; expected synth, convert, validate or inspect"));

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "services/cli_flags.h"
+
 namespace strata::services {
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;  // invalid input or pack, failed job
-inline constexpr int kExitUsage = 2;    // unknown subcommand, missing argument, bad flag value
+// kExitOk, kExitFailure (invalid input or pack, failed job) and kExitUsage come from cli_flags.h.
 
 struct PackCliOptions {
   std::string server;  // strata-packd address; empty: in-process
@@ -33,6 +33,7 @@ struct PackCliOptions {
   uint64_t seed = 1;
   std::string vocab;       // GGUF to copy the tokenizer from
   bool pack_only = false;  // write a pack directly, no GGUF
+  bool exact_quantize = false;  // with pack_only: quantize f32 weights (slow) instead of random codes
 
   // synth --pack-only and convert
   std::string scheme = "s4";
@@ -52,7 +53,10 @@ struct CliIo {
 // `args` are the positional arguments, subcommand first (flags already removed).
 int RunPackCli(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io);
 
-// Usage text for --help.
+// The file that defines strata-pack's flags, whose every flag --help lists.
+inline constexpr absl::string_view kPackCliFlagFile = "strata_pack_main.cc";
+
+// The --help text: commands, every flag with its default, exit codes (HelpText).
 std::string PackCliUsage();
 
 }  // namespace strata::services

@@ -74,7 +74,7 @@ class LocalBackend final : public PackToolBackend {
 class RemoteBackend final : public PackToolBackend {
  public:
   RemoteBackend(std::shared_ptr<grpc::Channel> channel, std::string address)
-      : stub_(v1::PackTool::NewStub(std::move(channel))), address_(std::move(address)) {}
+      : channel_(std::move(channel)), stub_(v1::PackTool::NewStub(channel_)), address_(std::move(address)) {}
 
   absl::StatusOr<v1::ConvertProgress> Convert(const v1::ConvertRequest& request, const ProgressFn& progress,
                                               const std::atomic<bool>* cancel) override {
@@ -128,16 +128,18 @@ class RemoteBackend final : public PackToolBackend {
   }
 
  private:
-  // The server's messages name the field; an unreachable server is named here.
+  // The server's messages name the field; an unreachable server is named here, and a server of another
+  // kind (a strata-server) by FromGrpcStatusAt.
   absl::Status Annotate(const grpc::Status& status) const {
-    absl::Status converted = FromGrpcStatus(status);
-    if (converted.code() == absl::StatusCode::kUnavailable || converted.code() == absl::StatusCode::kUnimplemented ||
-        converted.code() == absl::StatusCode::kDeadlineExceeded) {
+    absl::Status converted = FromGrpcStatusAt(status, channel_, address_, v1::PackTool::service_full_name());
+    if (converted.code() == absl::StatusCode::kUnimplemented) return converted;
+    if (converted.code() == absl::StatusCode::kUnavailable || converted.code() == absl::StatusCode::kDeadlineExceeded) {
       return absl::Status(converted.code(), absl::StrCat("strata-packd at ", address_, ": ", converted.message()));
     }
     return converted;
   }
 
+  const std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::PackTool::Stub> stub_;
   const std::string address_;
 };

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <span>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -11,7 +11,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "services/count_progress.h"
+#include "services/path_flags.h"
 
 namespace strata::services {
 namespace {
@@ -84,12 +87,28 @@ double KlDivergence(const float* p_logits, const float* q_logits, int64_t n) {
   return std::max(0.0, kl);
 }
 
+namespace {
+
+// Every path the options name, checked before anything is loaded or generated.
+absl::Status CheckPaths(const RunOptions& o) {
+  if (o.tokenize_only) {
+    return o.gguf_path.empty() ? CheckPackDirFlag("--pack", o.pack_dir) : CheckInputFileFlag("--gguf", o.gguf_path);
+  }
+  RETURN_IF_ERROR(CheckPackDirFlag("--pack", o.pack_dir));
+  if (!o.dump_logits_path.empty()) RETURN_IF_ERROR(CheckOutputFileFlag("--dump-logits", o.dump_logits_path));
+  if (!o.kl_against_dir.empty()) RETURN_IF_ERROR(CheckPackDirFlag("--kl-against", o.kl_against_dir));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 int RunCommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
   if (o.tokenize_only) {
     if (o.pack_dir.empty() && o.gguf_path.empty()) {
       err << "strata-run: --tokenize needs --pack DIR or --gguf FILE\n";
       return 2;
     }
+    if (absl::Status s = CheckPaths(o); !s.ok()) return Fail(err, s);
     return Tokenize(o, out, err);
   }
   if (o.pack_dir.empty()) {
@@ -100,8 +119,13 @@ int RunCommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
     err << "strata-run: give a prompt (text) or --tokens 1,2,3\n";
     return 2;
   }
+  if (absl::Status s = CheckPaths(o); !s.ok()) return Fail(err, s);
   runtime::EngineOptions eo = o.engine;
   eo.pack_dir = o.pack_dir;
+  // A large pack's load and a long prompt's prefill show progress (nothing for those done within a second).
+  auto err_line = [&err](const std::string& line) { err << line << "\n" << std::flush; };
+  auto loading = std::make_shared<CountProgress>("loading experts", CountProgress::Unit::kBytes, err_line);
+  eo.experts.on_load_progress = [loading](uint64_t done, uint64_t total) { loading->Update(done, total); };
   auto engine = runtime::Engine::Create(eo);
   if (!engine.ok()) return Fail(err, engine.status());
   const runtime::EngineInfo& info = (*engine)->info();
@@ -132,6 +156,10 @@ int RunCommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
   cb.on_tokens = [&out, quiet](const runtime::TokenEvent& e) {
     if (!quiet && !e.text.empty()) out << e.text << std::flush;
   };
+  auto prefill = std::make_shared<CountProgress>("prefill", CountProgress::Unit::kTokens, err_line);
+  cb.on_prompt_progress = [prefill](int64_t done, int64_t total) {
+    prefill->Update(static_cast<uint64_t>(done), static_cast<uint64_t>(total));
+  };
   cb.on_done = [result, done](const runtime::GenerationResult& r) {
     *result = r;
     done->Notify();
@@ -143,7 +171,7 @@ int RunCommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
   if (!result->status.ok()) return Fail(err, result->status);
   const runtime::Usage& u = result->usage;
   const double per_token = u.completion_tokens > 0 ? static_cast<double>(u.expert_bytes) / (u.prompt_tokens + u.completion_tokens) : 0;
-  err << "finish: " << runtime::FinishReasonName(result->reason) << "\n"
+  err << "finish: " << runtime::FinishReasonName(result->reason) << ", seed " << u.seed << "\n"
       << "prompt: " << u.prompt_tokens << " tokens, " << std::setprecision(1) << u.prefill_tokens_per_second
       << " tokens/s\n"
       << "decode: " << u.completion_tokens << " tokens, " << u.decode_tokens_per_second << " tokens/s\n"
@@ -156,9 +184,8 @@ int RunCommand(const RunOptions& o, std::ostream& out, std::ostream& err) {
   const int64_t n_vocab = info.config.n_vocab;
   const std::vector<float>& logits = result->prompt_logits;
   if (!o.dump_logits_path.empty()) {
-    std::ofstream f(o.dump_logits_path, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * sizeof(float)));
-    if (!f) return Fail(err, absl::UnavailableError("cannot write " + o.dump_logits_path));
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(logits.data()), logits.size() * sizeof(float));
+    if (absl::Status s = WriteResultFile(o.dump_logits_path, bytes); !s.ok()) return Fail(err, s);
     err << "wrote " << logits.size() / n_vocab << " x " << n_vocab << " float32 logits to " << o.dump_logits_path << "\n";
   }
   if (!o.kl_against_dir.empty()) {

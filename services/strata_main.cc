@@ -12,6 +12,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "engine/log.h"
+#include "engine/runtime/sampling_params.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "services/cli_flags.h"
@@ -21,16 +22,25 @@
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "address of the strata-server, host:port");
 ABSL_FLAG(double, timeout, 0, "deadline of the call in seconds; 0: none for generate, 60 s otherwise");
 ABSL_FLAG(std::string, log_level, "warn", "debug, info, warn, error or off");
-ABSL_FLAG(std::optional<int>, max_tokens, std::nullopt, "tokens to generate at most (server default 256)");
-ABSL_FLAG(std::optional<double>, temperature, std::nullopt, "sampling temperature; 0 = greedy (default 1)");
-ABSL_FLAG(std::optional<int>, top_k, std::nullopt, "keep the k most likely tokens (0 = off)");
-ABSL_FLAG(std::optional<double>, top_p, std::nullopt, "nucleus sampling threshold (1 = off)");
-ABSL_FLAG(std::optional<double>, min_p, std::nullopt, "drop tokens below min_p x the best one's probability");
-ABSL_FLAG(std::optional<double>, repeat_penalty, std::nullopt, "repetition penalty (1 = off)");
-ABSL_FLAG(std::optional<double>, presence_penalty, std::nullopt, "presence penalty");
-ABSL_FLAG(std::optional<double>, frequency_penalty, std::nullopt, "frequency penalty");
-ABSL_FLAG(std::optional<int>, penalty_last_n, std::nullopt, "tokens the penalties look back over (-1 = all)");
-ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt, "sampling seed");
+// Sampling defaults: the engine's one set (runtime::SamplingParams), the server's for unset fields too.
+ABSL_FLAG(std::optional<int>, max_tokens, strata::runtime::SamplingParams().max_tokens, "tokens to generate at most");
+ABSL_FLAG(std::optional<double>, temperature, strata::runtime::SamplingParams().temperature,
+          "sampling temperature; 0 = greedy");
+ABSL_FLAG(std::optional<int>, top_k, strata::runtime::SamplingParams().top_k, "keep the k most likely tokens (0 = off)");
+ABSL_FLAG(std::optional<double>, top_p, strata::runtime::SamplingParams().top_p, "nucleus sampling threshold (1 = off)");
+ABSL_FLAG(std::optional<double>, min_p, strata::runtime::SamplingParams().min_p,
+          "drop tokens below min_p x the best one's probability (0 = off)");
+ABSL_FLAG(std::optional<double>, repeat_penalty, strata::runtime::SamplingParams().repetition_penalty,
+          "repetition penalty (1 = off)");
+ABSL_FLAG(std::optional<double>, presence_penalty, strata::runtime::SamplingParams().presence_penalty,
+          "presence penalty");
+ABSL_FLAG(std::optional<double>, frequency_penalty, strata::runtime::SamplingParams().frequency_penalty,
+          "frequency penalty");
+ABSL_FLAG(std::optional<int>, penalty_last_n, strata::runtime::SamplingParams().penalty_last_n,
+          "tokens the penalties look back over (-1 = all)");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
+          "sampling seed; none: the server draws a random one, printed in the summary so that a result can be "
+          "repeated");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings, comma-separated");
 ABSL_FLAG(std::string, stop_token_ids, "", "stop token ids, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past end-of-generation tokens");

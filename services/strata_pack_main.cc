@@ -38,6 +38,9 @@ ABSL_FLAG(bool, pack_only, false, "synth: write a pack directly instead of a GGU
 ABSL_FLAG(std::string, scheme, "s4", "convert, synth --pack-only: expert scheme (f16, s8, s4 or s2)");
 ABSL_FLAG(int, threads, 0, "worker threads; 0: all cores (or the server's default)");
 ABSL_FLAG(bool, quick, false, "validate: skip the per-expert checksums");
+ABSL_FLAG(bool, exact_quantize, false,
+          "synth --pack-only: make f32 weights and quantize them (slow; reports the quantization error) instead "
+          "of writing random codes and scales directly");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("strata-pack <synth|convert|validate|inspect> [arguments] [flags]");
@@ -81,6 +84,7 @@ int main(int argc, char** argv) {
   options.scheme = absl::GetFlag(FLAGS_scheme);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.quick = absl::GetFlag(FLAGS_quick);
+  options.exact_quantize = absl::GetFlag(FLAGS_exact_quantize);
 
   strata::services::CliIo io;
   io.out = &std::cout;

@@ -30,12 +30,9 @@ constexpr char kUsage[] =
     R"(usage: strata-packd --data-root DIR [--listen HOST:PORT] [--threads N] [--log-level L]
 
 Serves strata.v1.PackTool (Convert, Validate, Inspect), grpc.health.v1 and server reflection.
-  --data-root DIR     required: every path in a request must lie inside DIR (relative paths start there)
-  --listen HOST:PORT  default 127.0.0.1:50052
-  --threads N         default worker threads of a conversion or validation; 0: all cores
-  --log-level L       debug, info (default), warn, error or off
 Stops on SIGINT or SIGTERM: running calls get 2 s, then conversions are cancelled and cleaned up.
 )";
+constexpr char kExitCodes[] = "exit codes: 0 stopped by SIGINT or SIGTERM, 1 cannot listen, 2 usage error";
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 // Time running calls get to end on their own after a stop signal before they are cancelled.
@@ -52,7 +49,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("strata-packd --data-root DIR [--listen HOST:PORT] [--threads N]");
   std::vector<std::string> args(argv, argv + argc);
   if (strata::services::WantsHelp(args)) {
-    std::cout << kUsage;
+    std::cout << strata::services::HelpText(kUsage, {"strata_packd_main.cc"}, kExitCodes);
     return 0;
   }
   absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));

@@ -5,6 +5,7 @@
 //   strata-run --tokenize (--pack DIR | --gguf FILE) "text"
 
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "engine/log.h"
 #include "services/cli_flags.h"
 #include "services/run_cli.h"
+#include "services/sampling_flags.h"
 
 ABSL_FLAG(std::string, pack, "", "pack directory");
 ABSL_FLAG(std::string, gguf, "", "GGUF file (with --tokenize)");
@@ -35,16 +37,19 @@ ABSL_FLAG(int64_t, vram_experts, -1,
           "experts kept in VRAM; -1: all of them when they fit, else as many as fit (the rest are read from the "
           "page-locked arena over PCIe)");
 ABSL_FLAG(std::string, cache_policy, "lfu-decay", "VRAM expert cache policy: lru, lfu-decay or static");
-ABSL_FLAG(int, max_tokens, 128, "tokens to generate at most");
-ABSL_FLAG(double, temperature, 0.8, "sampling temperature; 0 = greedy");
-ABSL_FLAG(int, top_k, 40, "keep the k most likely tokens (0 = off)");
-ABSL_FLAG(double, top_p, 0.95, "nucleus sampling threshold (1 = off)");
-ABSL_FLAG(double, min_p, 0.05, "drop tokens below min_p x the best token's probability (0 = off)");
-ABSL_FLAG(double, repeat_penalty, 1.0, "repetition penalty (1 = off)");
-ABSL_FLAG(double, presence_penalty, 0.0, "presence penalty");
-ABSL_FLAG(double, frequency_penalty, 0.0, "frequency penalty");
-ABSL_FLAG(int, penalty_last_n, 64, "tokens the penalties look back over (-1 = all)");
-ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
+// Sampling defaults: the engine's one set (runtime::SamplingParams), as the server and strata use.
+ABSL_FLAG(int, max_tokens, strata::runtime::SamplingParams().max_tokens, "tokens to generate at most");
+ABSL_FLAG(double, temperature, strata::runtime::SamplingParams().temperature, "sampling temperature; 0 = greedy");
+ABSL_FLAG(int, top_k, strata::runtime::SamplingParams().top_k, "keep the k most likely tokens (0 = off)");
+ABSL_FLAG(double, top_p, strata::runtime::SamplingParams().top_p, "nucleus sampling threshold (1 = off)");
+ABSL_FLAG(double, min_p, strata::runtime::SamplingParams().min_p,
+          "drop tokens below min_p x the best token's probability (0 = off)");
+ABSL_FLAG(double, repeat_penalty, strata::runtime::SamplingParams().repetition_penalty, "repetition penalty (1 = off)");
+ABSL_FLAG(double, presence_penalty, strata::runtime::SamplingParams().presence_penalty, "presence penalty");
+ABSL_FLAG(double, frequency_penalty, strata::runtime::SamplingParams().frequency_penalty, "frequency penalty");
+ABSL_FLAG(int, penalty_last_n, strata::runtime::SamplingParams().penalty_last_n, "tokens the penalties look back over (-1 = all)");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
+          "sampling seed; none: a random one, printed with the results so that a run can be repeated");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings, comma-separated");
 ABSL_FLAG(std::string, stop_token_ids, "", "stop token ids, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past end-of-generation tokens");
@@ -54,13 +59,12 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("strata-run --pack DIR [flags] \"prompt\"");
   std::vector<std::string> args(argv, argv + argc);
   if (strata::services::WantsHelp(args)) {
-    std::cout << "usage: strata-run --pack DIR [--max-tokens N --temperature T --top-k K --top-p P --min-p P\n"
-                 "         --repeat-penalty R --presence-penalty P --frequency-penalty F --seed S --stop a,b\n"
-                 "         --stop-token-ids 1,2 --ignore-eos --threads N --ctx N --expert-source arena|mmap\n"
-                 "         --verify --device auto|cpu|cuda --vram-gib X --vram-experts N\n"
-                 "         --cache-policy lru|lfu-decay|static] \"prompt\"\n"
-                 "       strata-run --pack DIR --tokens 1,2,3 [--dump-logits FILE] [--kl-against DIR]\n"
-                 "       strata-run --tokenize (--pack DIR | --gguf FILE) \"text\"\n";
+    std::cout << strata::services::HelpText(
+        "usage: strata-run --pack DIR [flags] \"prompt\"        generate from a pack on this machine\n"
+        "       strata-run --pack DIR --tokens 1,2,3 [--dump-logits FILE] [--kl-against DIR]\n"
+        "       strata-run --tokenize (--pack DIR | --gguf FILE) \"text\"\n"
+        "Every path flag is checked before the pack is loaded.\n",
+        {"strata_run_main.cc"});
     return 0;
   }
   absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
@@ -139,5 +143,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   s.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  if (absl::Status status = strata::services::CheckSamplingFlags(s); !status.ok()) {
+    std::cerr << "strata-run: error: " << status.message() << " (see strata-run --help)\n";
+    return 2;
+  }
   return strata::services::RunCommand(o, std::cout, std::cerr);
 }

@@ -29,12 +29,18 @@
 #include "engine/runtime/engine.h"
 #include "engine/exec/thread_pool.h"
 #include "services/cli_flags.h"
+#include "services/count_progress.h"
+#include "services/gguf_pack_cache.h"
+#include "services/progress_printer.h"
 #include "services/inference_service.h"
 #include "services/pack_cli.h"
 #include "services/server_runner.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, pack, "", "required: the pack directory to serve");
+ABSL_FLAG(std::string, pack, "", "the pack directory to serve (or --model)");
+ABSL_FLAG(std::string, model, "",
+          "a GGUF model to serve instead of --pack: converted (s4) into a pack cache beside it, FILE.strata-pack, "
+          "validated, and reused while the file is unchanged");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "address to listen on, host:port (port 0: any free port)");
 ABSL_FLAG(int, threads, 0, "compute threads; 0: all cores");
 ABSL_FLAG(int, max_seqs, 16, "sequences decoded together");
@@ -61,6 +67,16 @@ namespace {
 using strata::services::kExitFailure;
 using strata::services::kExitOk;
 using strata::services::kExitUsage;
+
+constexpr char kUsage[] =
+    R"(usage: strata-server (--pack DIR | --model FILE.gguf) [--listen HOST:PORT] [flags]
+
+Serves strata.v1.Inference, grpc.health.v1 and server reflection. The server reports NOT_SERVING while the
+pack loads, then SERVING. SIGINT or SIGTERM stops taking calls, gives running generations 2 s, cancels the
+rest and exits 0.
+)";
+constexpr char kExitCodes[] =
+    "exit codes: 0 stopped by SIGINT or SIGTERM, 1 cannot listen or load the pack, 2 usage error";
 
 // Time running generations get to end on their own after a stop signal before they are cancelled.
 constexpr auto kShutdownGrace = std::chrono::seconds(2);
@@ -114,6 +130,10 @@ int main(int argc, char** argv) {
       "[--cache-policy lru|lfu-decay|static] [--chat-template-file FILE] "
       "[--network-priority auto|idle|normal]");
   std::vector<std::string> args(argv, argv + argc);
+  if (strata::services::WantsHelp(args)) {
+    std::cout << strata::services::HelpText(kUsage, {"strata_server_main.cc"}, kExitCodes);
+    return kExitOk;
+  }
   absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
   if (!parsed.ok()) {
     return UsageError(std::string(parsed.status().message()));
@@ -133,7 +153,13 @@ int main(int argc, char** argv) {
   options.device.vram_gib = absl::GetFlag(FLAGS_vram_gib);
   options.device.vram_experts = absl::GetFlag(FLAGS_vram_experts);
   options.device.cache_policy = absl::GetFlag(FLAGS_cache_policy);
-  if (options.pack_dir.empty()) return UsageError("--pack is required");
+  // Loading a large pack shows in the log (nothing for one loaded within a second).
+  options.experts.on_load_progress = [progress = std::make_shared<strata::services::CountProgress>(
+                                          "loading experts", strata::services::CountProgress::Unit::kBytes,
+                                          [](const std::string& line) { spdlog::info("{}", line); })](
+                                         uint64_t done, uint64_t total) { progress->Update(done, total); };
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (options.pack_dir.empty() == model.empty()) return UsageError("give either --pack DIR or --model FILE.gguf");
   if (const std::string path = absl::GetFlag(FLAGS_chat_template_file); !path.empty()) {
     std::ifstream in(path, std::ios::binary);
     std::ostringstream text;
@@ -188,10 +214,25 @@ int main(int argc, char** argv) {
   grpc::Server* server = started->server.get();
   strata::services::SetInferenceServing(server, false);
   spdlog::info("strata-server listening on {} (port {}); loading {}", config.listen_address, started->port,
-               options.pack_dir);
+               model.empty() ? options.pack_dir : model);
   spdlog::info("network threads scheduled {} (--network-priority {})",
                strata::services::NetworkPriorityName(started->network_priority), absl::GetFlag(FLAGS_network_priority));
 
+  if (!model.empty()) {
+    strata::services::ProgressPrinter printer(&std::cerr, /*terminal=*/false);
+    absl::StatusOr<strata::services::PackCacheResult> cache = strata::services::PackForGguf(
+        model, [&printer](const strata::packtool::ConvertProgress& p) { printer.Update(p); }, nullptr);
+    printer.Finish();
+    if (!cache.ok()) {
+      spdlog::error("cannot serve {}: {}", model, cache.status().ToString());
+      server->Shutdown();
+      server->Wait();
+      return kExitFailure;
+    }
+    options.pack_dir = cache->pack_dir;
+    spdlog::info("{} the pack cache {} of {}", cache->reused ? "reusing" : "converted and validated", cache->pack_dir,
+                 model);
+  }
   absl::StatusOr<std::unique_ptr<strata::runtime::Engine>> engine = strata::runtime::Engine::Create(options);
   if (!engine.ok()) {
     spdlog::error("cannot serve {}: {}", options.pack_dir, engine.status().ToString());

@@ -17,6 +17,16 @@ const std::vector<Architecture>& ArchitectureTable() {
   return table;
 }
 
+absl::StatusOr<const Architecture*> FindArchitecture(std::string_view gguf_arch) {
+  std::vector<std::string> known;
+  for (const Architecture& a : ArchitectureTable()) {
+    if (a.gguf_name == gguf_arch) return &a;
+    known.emplace_back(a.gguf_name);
+  }
+  return absl::UnimplementedError(absl::StrCat("general.architecture '", std::string(gguf_arch),
+                                               "' is not supported (supported: ", absl::StrJoin(known, ", "), ")"));
+}
+
 absl::StatusOr<int64_t> ReadDimension(const gguf::Metadata& m, const std::string& key,
                                       std::optional<int64_t> fallback) {
   uint64_t v = 0;
@@ -32,16 +42,7 @@ absl::StatusOr<int64_t> ReadDimension(const gguf::Metadata& m, const std::string
 absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
   ModelConfig c;
   ASSIGN_OR_RETURN(c.arch, m.GetString("general.architecture"));
-  const Architecture* arch = nullptr;
-  std::vector<std::string> known;
-  for (const Architecture& a : ArchitectureTable()) {
-    if (a.gguf_name == c.arch) arch = &a;
-    known.emplace_back(a.gguf_name);
-  }
-  if (arch == nullptr) {
-    return absl::UnimplementedError(absl::StrCat("general.architecture '", c.arch,
-                                                 "' is not supported (supported: ", absl::StrJoin(known, ", "), ")"));
-  }
+  ASSIGN_OR_RETURN(const Architecture* arch, FindArchitecture(c.arch));
   const std::string p = c.arch + ".";
   ASSIGN_OR_RETURN(c.n_layer, ReadDimension(m, p + "block_count"));
   ASSIGN_OR_RETURN(c.n_embd, ReadDimension(m, p + "embedding_length"));

@@ -49,6 +49,10 @@ struct Architecture {
 
 const std::vector<Architecture>& ArchitectureTable();
 
+// The table entry whose gguf_name is `gguf_arch`; UNIMPLEMENTED naming it and listing the supported
+// architectures otherwise.
+absl::StatusOr<const Architecture*> FindArchitecture(std::string_view gguf_arch);
+
 // Reads the configuration; errors name the metadata key and what was expected. `n_vocab` is taken from
 // the tokenizer's token list.
 absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& metadata);

@@ -92,7 +92,8 @@ class MmapExpertSource : public ExpertSource {
 };
 
 // Reads experts.bin into `dst` with `threads` readers of 64 MiB chunks; with verify, checks each blob.
-absl::Status LoadArena(const Pack& pack, uint8_t* dst, bool verify, int threads) {
+absl::Status LoadArena(const Pack& pack, uint8_t* dst, bool verify, int threads,
+                       const std::function<void(uint64_t, uint64_t)>& on_progress) {
   const std::string path = pack.experts_path();
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
@@ -103,6 +104,7 @@ absl::Status LoadArena(const Pack& pack, uint8_t* dst, bool verify, int threads)
   std::atomic<bool> failed{false};
   std::string error;
   std::mutex mu;
+  uint64_t loaded = 0;  // guarded by mu
   auto reader = [&] {
     for (;;) {
       const uint64_t c = next.fetch_add(1);
@@ -120,6 +122,11 @@ absl::Status LoadArena(const Pack& pack, uint8_t* dst, bool verify, int threads)
           return;
         }
         off += static_cast<uint64_t>(n);
+      }
+      if (on_progress) {
+        std::lock_guard<std::mutex> lock(mu);
+        loaded += end - c * chunk;
+        on_progress(loaded, total);
       }
     }
   };
@@ -187,7 +194,9 @@ absl::StatusOr<std::unique_ptr<ExpertSource>> OpenExpertSource(const Pack& pack,
   }
   stats->huge_pages = madvise(map, bytes, MADV_HUGEPAGE) == 0;
   uint8_t* data = static_cast<uint8_t*>(map);
-  if (absl::Status s = LoadArena(pack, data, options.verify, exec::ResolveThreads(options.threads)); !s.ok()) {
+  if (absl::Status s = LoadArena(pack, data, options.verify, exec::ResolveThreads(options.threads),
+                                   options.on_load_progress);
+      !s.ok()) {
     munmap(map, bytes);
     return s;
   }

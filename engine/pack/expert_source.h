@@ -10,6 +10,7 @@
 // All methods may be called from any number of threads at once.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -48,6 +49,9 @@ struct ExpertSourceOptions {
   bool verify = false;         // check each blob's xxh3 (arena: all at load; mmap: on first use)
   int threads = 0;             // arena load threads; 0 = one per core this process may use
   HostPinner* pinner = nullptr;  // page-locks the arena once filled (must outlive the source); null: not pinned
+  // Arena: the expert bytes read so far and the total, after each 64 MiB chunk, from the reader threads one
+  // call at a time (the last has done == total). May be empty.
+  std::function<void(uint64_t done, uint64_t total)> on_load_progress;
 };
 
 // What loading an arena measured, for the start-up log.

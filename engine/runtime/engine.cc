@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,12 @@
 
 namespace strata::runtime {
 namespace {
+
+// A seed for a request that gave none: different on every call, from the system's entropy.
+uint64_t RandomSeed() {
+  thread_local std::random_device device;  // one per submitting thread: no lock
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -193,6 +200,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(GenerateRequest re
                                                      " positions exceeds the engine's whole KV budget of ",
                                                      kv_pool_->budget(), " bytes"));
   }
+  if (!request.sampling.seed.has_value()) request.sampling.seed = RandomSeed();
   seq->sampler = std::make_unique<Sampler>(request.sampling, static_cast<int>(n_vocab));
   for (int32_t t : seq->prompt) seq->sampler->Accept(t);
   seq->stop = std::make_unique<StopMatcher>(request.sampling.stop);
@@ -202,6 +210,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(GenerateRequest re
   seq->handle = std::make_shared<RequestHandle>();
   seq->submitted = Clock::now();
   seq->result.usage.prompt_tokens = n_prompt;
+  seq->result.usage.seed = *seq->request.sampling.seed;
   std::shared_ptr<RequestHandle> handle = seq->handle;
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the engine is shutting down");
@@ -355,6 +364,7 @@ bool Engine::Step() {
   std::vector<std::pair<Sequence*, int>>& owners = batch_owners_;
   owners.clear();
   int64_t prefill_budget = std::max(1, options_.prefill_chunk);
+  std::vector<std::pair<Sequence*, int64_t>> prefilled;  // sequence, prompt tokens done after this step
   for (auto& seq : active_) {
     const int64_t n_prompt = static_cast<int64_t>(seq->prompt.size());
     if (seq->n_past >= n_prompt) {
@@ -372,6 +382,7 @@ bool Engine::Step() {
       owners.emplace_back(seq.get(), static_cast<int>(pos));
     }
     prefill_budget -= n;
+    prefilled.emplace_back(seq.get(), seq->n_past + n);
   }
   const int64_t n_vocab = model_->config().n_vocab;
   int64_t n_logits = 0;
@@ -390,6 +401,12 @@ bool Engine::Step() {
     spdlog::warn("decode step failed: {}", std::string(status.message()));
     for (const auto& [seq, index] : owners) Finish(seq, FinishReason::kError, status);
   } else {
+    for (const auto& [seq, done] : prefilled) {
+      if (!seq->callbacks->on_prompt_progress) continue;
+      pool_->Post(seq->id, [callbacks = seq->callbacks, done = done, total = static_cast<int64_t>(seq->prompt.size())] {
+        callbacks->on_prompt_progress(done, total);
+      });
+    }
     int64_t row = 0;
     for (size_t i = 0; i < batch_.size(); ++i) {
       Sequence* seq = owners[i].first;

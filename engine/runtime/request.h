@@ -50,6 +50,7 @@ struct Usage {
   uint64_t expert_bytes = 0;        // expert weight bytes read on this sequence's behalf (its share of each step)
   uint64_t dense_bytes = 0;
   double expert_hit_rate = 0;       // fraction of routed experts served from the GPU cache (0 without one)
+  uint64_t seed = 0;                // the sampling seed used (given or drawn): pass it back to reproduce
 };
 
 struct GenerationResult {
@@ -68,6 +69,9 @@ struct GenerationResult {
 struct GenerateCallbacks {
   std::function<void(const TokenEvent&)> on_tokens;     // may be empty
   std::function<void(const GenerationResult&)> on_done;  // called exactly once
+  // After each step that ran some of the prompt: prompt tokens processed so far and the prompt's length
+  // (the last call, before the first on_tokens, has done == total). May be empty.
+  std::function<void(int64_t done, int64_t total)> on_prompt_progress;
 };
 
 }  // namespace strata::runtime

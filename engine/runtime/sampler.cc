@@ -75,7 +75,7 @@ SamplingParams Sanitize(SamplingParams p) {
 }  // namespace
 
 Sampler::Sampler(const SamplingParams& params, int n_vocab)
-    : params_(Sanitize(params)), n_vocab_(std::max(n_vocab, 0)), rng_(params.seed) {}
+    : params_(Sanitize(params)), n_vocab_(std::max(n_vocab, 0)), rng_(params.seed.value_or(0)) {}
 
 bool Sampler::penalties_on() const {
   return params_.penalty_last_n != 0 &&

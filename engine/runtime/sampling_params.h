@@ -4,6 +4,7 @@
 // What a request asks of token selection and of when generation ends, and why a sequence ended.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,8 +31,10 @@ inline constexpr int kMaxStopStrings = 16;
 inline constexpr int kMaxStopStringBytes = 512;
 inline constexpr int kMaxStopTokenIds = 64;
 
-// The defaults select plain sampling from the model's distribution (temperature 1, no filters, no
-// penalties). Each "off" value below makes its stage a no-op.
+// The one set of sampling defaults: strata-run's flags, the client's flags and the server's fallbacks for
+// unset request fields all take them from here (SamplingParams()). They select plain sampling from the
+// model's distribution (temperature 1, no filters, no penalties), as OpenAI's API and vLLM do. Each "off"
+// value below makes its stage a no-op.
 struct SamplingParams {
   float temperature = 1.0f;  // 0 selects greedy decoding (argmax after penalties)
   int32_t top_k = 0;         // keep the k most likely tokens; 0 = off
@@ -46,7 +49,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   int32_t penalty_last_n = 64;
 
-  uint64_t seed = 0;  // the same seed with the same logits gives the same tokens; 0 is a seed like any other
+  // The same seed with the same logits gives the same tokens; 0 is a seed like any other. Unset: the engine
+  // draws a random one at submission and reports it in Usage::seed, so the result can be reproduced.
+  std::optional<uint64_t> seed;
 
   int32_t max_tokens = 256;                 // generated tokens at most; >= 1
   std::vector<std::string> stop;            // stop strings; matched text is not returned

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/model/model_config.h"
 #include "engine/pack/pack_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -197,6 +198,64 @@ TEST(ConvertTest, RejectsModelsWithoutExpertsAndMissingInputs) {
   EXPECT_THAT(ConvertGguf(Options(dir.Join("absent.gguf"), dir.Join("p"), Scheme::kS8), nullptr, nullptr).status(),
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_FALSE(fs::exists(dir.Join("p")));
+  EXPECT_FALSE(fs::exists(dir.Join("p.partial")));
+}
+
+// The list in the message is the engine's own table, so a new architecture shows up without a test edit.
+TEST(ConvertTest, RefusesAnArchitectureTheEngineCannotRunBeforeAnyWork) {
+  ScratchDir dir;
+  const std::string model = dir.Join("m.gguf"), other = dir.Join("qwen2moe.gguf"), out = dir.Join("p");
+  ASSERT_THAT(SynthesizeGguf(TinyOptions(model)), IsOk());
+  testing::RewriteArchitecture(model, other, "qwen2moe");
+  int progress_calls = 0;
+  const absl::Status s =
+      ConvertGguf(Options(other, out, Scheme::kS8), [&](const ConvertProgress&) { ++progress_calls; }, nullptr)
+          .status();
+  EXPECT_THAT(s, StatusIsWith(absl::StatusCode::kUnimplemented, "general.architecture 'qwen2moe' is not supported"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(other));
+  for (const model::Architecture& a : model::ArchitectureTable()) {
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(std::string(a.gguf_name)));
+  }
+  EXPECT_EQ(progress_calls, 0);
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".partial"));
+}
+
+// A dense llama has no llama.expert_* keys: it is told it is not a MoE model, not that a key is missing.
+TEST(ConvertTest, ADenseModelOfASupportedArchitectureIsNotAMoeModel) {
+  ScratchDir dir;
+  gguf::GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetUint32("llama.block_count", 1);
+  w.SetUint32("llama.embedding_length", 64);
+  std::vector<float> v(64, 1.0f);
+  ASSERT_THAT(w.AddTensorData("blk.0.attn_norm.weight", gguf::GgmlType::kF32, {64},
+                              {reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4}),
+              IsOk());
+  ASSERT_THAT(w.WriteFile(dir.Join("dense.gguf")), IsOk());
+  const absl::Status s = ConvertGguf(Options(dir.Join("dense.gguf"), dir.Join("p"), Scheme::kS8), nullptr, nullptr).status();
+  EXPECT_THAT(s, StatusIsWith(absl::StatusCode::kInvalidArgument, "not a MoE model"));
+  EXPECT_THAT(std::string(s.message()), ::testing::Not(::testing::HasSubstr("expert_used_count")));
+}
+
+// What the engine refuses at load time is refused at convert time too.
+TEST(ConvertTest, RefusesHyperParametersTheEngineDoesNotImplement) {
+  ScratchDir dir;
+  const std::string model = dir.Join("m.gguf"), scaled = dir.Join("scaled.gguf");
+  ASSERT_THAT(SynthesizeGguf(TinyOptions(model)), IsOk());
+  auto src = gguf::GgufFile::Open(model);
+  ASSERT_TRUE(src.ok()) << src.status();
+  gguf::GgufWriter w((*src)->alignment());
+  for (const auto& [k, v] : (*src)->metadata().entries()) {
+    if (k != "general.alignment") w.Set(k, v);
+  }
+  w.SetFloat32("qwen3moe.rope.scaling.factor", 4.0f);
+  for (const gguf::TensorInfo& t : (*src)->tensors()) {
+    ASSERT_THAT(w.AddTensorData(t.name, t.type, t.ne, {t.data, t.bytes}), IsOk());
+  }
+  ASSERT_THAT(w.WriteFile(scaled), IsOk());
+  EXPECT_THAT(ConvertGguf(Options(scaled, dir.Join("p"), Scheme::kS8), nullptr, nullptr).status(),
+              StatusIsWith(absl::StatusCode::kUnimplemented, "rope.scaling.factor is 4"));
   EXPECT_FALSE(fs::exists(dir.Join("p.partial")));
 }
 

@@ -5,6 +5,10 @@
 
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
 #include "gtest/gtest.h"
 #include "packtool/convert.h"
 #include "packtool/synth.h"
@@ -36,6 +40,31 @@ inline pack::v1::Manifest MakeTinyPack(const std::string& gguf_path, const std::
   auto manifest = ConvertGguf(c, nullptr, nullptr);
   EXPECT_TRUE(manifest.ok()) << manifest.status();
   return manifest.ok() ? *manifest : pack::v1::Manifest();
+}
+
+// Copies the GGUF at `src` to `dst` as another architecture: general.architecture becomes `arch` and every
+// "<old arch>." key is renamed "<arch>.", tensors unchanged (a model llama.cpp would load as `arch`).
+inline void RewriteArchitecture(const std::string& src, const std::string& dst, const std::string& arch) {
+  auto file = gguf::GgufFile::Open(src);
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto old_arch = (*file)->metadata().GetString("general.architecture");
+  ASSERT_TRUE(old_arch.ok()) << old_arch.status();
+  gguf::GgufWriter w((*file)->alignment());
+  for (const auto& [key, value] : (*file)->metadata().entries()) {
+    if (key == "general.alignment") continue;
+    if (key == "general.architecture") {
+      w.SetString(key, arch);
+    } else if (absl::StartsWith(key, *old_arch + ".")) {
+      w.Set(absl::StrCat(arch, key.substr(old_arch->size())), value);
+    } else {
+      w.Set(key, value);
+    }
+  }
+  for (const gguf::TensorInfo& t : (*file)->tensors()) {
+    ASSERT_TRUE(w.AddTensorData(t.name, t.type, t.ne, {t.data, t.bytes}).ok()) << t.name;
+  }
+  const absl::Status written = w.WriteFile(dst);
+  ASSERT_TRUE(written.ok()) << written;
 }
 
 }  // namespace strata::packtool::testing

@@ -127,6 +127,19 @@ TEST_F(ValidateTest, CorruptionDenseDisagreesWithManifestGeometry) {
   EXPECT_THAT(r.problems, ::testing::Contains(ProblemIn("dense.gguf", "qwen3moe.expert_used_count is 2, manifest geometry says 3")));
 }
 
+// A pack of an architecture the engine cannot run (converted by an older packtool) does not validate.
+TEST_F(ValidateTest, APackOfAnArchitectureTheEngineCannotRunIsAProblem) {
+  const std::string p = CopyPack();
+  testing::RewriteArchitecture(dir_->Join("pack/dense.gguf"), p + "/dense.gguf", "qwen2moe");
+  pack::v1::Manifest m = *manifest_;
+  m.set_architecture("qwen2moe");
+  ASSERT_THAT(pack::WriteManifest(m, p), IsOk());
+  const ValidationReport r = Validate(p, /*quick=*/true);
+  EXPECT_THAT(r.problems,
+              ::testing::Contains(ProblemIn("dense.gguf", "general.architecture 'qwen2moe' is not supported")));
+  EXPECT_THAT(r.problems, ::testing::Not(::testing::Contains(ProblemIn("dense.gguf", "manifest says"))));
+}
+
 TEST_F(ValidateTest, CorruptionEachMissingFileIsNamed) {
   for (const char* file : {"manifest.json", "experts.bin", "dense.gguf"}) {
     ScratchDir scratch;

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/flags/flag.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
 
@@ -13,6 +14,20 @@ ABSL_FLAG(std::optional<int64_t>, cli_flags_test_size, std::nullopt, "test flag"
 
 namespace strata::services {
 namespace {
+
+TEST(HelpTextTest, ListsTheFlagsOfTheNamedFilesWithDefaultsThenTheExitCodes) {
+  const std::string help = HelpText("usage: prog [flags]", {"cli_flags_test.cc"}, "exit codes: 0 ok");
+  EXPECT_EQ(help.rfind("usage: prog [flags]\n\nflags", 0), 0u) << help;
+  EXPECT_THAT(help, ::testing::HasSubstr("  --cli-flags-test-count  (default: 0)\n      test flag\n"));
+  EXPECT_THAT(help, ::testing::HasSubstr("  --cli-flags-test-switch  (default: false)\n"));
+  EXPECT_THAT(help, ::testing::HasSubstr("  --cli-flags-test-size  (default: none)\n"));
+  // Sorted by name; absl's own flags (--flagfile) and other files' flags are left out.
+  EXPECT_LT(help.find("--cli-flags-test-count"), help.find("--cli-flags-test-size"));
+  EXPECT_LT(help.find("--cli-flags-test-size"), help.find("--cli-flags-test-switch"));
+  EXPECT_EQ(help.find("--flagfile"), std::string::npos);
+  EXPECT_TRUE(help.size() > 17 && help.compare(help.size() - 17, 17, "exit codes: 0 ok\n") == 0) << help;
+  EXPECT_EQ(HelpText("usage", {"no_such_file.cc"}).find("--cli-flags-test"), std::string::npos);
+}
 
 TEST(PrepareFlagArgsTest, RewritesDashesInNamesOnly) {
   std::vector<std::string> args = {

@@ -14,6 +14,7 @@
 #include "services/inference_protos.h"
 #include "services/pack_cli.h"
 #include "tests/services/inference_test_util.h"
+#include "tests/services/service_test_util.h"
 
 namespace strata::services {
 namespace {
@@ -51,6 +52,62 @@ ClientOptions GreedyOptions(int max_tokens) {
   o.sampling.set_max_tokens(max_tokens);
   o.sampling.set_ignore_eos(true);
   return o;
+}
+
+// `strata generate` pointed at a strata-packd: one line naming both servers, not a bare "UNIMPLEMENTED: ".
+TEST(GenerateClientTest, AtAStrataPackdTheErrorNamesTheServerThatAnswered) {
+  strata::testing::ScratchDir root;
+  testing::TestServer packd(root.path());
+  ClientOptions options = GreedyOptions(4);
+  options.server = "127.0.0.1:50052";
+  const CliRun run = RunCli({"generate", "hello"}, options, packd.channel());
+  EXPECT_EQ(run.code, kExitFailure);
+  EXPECT_EQ(run.err,
+            "strata: error: UNIMPLEMENTED: the server at 127.0.0.1:50052 is a strata-packd (strata.v1.PackTool), not "
+            "a strata-server (strata.v1.Inference)\n");
+}
+
+// The seed in the summary line ("| seed N").
+uint64_t SummarySeed(const std::string& err) {
+  const size_t at = err.rfind("| seed ");
+  if (at == std::string::npos) return 0;
+  return std::stoull(err.substr(at + 7));
+}
+
+// No --seed: the server draws one per call and the summary prints it; giving it back repeats the text.
+TEST(GenerateClientTest, TheSeedUsedIsPrintedAndRepeatsTheText) {
+  InferenceTestServer server(TinyEngineOptions());
+  ClientOptions options;
+  options.sampling.set_temperature(1.5f);
+  options.sampling.set_max_tokens(16);
+  options.sampling.set_ignore_eos(true);
+  const CliRun a = RunCli({"generate", "Once upon a time"}, options, server.channel());
+  const CliRun b = RunCli({"generate", "Once upon a time"}, options, server.channel());
+  ASSERT_EQ(a.code, kExitOk) << a.err;
+  ASSERT_EQ(b.code, kExitOk) << b.err;
+  ASSERT_THAT(a.err, HasSubstr("| seed "));
+  EXPECT_NE(SummarySeed(a.err), SummarySeed(b.err));
+  options.sampling.set_seed(SummarySeed(a.err));
+  const CliRun again = RunCli({"generate", "Once upon a time"}, options, server.channel());
+  ASSERT_EQ(again.code, kExitOk) << again.err;
+  EXPECT_EQ(again.out, a.out);
+  EXPECT_EQ(SummarySeed(again.err), SummarySeed(a.err));
+}
+
+// A bad sampling value is a usage error naming the flag, found before any call.
+TEST(GenerateClientTest, BadSamplingValuesAreUsageErrorsNamingTheFlag) {
+  InferenceTestServer server(TinyEngineOptions());
+  ClientOptions options;
+  options.sampling.set_temperature(-1);
+  CliRun run = RunCli({"generate", "hi"}, options, server.channel());
+  EXPECT_EQ(run.code, kExitUsage);
+  EXPECT_THAT(run.err, HasSubstr("--temperature: -1 is negative"));
+  options = ClientOptions();
+  options.sampling.set_top_p(2);
+  run = RunCli({"generate", "hi"}, options, server.channel());
+  EXPECT_EQ(run.code, kExitUsage);
+  EXPECT_THAT(run.err, HasSubstr("--top-p: 2 is not in (0, 1]"));
+  EXPECT_EQ(server.engine().stats().requests_finished, 0u);
 }
 
 TEST(GenerateClientTest, GeneratePrintsTheStreamedTextThenSpeedAndHitRate) {
@@ -197,12 +254,14 @@ TEST(GenerateClientTest, UsageErrorsExitWithTwo) {
 
 TEST(GenerateClientTest, RefusedRequestsAndAnUnreachableServerExitWithOne) {
   InferenceTestServer server(TinyEngineOptions());
-  ClientOptions hot = GreedyOptions(4);
-  hot.sampling.set_temperature(-1);
-  const CliRun refused = RunCli({"generate", "hi"}, hot, server.channel());
+  // A stop token id outside the model's vocabulary: only the server can tell (a bad --temperature is a
+  // usage error found by the client, see BadSamplingValuesAreUsageErrorsNamingTheFlag).
+  ClientOptions beyond = GreedyOptions(4);
+  beyond.stop_token_ids = "1073741824";
+  const CliRun refused = RunCli({"generate", "hi"}, beyond, server.channel());
   EXPECT_EQ(refused.code, kExitFailure);
   EXPECT_THAT(refused.err, HasSubstr("INVALID_ARGUMENT"));
-  EXPECT_THAT(refused.err, HasSubstr("temperature"));
+  EXPECT_THAT(refused.err, HasSubstr("stop_token_ids[0]"));
 
   // Port 1 on loopback: nothing listens there.
   ClientOptions options;

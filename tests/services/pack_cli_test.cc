@@ -9,6 +9,8 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/packtool_backend.h"
+#include "tests/services/inference_test_util.h"
 #include "tests/services/service_test_util.h"
 
 namespace strata::services {
@@ -280,6 +282,20 @@ TEST_F(PackCliTest, UnreachableServerIsOneLine) {
   const CliRun run = RunCli({"inspect", "tiny-pack"}, remote);
   EXPECT_EQ(run.code, kExitFailure);
   ExpectOneErrorLine(run, "strata-packd at 127.0.0.1:");
+}
+
+// strata-pack --server pointed at a strata-server: the error names the server that answered.
+TEST_F(PackCliTest, AtAStrataServerTheRemoteBackendNamesTheServerThatAnswered) {
+  testing::InferenceTestServer inference(testing::TinyEngineOptions());
+  std::unique_ptr<PackToolBackend> backend = NewRemoteBackend(inference.channel(), "127.0.0.1:50051");
+  v1::ValidateRequest request;
+  request.set_pack_dir("tiny-pack");
+  const absl::StatusOr<v1::ValidateReport> report = backend->Validate(request, nullptr);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(report.status().message(),
+            "the server at 127.0.0.1:50051 is a strata-server (strata.v1.Inference), not a strata-packd "
+            "(strata.v1.PackTool)");
 }
 
 }  // namespace

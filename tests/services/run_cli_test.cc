@@ -10,6 +10,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/model_factory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "packtool/convert.h"
@@ -139,6 +140,9 @@ TEST_F(RunCliTest, GeneratesTextAndReportsSpeed) {
   EXPECT_THAT(err_.str(), HasSubstr("tokens/s"));
   EXPECT_THAT(err_.str(), HasSubstr("MB per token"));
   EXPECT_THAT(err_.str(), HasSubstr("load time"));
+  // A tiny pack loads and its prompt runs within the progress delay: no progress lines.
+  EXPECT_THAT(err_.str(), ::testing::Not(HasSubstr("loading experts:")));
+  EXPECT_THAT(err_.str(), ::testing::Not(HasSubstr("prefill:")));
 }
 
 TEST_F(RunCliTest, TokenizeDumpLogitsAndKl) {
@@ -224,6 +228,101 @@ TEST_F(RunCliTest, UsageErrorsExitTwoAndBadInputOne) {
   o.tokens = {1, 1 << 30};
   EXPECT_EQ(Run(o), 1);
   EXPECT_THAT(err_.str(), HasSubstr("prompt_tokens[1]"));
+}
+
+// A bad path costs nothing: the error comes before the pack is loaded ("loaded ..." is the first report)
+// and names the flag as typed, the path and why.
+TEST_F(RunCliTest, EveryPathIsCheckedBeforeLoadingOrGenerating) {
+  RunOptions o = Options();
+  o.tokens = {1, 2, 3};
+  o.kl_against_dir = "nothere";
+  EXPECT_EQ(Run(o), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("--kl-against nothere: No such file or directory"));
+  EXPECT_THAT(err_.str(), ::testing::Not(HasSubstr("loaded")));
+  EXPECT_EQ(out_.str(), "");
+
+  o = Options();
+  o.tokens = {1, 2, 3};
+  o.kl_against_dir = dir_->Join("m.gguf");  // a file, not a pack
+  EXPECT_EQ(Run(o), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("--kl-against " + dir_->Join("m.gguf") + ": not a directory"));
+
+  o = Options();
+  o.tokens = {1, 2, 3};
+  o.dump_logits_path = "/nonexistent/x";
+  EXPECT_EQ(Run(o), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("--dump-logits /nonexistent/x: directory /nonexistent: No such file or directory"));
+  EXPECT_THAT(err_.str(), ::testing::Not(HasSubstr("loaded")));
+
+  o.dump_logits_path = dir_->path();
+  EXPECT_EQ(Run(o), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("--dump-logits " + dir_->path() + ": is a directory"));
+  EXPECT_THAT(err_.str(), ::testing::Not(HasSubstr("loaded")));
+
+  o = Options();
+  o.prompt = "x";
+  o.pack_dir = dir_->path();  // a directory without a manifest
+  EXPECT_EQ(Run(o), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("--pack " + dir_->path() + ": not a pack: manifest.json"));
+
+  o = Options();
+  o.tokenize_only = true;
+  o.pack_dir.clear();
+  o.gguf_path = dir_->Join("absent.gguf");
+  o.prompt = "x";
+  EXPECT_EQ(Run(o), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("--gguf " + dir_->Join("absent.gguf") + ": No such file or directory"));
+}
+
+// A write that fails after the work says why, with the file's name.
+TEST_F(RunCliTest, AFailedWriteNamesTheFileAndTheReason) {
+  ASSERT_TRUE(std::filesystem::exists("/dev/full"));  // Linux: every write fails with ENOSPC
+  RunOptions o = Options();
+  o.tokens = {1, 2, 3};
+  o.dump_logits_path = "/dev/full";
+  EXPECT_EQ(Run(o), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("loaded"));
+  EXPECT_THAT(err_.str(), HasSubstr("cannot write /dev/full: No space left on device"));
+}
+
+// strata-run prints the seed it used ("finish: ..., seed N"); without --seed it differs per run, and given
+// back it repeats the text.
+TEST_F(RunCliTest, TheSeedUsedIsPrintedAndRepeatsTheText) {
+  auto seed_of = [](const std::string& err) -> uint64_t {
+    const size_t at = err.find(", seed ");
+    return at == std::string::npos ? 0 : std::stoull(err.substr(at + 7));
+  };
+  RunOptions o = Options();
+  o.prompt = "the model";
+  o.sampling.temperature = 1.5f;
+  o.sampling.max_tokens = 16;
+  ASSERT_EQ(Run(o), 0) << err_.str();
+  const std::string first_text = out_.str();
+  const uint64_t first = seed_of(err_.str());
+  ASSERT_THAT(err_.str(), HasSubstr(", seed "));
+  ASSERT_EQ(Run(o), 0) << err_.str();
+  EXPECT_NE(seed_of(err_.str()), first);
+  o.sampling.seed = first;
+  ASSERT_EQ(Run(o), 0) << err_.str();
+  EXPECT_EQ(out_.str(), first_text);
+  EXPECT_EQ(seed_of(err_.str()), first);
+}
+
+// --device auto on a machine without a usable CUDA device runs on the CPU and says nothing of CUDA that
+// could read like an error; with one, it runs there.
+TEST_F(RunCliTest, DeviceAutoWithoutAGpuPrintsNoCudaMessage) {
+  RunOptions o = Options();
+  o.prompt = "the model";
+  o.engine.device.device = "auto";
+  ASSERT_EQ(Run(o), 0) << err_.str();
+  if (runtime::CudaDeviceAvailable(nullptr)) {
+    EXPECT_THAT(err_.str(), HasSubstr("; device cuda"));
+    return;
+  }
+  EXPECT_THAT(err_.str(), HasSubstr("; device cpu"));
+  for (const char* alarming : {"CUDA", "driver", "error", "page-locked", "warn"}) {
+    EXPECT_THAT(err_.str(), ::testing::Not(HasSubstr(alarming))) << err_.str();
+  }
 }
 
 TEST(RunCliParseTest, TokenListsAndKl) {

@@ -74,6 +74,23 @@ TEST_F(ExpertSourceTest, ArenaReportsItsLoadRate) {
   EXPECT_TRUE(stats.pinned || !stats.pin_note.empty());  // when not pinned, it says why
 }
 
+// Loading an arena reports the bytes read so far, growing, up to the whole experts file.
+TEST_F(ExpertSourceTest, ArenaReportsItsLoadProgressUpToTheTotal) {
+  auto pack = OpenPack();
+  ExpertSourceOptions options{"arena", false, 2};
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  options.on_load_progress = [&calls](uint64_t done, uint64_t total) { calls.emplace_back(done, total); };
+  auto source = OpenExpertSource(*pack, options, nullptr);
+  ASSERT_TRUE(source.ok()) << source.status();
+  ASSERT_FALSE(calls.empty());
+  const uint64_t total = pack->manifest().experts_bytes();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].second, total);
+    if (i > 0) EXPECT_GT(calls[i].first, calls[i - 1].first);
+  }
+  EXPECT_EQ(calls.back().first, total);
+}
+
 TEST_F(ExpertSourceTest, CorruptionVerifiedArenaRefusesToLoadAFlippedBlob) {
   const uint64_t blob = 13;
   auto pack_bytes = experts_;

@@ -399,6 +399,55 @@ TEST_F(EngineTest, SameSeedSameTokensAndStopRules) {
   EXPECT_EQ(c->result.tokens.back(), a->result.tokens[4]);
 }
 
+// Without a seed each request draws its own, reports it, and the reported seed repeats the tokens.
+TEST_F(EngineTest, WithoutASeedEachRequestDrawsOneAndReportsIt) {
+  auto engine = Engine::Create(Options(*pack_));
+  ASSERT_TRUE(engine.ok());
+  GenerateRequest r = Greedy({3, 1, 4, 1, 5}, 20);
+  r.sampling.temperature = 1.5f;  // spread enough that two seeds differ in 20 tokens
+  ASSERT_FALSE(r.sampling.seed.has_value());
+  auto a = GenerateWithin(**engine, r);
+  auto b = GenerateWithin(**engine, r);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->result.usage.seed, b->result.usage.seed);
+  EXPECT_NE(a->result.tokens, b->result.tokens);
+  GenerateRequest again = r;
+  again.sampling.seed = a->result.usage.seed;
+  auto c = GenerateWithin(**engine, again);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->result.tokens, a->result.tokens);
+  EXPECT_EQ(c->result.usage.seed, a->result.usage.seed);
+}
+
+// A prompt run in chunks reports its progress after each, the last (done == total) before the first token.
+TEST_F(EngineTest, PrefillReportsPromptProgressChunkByChunkBeforeTheFirstToken) {
+  EngineOptions o = Options(*pack_);
+  o.prefill_chunk = 8;
+  auto engine = Engine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  struct State {
+    std::vector<std::pair<int64_t, int64_t>> progress;
+    size_t progress_before_first_token = 0;
+    bool saw_token = false;
+    absl::Notification done;
+  };
+  auto state = std::make_shared<State>();
+  GenerateCallbacks cb;
+  cb.on_prompt_progress = [state](int64_t done, int64_t total) { state->progress.emplace_back(done, total); };
+  cb.on_tokens = [state](const TokenEvent&) {
+    if (!state->saw_token) state->progress_before_first_token = state->progress.size();
+    state->saw_token = true;
+  };
+  cb.on_done = [state](const GenerationResult&) { state->done.Notify(); };
+  std::vector<int32_t> prompt(20);
+  for (int i = 0; i < 20; ++i) prompt[i] = 1 + i;
+  auto handle = (*engine)->Submit(Greedy(prompt, 2), cb);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  ASSERT_TRUE(state->done.WaitForNotificationWithTimeout(kHangDeadline));
+  EXPECT_EQ(state->progress, (std::vector<std::pair<int64_t, int64_t>>{{8, 20}, {16, 20}, {20, 20}}));
+  EXPECT_EQ(state->progress_before_first_token, 3u);
+}
+
 TEST_F(EngineTest, BadOptionsAreRefusedNamingTheField) {
   EngineOptions o = Options(*pack_);
   o.threads = -4;
