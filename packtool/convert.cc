@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/gguf/gguf_writer.h"
 #include "engine/pack/pack_format.h"
 #include "engine/status_macros.h"
+#include "packtool/dense_convert.h"
 #include "packtool/pack_writer.h"
 
 namespace strata::packtool {
@@ -150,24 +150,6 @@ std::span<const uint8_t> ExpertSlice(const gguf::TensorInfo& t, int64_t expert) 
   return {t.data + per_expert * static_cast<uint64_t>(expert), per_expert};
 }
 
-absl::Status WriteDense(const gguf::GgufModel& model, const std::string& path) {
-  gguf::GgufWriter writer(model.shards().front()->alignment());
-  for (const auto& [key, value] : model.metadata().entries()) {
-    if (absl::StartsWith(key, "split.") || key == "general.alignment") continue;
-    writer.Set(key, value);
-  }
-  for (const gguf::TensorInfo& t : model.tensors()) {
-    if (IsExpertTensor(t.name)) continue;
-    const gguf::TensorInfo* info = &t;
-    RETURN_IF_ERROR(writer.AddTensor(t.name, t.type, t.ne, [info](std::span<uint8_t> dst) {
-      std::memcpy(dst.data(), info->data, info->bytes);
-      ReleaseMappedRange(info->data, info->bytes);
-      return absl::OkStatus();
-    }));
-  }
-  return writer.WriteFile(path);
-}
-
 }  // namespace
 
 absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, const ConvertProgressFn& progress,
@@ -196,7 +178,10 @@ absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, co
     s->set_xxh3(pack::HashHex(hash.second));
   }
   const gguf::GgufModel* m = model.get();
-  job.write_dense = [m](const std::string& path) { return WriteDense(*m, path); };
+  const DenseTarget dense_target = options.dense_type;
+  job.write_dense = [m, dense_target](const std::string& path, std::vector<pack::v1::RoleError>* errors) {
+    return WriteDenseGguf(*m, IsExpertTensor, dense_target, path, errors);
+  };
   const std::vector<MoeBlock>& blocks = src.blocks;
   const int64_t n_embd = src.geometry.n_embd(), ff = src.geometry.expert_ff();
   job.fill_expert = [&blocks, n_embd, ff](int64_t moe_layer, int64_t expert, float* gate, float* up,

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/format/scheme.h"
+#include "packtool/dense_convert.h"
 #include "strata/pack/v1/manifest.pb.h"
 
 namespace strata::packtool {
@@ -23,6 +24,7 @@ struct ConvertOptions {
   std::string output_dir;  // must not exist; neither may output_dir + ".partial"
   kernels::Scheme scheme = kernels::Scheme::kS4;
   int threads = 0;         // 0 = one per core this process may use
+  DenseTarget dense_type = DenseTarget::kKeep;  // the dense weight matrices' type in dense.gguf
 };
 
 struct ConvertProgress {

@@ -176,7 +176,8 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
 
   emit("dense");
   const std::string dense_path = absl::StrCat(partial, "/", pack::kDenseFile);
-  RETURN_IF_ERROR(job.write_dense(dense_path));
+  std::vector<pack::v1::RoleError> dense_errors;
+  RETURN_IF_ERROR(job.write_dense(dense_path, &dense_errors));
   if (cancelled()) return absl::CancelledError("conversion cancelled");
   ASSIGN_OR_RETURN(auto dense_hash, HashFile(dense_path));
 
@@ -328,6 +329,7 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
     e_all += totals[r].err2;
     r_all += totals[r].ref2;
   }
+  for (const pack::v1::RoleError& e : dense_errors) *manifest.add_quant_error() = e;
   manifest.set_tool_version(ToolVersion());
   RETURN_IF_ERROR(pack::CheckManifest(manifest));
   RETURN_IF_ERROR(pack::WriteManifest(manifest, partial));

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/pack/pack_format.h"
@@ -34,8 +35,9 @@ using ExpertFiller =
 // threads with different (moe_layer, expert).
 using BlobFiller = std::function<absl::Status(int64_t moe_layer, int64_t expert, std::span<uint8_t> blob)>;
 
-// Writes dense.gguf at the given path.
-using DenseWriter = std::function<absl::Status(const std::string& path)>;
+// Writes dense.gguf at the given path. When it changed the dense weights' type it appends the error it added
+// (role "dense") to `errors`, which the manifest's quant_error then lists after the expert roles.
+using DenseWriter = std::function<absl::Status(const std::string& path, std::vector<pack::v1::RoleError>* errors)>;
 
 struct PackWriteJob {
   std::string output_dir;

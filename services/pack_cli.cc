@@ -41,8 +41,11 @@ commands:
       them instead (slow; the experts then equal those of synth's GGUF converted by convert).
       Geometry flags override the preset: --layers --experts --experts-used --embd --expert-ff --heads
       --kv-heads --head-dim --vocab-size --ctx. Types: f32 f16 bf16 q8_0 q4_0 q4_1. Local only.
-  convert IN.gguf|FIRST-SHARD OUT_DIR [--scheme f16|s8|s4|s2] [--threads N]
-      Converts a GGUF model into a pack directory (default scheme s4).
+  convert IN.gguf|FIRST-SHARD OUT_DIR [--scheme f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
+        [--threads N]
+      Converts a GGUF model into a pack directory (default scheme s4). --dense-type stores the dense
+      weight matrices (attention, embeddings, output) as f16, bf16 or q8_0 instead of the source's type
+      (keep, the default); norms and the router are copied as they are.
   validate DIR [--quick] [--threads N]
       Checks a pack; --quick skips the per-expert checksums. Exit status 1 when it finds problems.
   inspect DIR|FILE.gguf
@@ -178,11 +181,15 @@ int RunConvert(const std::vector<std::string>& args, const PackCliOptions& optio
     return UsageError(io, absl::StrCat("--scheme: unknown '", options.scheme, "'; expected f16, s8, s4 or s2"));
   }
   if (absl::Status s = packtool::CheckThreads(options.threads, "--threads"); !s.ok()) return UsageError(io, std::string(s.message()));
+  if (absl::Status s = packtool::ParseDenseTarget(options.dense_type, "--dense-type").status(); !s.ok()) {
+    return UsageError(io, std::string(s.message()));
+  }
   v1::ConvertRequest request;
   request.set_input(args[1]);
   request.set_output_dir(args[2]);
   request.set_scheme(options.scheme);
   request.set_threads(static_cast<uint32_t>(options.threads));
+  request.set_dense_type(options.dense_type);
 
   std::unique_ptr<PackToolBackend> backend = MakeBackend(options);
   ProgressPrinter printer(io.err, io.err_is_terminal);

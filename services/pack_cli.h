@@ -38,6 +38,9 @@ struct PackCliOptions {
   std::string scheme = "s4";
   int threads = 0;  // 0: all cores (or the server's default)
 
+  // convert
+  std::string dense_type = "keep";  // dense weight matrices: keep, f16, bf16 or q8_0
+
   // validate
   bool quick = false;
 };

@@ -33,11 +33,15 @@ class LocalBackend final : public PackToolBackend {
       return absl::InvalidArgumentError(
           absl::StrCat("scheme: unknown '", request.scheme(), "'; expected f16, s8, s4 or s2"));
     }
+    absl::StatusOr<packtool::DenseTarget> dense_type = packtool::ParseDenseTarget(
+        request.dense_type().empty() ? "keep" : request.dense_type(), "dense_type");
+    if (!dense_type.ok()) return dense_type.status();
     packtool::ConvertOptions options;
     options.input = request.input();
     options.output_dir = request.output_dir();
     options.scheme = *scheme;
     options.threads = static_cast<int>(request.threads());
+    options.dense_type = *dense_type;
     packtool::ConvertProgress last;
     bool have_last = false;
     absl::StatusOr<pack::v1::Manifest> manifest = packtool::ConvertGguf(

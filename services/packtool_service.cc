@@ -104,8 +104,9 @@ class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress
 
  private:
   void Run() {
-    spdlog::info("convert {} -> {} ({}, {} threads)", options_.input, options_.output_dir,
-                 kernels::SchemeName(options_.scheme), options_.threads);
+    spdlog::info("convert {} -> {} ({}, dense {}, {} threads)", options_.input, options_.output_dir,
+                 kernels::SchemeName(options_.scheme), packtool::DenseTargetName(options_.dense_type),
+                 options_.threads);
     absl::StatusOr<pack::v1::Manifest> manifest = packtool::ConvertGguf(
         options_, [this](const packtool::ConvertProgress& progress) { OnProgress(progress); }, &cancel_);
     if (manifest.ok()) {
@@ -260,6 +261,9 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
   }
   absl::StatusOr<int> threads = Threads(request->threads());
   if (!threads.ok()) return new RefusedConvert(threads.status());
+  absl::StatusOr<packtool::DenseTarget> dense_type = packtool::ParseDenseTarget(
+      request->dense_type().empty() ? "keep" : request->dense_type(), "dense_type");
+  if (!dense_type.ok()) return new RefusedConvert(dense_type.status());
 
   // While a conversion runs its .partial directory exists, so the claim is checked before existence.
   if (!ClaimOutput(*output)) {
@@ -286,6 +290,7 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
   options.output_dir = *std::move(output);
   options.scheme = *scheme;
   options.threads = *threads;
+  options.dense_type = *dense_type;
   return new ConvertReactor(this, std::move(options));
 }
 
