@@ -42,6 +42,29 @@ struct Avx2 {
   static F Select(M m, F a, F b) { return _mm256_blendv_ps(b, a, m); }  // m ? a : b
   static F RoundHalf(F a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
 
+  // SolveAffine on every lane: the same double operations, four lanes at a time.
+  static void SolveAffine(int n, I sum_q, I sum_qq, F sum_w, F sum_qw, F* d, F* m) {
+    const __m256d nd = _mm256_set1_pd(static_cast<double>(n)), zero = _mm256_setzero_pd();
+    __m128 d_out[2], m_out[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m256d sq = _mm256_cvtepi32_pd(h == 0 ? _mm256_castsi256_si128(sum_q) : _mm256_extracti128_si256(sum_q, 1));
+      const __m256d sqq =
+          _mm256_cvtepi32_pd(h == 0 ? _mm256_castsi256_si128(sum_qq) : _mm256_extracti128_si256(sum_qq, 1));
+      const __m256d sw = _mm256_cvtps_pd(h == 0 ? _mm256_castps256_ps128(sum_w) : _mm256_extractf128_ps(sum_w, 1));
+      const __m256d sqw = _mm256_cvtps_pd(h == 0 ? _mm256_castps256_ps128(sum_qw) : _mm256_extractf128_ps(sum_qw, 1));
+      const __m256d d0 = _mm256_cvtps_pd(h == 0 ? _mm256_castps256_ps128(*d) : _mm256_extractf128_ps(*d, 1));
+      const __m256d m0 = _mm256_cvtps_pd(h == 0 ? _mm256_castps256_ps128(*m) : _mm256_extractf128_ps(*m, 1));
+      const __m256d det = _mm256_sub_pd(_mm256_mul_pd(nd, sqq), _mm256_mul_pd(sq, sq));
+      const __m256d solved_d = _mm256_div_pd(_mm256_sub_pd(_mm256_mul_pd(nd, sqw), _mm256_mul_pd(sq, sw)), det);
+      const __m256d solved_m = _mm256_div_pd(_mm256_sub_pd(_mm256_mul_pd(sqq, sw), _mm256_mul_pd(sq, sqw)), det);
+      const __m256d use = _mm256_cmp_pd(det, zero, _CMP_GT_OQ);
+      d_out[h] = _mm256_cvtpd_ps(_mm256_blendv_pd(d0, solved_d, use));
+      m_out[h] = _mm256_cvtpd_ps(_mm256_blendv_pd(m0, solved_m, use));
+    }
+    *d = _mm256_set_m128(d_out[1], d_out[0]);
+    *m = _mm256_set_m128(m_out[1], m_out[0]);
+  }
+
   // The error of decoded values against the weights, in double, per lane.
   struct ErrorSums {
     __m256d err2[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};

@@ -46,6 +46,29 @@ struct Avx512 {
   static F Select(M m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }  // m ? a : b
   static F RoundHalf(F a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
 
+  // SolveAffine on every lane: the same double operations, eight lanes at a time.
+  static void SolveAffine(int n, I sum_q, I sum_qq, F sum_w, F sum_qw, F* d, F* m) {
+    const __m512d nd = _mm512_set1_pd(static_cast<double>(n)), zero = _mm512_setzero_pd();
+    __m256 d_out[2], m_out[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m512d sq = _mm512_cvtepi32_pd(h == 0 ? _mm512_castsi512_si256(sum_q) : _mm512_extracti64x4_epi64(sum_q, 1));
+      const __m512d sqq =
+          _mm512_cvtepi32_pd(h == 0 ? _mm512_castsi512_si256(sum_qq) : _mm512_extracti64x4_epi64(sum_qq, 1));
+      const __m512d sw = _mm512_cvtps_pd(h == 0 ? _mm512_castps512_ps256(sum_w) : _mm512_extractf32x8_ps(sum_w, 1));
+      const __m512d sqw = _mm512_cvtps_pd(h == 0 ? _mm512_castps512_ps256(sum_qw) : _mm512_extractf32x8_ps(sum_qw, 1));
+      const __m512d d0 = _mm512_cvtps_pd(h == 0 ? _mm512_castps512_ps256(*d) : _mm512_extractf32x8_ps(*d, 1));
+      const __m512d m0 = _mm512_cvtps_pd(h == 0 ? _mm512_castps512_ps256(*m) : _mm512_extractf32x8_ps(*m, 1));
+      const __m512d det = _mm512_sub_pd(_mm512_mul_pd(nd, sqq), _mm512_mul_pd(sq, sq));
+      const __m512d solved_d = _mm512_div_pd(_mm512_sub_pd(_mm512_mul_pd(nd, sqw), _mm512_mul_pd(sq, sw)), det);
+      const __m512d solved_m = _mm512_div_pd(_mm512_sub_pd(_mm512_mul_pd(sqq, sw), _mm512_mul_pd(sq, sqw)), det);
+      const __mmask8 use = _mm512_cmp_pd_mask(det, zero, _CMP_GT_OQ);
+      d_out[h] = _mm512_cvtpd_ps(_mm512_mask_blend_pd(use, d0, solved_d));
+      m_out[h] = _mm512_cvtpd_ps(_mm512_mask_blend_pd(use, m0, solved_m));
+    }
+    *d = _mm512_insertf32x8(_mm512_castps256_ps512(d_out[0]), d_out[1], 1);
+    *m = _mm512_insertf32x8(_mm512_castps256_ps512(m_out[0]), m_out[1], 1);
+  }
+
   struct ErrorSums {
     __m512d err2[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
     __m512d ref2[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};

@@ -6,7 +6,7 @@
 // and with -ffp-contract=off.
 //
 // Each lane runs exactly the scalar fit's operations in the scalar fit's order, so the results are the
-// scalar reference's bit for bit; the per-lane least-squares solve is the scalar SolveAffine itself. Two
+// scalar reference's bit for bit; V::SolveAffine does SolveAffine's double operations, lane by lane. Two
 // batches of lanes are interleaved (kUnroll) so that the float sums, which must stay sequential per group,
 // do not stall on the adder's latency.
 
@@ -161,8 +161,6 @@ class SimdFitter {
       best_m[u] = V::RoundHalf(lo[u]);
     }
     Sse<Scheme::kS4>(best_d, best_m, best_sse);
-    alignas(64) float sw_lanes[kBatch];
-    for (int u = 0; u < kUnroll; ++u) V::Store(sw_lanes + u * kLanes, sum_w[u]);
     for (int k = 0; k < kS4Candidates; ++k) {
       F d[kUnroll], m[kUnroll], inv[kUnroll], sum_qw[kUnroll];
       I sum_q[kUnroll], sum_qq[kUnroll];
@@ -184,22 +182,11 @@ class SimdFitter {
           sum_qw[u] = V::Add(sum_qw[u], V::Mul(V::ToFloat(q), x));
         }
       }
-      alignas(64) float d_lanes[kBatch], m_lanes[kBatch], qw_lanes[kBatch];
-      alignas(64) int32_t q_lanes[kBatch], qq_lanes[kBatch];
-      for (int u = 0; u < kUnroll; ++u) {
-        V::Store(d_lanes + u * kLanes, d[u]);
-        V::Store(m_lanes + u * kLanes, m[u]);
-        V::Store(qw_lanes + u * kLanes, sum_qw[u]);
-        V::StoreI(q_lanes + u * kLanes, sum_q[u]);
-        V::StoreI(qq_lanes + u * kLanes, sum_qq[u]);
-      }
-      for (int g = 0; g < kBatch; ++g) {
-        SolveAffine(n_, q_lanes[g], qq_lanes[g], sw_lanes[g], qw_lanes[g], &d_lanes[g], &m_lanes[g]);
-      }
       M valid[kUnroll];
       for (int u = 0; u < kUnroll; ++u) {
-        d[u] = V::RoundHalf(V::Load(d_lanes + u * kLanes));
-        m[u] = V::RoundHalf(V::Load(m_lanes + u * kLanes));
+        V::SolveAffine(n_, sum_q[u], sum_qq[u], sum_w[u], sum_qw[u], &d[u], &m[u]);
+        d[u] = V::RoundHalf(d[u]);
+        m[u] = V::RoundHalf(m[u]);
         valid[u] = V::And(V::Gt(d[u], V::Set(0.0f)), V::Lt(V::Abs(m[u]), V::Set(INFINITY)));
       }
       F sse[kUnroll];
