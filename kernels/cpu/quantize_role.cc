@@ -14,19 +14,27 @@ namespace strata::kernels {
 namespace {
 
 // Writes the codes of `count` consecutive groups, starting at flat group index `first` (row-major over
-// rows x cols / group), into their places in the role (which starts zeroed), and their scale records.
+// rows x cols / group), into their places in the role, and their scale records. A group covers whole chunks
+// (Group is a multiple of ChunkCols), so each code byte is made from one group's codes and assigned whole.
 template <Scheme S>
 void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const float* d, const float* m,
                 const uint8_t* codes, uint8_t* dst) {
-  constexpr int64_t kGroup = layout::Group(S);
-  constexpr unsigned kMask = (1u << layout::CodeBits(S)) - 1;
+  constexpr int64_t kGroup = layout::Group(S), kChunkCols = layout::ChunkCols(S);
+  constexpr int kBits = layout::CodeBits(S), kPerByte = layout::CodesPerByte(S);
+  constexpr unsigned kMask = (1u << kBits) - 1;
+  static_assert(kGroup % kChunkCols == 0);
   const int64_t groups_per_row = cols / kGroup;
   for (int64_t k = 0; k < count; ++k) {
     const int64_t r = (first + k) / groups_per_row, g = (first + k) % groups_per_row;
     const uint8_t* q = codes + k * kGroup;
-    for (int64_t i = 0; i < kGroup; ++i) {
-      const layout::CodePos pos = layout::CodePosition(S, cols, r, g * kGroup + i);
-      dst[pos.byte] |= static_cast<uint8_t>((q[i] & kMask) << pos.shift);
+    // (r, g * kGroup) starts a chunk: its byte holds code 0 at shift 0; the group's chunks follow.
+    uint8_t* chunk = dst + layout::CodePosition(S, cols, r, g * kGroup).byte;
+    for (int64_t c = 0; c < kGroup / kChunkCols; ++c, chunk += layout::kChunkBytes, q += kChunkCols) {
+      for (int j = 0; j < 4; ++j) {
+        unsigned byte = 0;
+        for (int p = 0; p < kPerByte; ++p) byte |= (q[4 * p + j] & kMask) << (p * kBits);
+        chunk[j] = static_cast<uint8_t>(byte);
+      }
     }
     const int64_t off = layout::ScaleOffset(S, rows, cols, r, g);
     StoreHalf(FloatToHalf(d[k]), dst + off);
