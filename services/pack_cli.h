@@ -35,7 +35,7 @@ struct PackCliOptions {
   bool pack_only = false;  // write a pack directly, no GGUF
 
   // synth --pack-only and convert
-  std::string scheme = "s4";
+  std::string scheme = "auto";  // convert: from the source's expert types; synth --pack-only: s4
   int threads = 0;  // 0: all cores (or the server's default)
 
   // convert

@@ -35,7 +35,9 @@ ABSL_FLAG(std::string, expert_type, "f16", "synth: type of the expert weights in
 ABSL_FLAG(uint64_t, seed, 1, "synth: random seed");
 ABSL_FLAG(std::string, vocab, "", "synth: GGUF file to copy the tokenizer from");
 ABSL_FLAG(bool, pack_only, false, "synth: write a pack directly instead of a GGUF");
-ABSL_FLAG(std::string, scheme, "s4", "convert, synth --pack-only: expert scheme (f16, s8, s4 or s2)");
+ABSL_FLAG(std::string, scheme, "auto",
+          "convert, synth --pack-only: expert scheme (auto, f16, s8, s4 or s2); auto: the one the source's expert "
+          "types call for (synth: s4)");
 ABSL_FLAG(int, threads, 0, "worker threads; 0: all cores (or the server's default)");
 ABSL_FLAG(std::string, dense_type, "keep", "convert: type of the dense weight matrices (keep, f16, bf16 or q8_0)");
 ABSL_FLAG(bool, quick, false, "validate: skip the per-expert checksums");

@@ -181,6 +181,15 @@ TEST_F(PackCliTest, ConvertPrintsProgressLinesAndTheErrorTable) {
   EXPECT_TRUE(fs::is_directory(root_ + "/out"));
 }
 
+TEST_F(PackCliTest, ConvertPicksTheSchemeFromTheSourceByDefault) {
+  PackCliOptions options;
+  EXPECT_EQ(options.scheme, "auto");
+  options.threads = 2;
+  const CliRun run = RunCli({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("scheme s4"));  // the shared tiny model has f16 experts
+}
+
 TEST_F(PackCliTest, ConvertWithADenseTypeListsTheDenseErrorInTheTable) {
   PackCliOptions options;
   options.dense_type = "bf16";

@@ -158,6 +158,20 @@ TEST_F(PackToolServiceTest, ConvertStoresTheDenseWeightsInTheTypeAsked) {
   EXPECT_EQ(wq->type, gguf::GgmlType::kQ8_0);
 }
 
+TEST_F(PackToolServiceTest, AutoPicksTheSchemeTheSourceExpertsCallFor) {
+  const ConvertResult result = RunConvert(server_->stub(), MakeConvert("tiny.gguf", "packs/tiny-auto", "auto", 1));
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_FALSE(result.messages.empty());
+  EXPECT_EQ(result.messages.back().manifest().scheme(), "s4");  // f16 experts
+  // A file that is no model is refused before anything is written, named as the client gave it.
+  std::ofstream(root_ + "/junk.gguf") << "not a gguf";
+  const ConvertResult junk = RunConvert(server_->stub(), MakeConvert("junk.gguf", "packs/junk", "auto", 1));
+  EXPECT_EQ(junk.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << junk.status.error_message();
+  EXPECT_THAT(junk.status.error_message(), HasSubstr("junk.gguf"));
+  EXPECT_THAT(junk.status.error_message(), Not(HasSubstr(root_)));
+  EXPECT_FALSE(fs::exists(root_ + "/packs/junk.partial"));
+}
+
 TEST_F(PackToolServiceTest, ValidateGoodPack) {
   v1::ValidateReport report;
   const grpc::Status status = RunValidate(server_->stub(), "tiny-pack", &report);
