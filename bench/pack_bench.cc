@@ -1,9 +1,13 @@
 // strata-pack-bench: conversion and validation throughput on the `small` preset, beside the rate at which
 // this machine reads the same GGUF file (through the page cache and with O_DIRECT), measured in one run.
 //
-//   strata-pack-bench [--dir DIR] [--scheme s4] [--threads N] [--keep]
+//   strata-pack-bench [--dir DIR] [--model FILE.gguf] [--scheme s4] [--threads N] [--keep]
+//
+// --model converts that GGUF instead of the `small` preset synthesized into DIR. The load average is printed
+// before and after: the machine's cores may be shared.
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -49,11 +53,19 @@ double ReadRate(const std::string& path, bool direct) {
   return s > 0 ? static_cast<double>(total) / s / 1e9 : 0;
 }
 
+void PrintLoad(const char* when) {
+  double load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) == 3) std::printf("load average %s: %.2f %.2f %.2f\n", when, load[0], load[1], load[2]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  strata::bench::Flags flags(argc, argv, "usage: strata-pack-bench [--dir DIR] [--scheme s4] [--threads N] [--keep]");
+  strata::bench::Flags flags(argc, argv,
+                            "usage: strata-pack-bench [--dir DIR] [--model FILE.gguf] [--scheme s4] [--threads N] "
+                            "[--keep]");
   const std::string dir = flags.String("dir", "/tmp/strata-pack-bench");
+  const std::string model_arg = flags.String("model", "");
   const std::string scheme_name = flags.String("scheme", "s4");
   int threads = static_cast<int>(flags.Int("threads", 0));
   const bool keep = flags.Bool("keep", false);
@@ -65,9 +77,10 @@ int main(int argc, char** argv) {
   }
   threads = ResolveThreads(threads);
   fs::create_directories(dir);
-  const std::string model = dir + "/small.gguf", pack = dir + "/small-" + scheme_name;
+  const std::string model = model_arg.empty() ? dir + "/small.gguf" : model_arg;
+  const std::string pack = dir + "/" + fs::path(model).stem().string() + "-" + scheme_name;
   fs::remove_all(pack);
-  if (!fs::exists(model)) {
+  if (!fs::exists(model) && model_arg.empty()) {
     strata::packtool::SynthOptions o;
     o.geometry = *strata::packtool::PresetGeometry("qwen3moe", "small");
     o.output = model;
@@ -79,7 +92,13 @@ int main(int argc, char** argv) {
     }
     std::printf("synthesized %s (%.2f GB) in %.1f s\n", model.c_str(), fs::file_size(model) / 1e9, Seconds(t0));
   }
-  const double model_gb = static_cast<double>(fs::file_size(model)) / 1e9;
+  std::error_code size_error;
+  const double model_gb = static_cast<double>(fs::file_size(model, size_error)) / 1e9;
+  if (size_error) {
+    std::fprintf(stderr, "strata-pack-bench: --model %s: %s\n", model.c_str(), size_error.message().c_str());
+    return 2;
+  }
+  PrintLoad("before");
   const double cached = ReadRate(model, false);
   const double direct = ReadRate(model, true);
   std::printf("model %.2f GB, %d threads, scheme %s\n", model_gb, threads, scheme_name.c_str());
@@ -98,8 +117,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "convert: %s\n", std::string(manifest.status().message()).c_str());
     return 1;
   }
-  std::printf("  convert                 %7.2f GB/s of source (%.1f s)  = %.2fx the cached read rate\n",
-              model_gb / convert_s, convert_s, model_gb / convert_s / cached);
+  std::printf("  convert                 %7.2f GB/s of source (%.1f s)  = %.2fx the cached read rate, %.2fx the disk's\n",
+              model_gb / convert_s, convert_s, model_gb / convert_s / cached, model_gb / convert_s / direct);
+  for (const auto& e : manifest->quant_error()) {
+    std::printf("    error %-6s rel_rms %.6e  max_abs %.6e\n", e.role().c_str(), e.rel_rms(), e.max_abs());
+  }
 
   t0 = std::chrono::steady_clock::now();
   auto report = strata::packtool::ValidatePack(pack, {false, threads});
@@ -113,6 +135,7 @@ int main(int argc, char** argv) {
               report->gb_per_second, pack_gb, validate_s, report->gb_per_second / cached);
   const double pack_cached = ReadRate(pack + "/experts.bin", false);
   std::printf("  read experts.bin, cache %7.2f GB/s\n", pack_cached);
+  PrintLoad("after");
   if (!keep) fs::remove_all(pack);
   return 0;
 }

@@ -1,6 +1,10 @@
 #include "packtool/convert.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <filesystem>
 #include <optional>
 #include <map>
@@ -8,15 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/gguf/gguf_writer.h"
 #include "engine/model/model_config.h"
 #include "engine/pack/pack_format.h"
 #include "engine/status_macros.h"
+#include "packtool/dense_convert.h"
 #include "packtool/pack_writer.h"
 
 namespace strata::packtool {
@@ -156,23 +161,56 @@ std::span<const uint8_t> ExpertSlice(const gguf::TensorInfo& t, int64_t expert) 
   return {t.data + per_expert * static_cast<uint64_t>(expert), per_expert};
 }
 
-absl::Status WriteDense(const gguf::GgufModel& model, const std::string& path) {
-  gguf::GgufWriter writer(model.shards().front()->alignment());
-  for (const auto& [key, value] : model.metadata().entries()) {
-    if (absl::StartsWith(key, "split.") || key == "general.alignment") continue;
-    writer.Set(key, value);
+// Hashes every shard of a model on one thread, started at construction. AddSources waits for it; the
+// destructor stops it (when the conversion ended early) and waits. Owned and called by ConvertGguf's thread.
+class ShardHasher {
+ public:
+  ShardHasher(const gguf::GgufModel& model, const std::atomic<bool>* cancel) : cancel_(cancel) {
+    for (const auto& shard : model.shards()) paths_.push_back(shard->path());
+    thread_ = std::thread([this] {
+      for (const std::string& path : paths_) {
+        results_.push_back(HashFile(path, &stop_));
+        if (!results_.back().ok()) break;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_ = true;
+      done_cv_.notify_all();
+    });
   }
-  for (const gguf::TensorInfo& t : model.tensors()) {
-    if (IsExpertTensor(t.name)) continue;
-    const gguf::TensorInfo* info = &t;
-    RETURN_IF_ERROR(writer.AddTensor(t.name, t.type, t.ne, [info](std::span<uint8_t> dst) {
-      std::memcpy(dst.data(), info->data, info->bytes);
-      ReleaseMappedRange(info->data, info->bytes);
-      return absl::OkStatus();
-    }));
+  ~ShardHasher() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
   }
-  return writer.WriteFile(path);
-}
+
+  // Waits for the hashes (stopping them once `cancel` is set) and adds one source entry per shard.
+  absl::Status AddSources(pack::v1::Manifest* manifest) {
+    for (;;) {
+      if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) stop_ = true;
+      std::unique_lock<std::mutex> lock(mu_);
+      if (done_cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return finished_; })) break;
+    }
+    thread_.join();
+    for (size_t i = 0; i < paths_.size(); ++i) {
+      if (i >= results_.size()) return absl::CancelledError("conversion cancelled while hashing the source");
+      RETURN_IF_ERROR(results_[i].status());
+      pack::v1::SourceShard* s = manifest->add_sources();
+      s->set_name(std::filesystem::path(paths_[i]).filename().string());
+      s->set_size(results_[i]->first);
+      s->set_xxh3(pack::HashHex(results_[i]->second));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::atomic<bool>* cancel_;
+  std::vector<std::string> paths_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<absl::StatusOr<std::pair<uint64_t, uint64_t>>> results_;  // written by thread_ only until joined
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -198,15 +236,15 @@ absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, co
   job.manifest.set_architecture(src.arch);
   job.manifest.set_created_by("convert");
   *job.manifest.mutable_geometry() = src.geometry;
-  for (const auto& shard : model->shards()) {
-    ASSIGN_OR_RETURN(auto hash, HashFile(shard->path(), cancel));
-    pack::v1::SourceShard* s = job.manifest.add_sources();
-    s->set_name(std::filesystem::path(shard->path()).filename().string());
-    s->set_size(hash.first);
-    s->set_xxh3(pack::HashHex(hash.second));
-  }
+  // The shards are hashed on a thread of their own while the experts convert (it reads ahead of the
+  // workers, whose reads then mostly hit the page cache), not in a pass of their own before.
+  ShardHasher hasher(*model, cancel);
+  job.complete_manifest = [&hasher](pack::v1::Manifest* manifest) { return hasher.AddSources(manifest); };
   const gguf::GgufModel* m = model.get();
-  job.write_dense = [m](const std::string& path) { return WriteDense(*m, path); };
+  const DenseTarget dense_target = options.dense_type;
+  job.write_dense = [m, dense_target](const std::string& path, std::vector<pack::v1::RoleError>* errors) {
+    return WriteDenseGguf(*m, IsExpertTensor, dense_target, path, errors);
+  };
   const std::vector<MoeBlock>& blocks = src.blocks;
   const int64_t n_embd = src.geometry.n_embd(), ff = src.geometry.expert_ff();
   job.fill_expert = [&blocks, n_embd, ff](int64_t moe_layer, int64_t expert, float* gate, float* up,
@@ -219,6 +257,12 @@ absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, co
       if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' expert ", expert, ": ", s.message()));
     }
     return absl::OkStatus();
+  };
+  job.prefetch_expert = [&blocks](int64_t moe_layer, int64_t expert) {
+    for (int r = 0; r < 3; ++r) {
+      const std::span<const uint8_t> slice = ExpertSlice(*blocks[moe_layer].role[r], expert);
+      PrefetchMappedRange(slice.data(), slice.size());
+    }
   };
   job.release_expert = [&blocks](int64_t moe_layer, int64_t expert) {
     for (int r = 0; r < 3; ++r) {

@@ -3,9 +3,14 @@
 
 // Converts a GGUF model (one file or split shards) into a pack.
 //
-// Streams expert by expert: each worker thread holds one expert's f32 roles at a time, so peak memory is
-// bounded by threads x one expert, whatever the model size. Writes `<out>.partial/` and renames it to `<out>`
-// only when everything is written and synced; on failure or cancellation the partial directory is removed.
+// Streams expert by expert on `threads` workers, each reading (through the mapping, with the next round's
+// expert prefetched), quantizing (vectorized fits that report the error in the same pass) and writing
+// (pwrite) on its own, so reading, quantizing and writing overlap across workers; the source shards are
+// hashed on one more thread beside them. Memory is bounded whatever the model size:
+//   threads x (3 x n_embd x expert_ff x 4 bytes of f32 roles + one blob + two experts' source pages)
+//   + the largest dense tensor (dense.gguf is written one tensor at a time) + 1 MiB for hashing;
+// mapped source pages are dropped once used. Writes `<out>.partial/` and renames it to `<out>` only when
+// everything is written and synced; on failure or cancellation the partial directory is removed.
 
 #include <atomic>
 #include <cstdint>
@@ -14,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/format/scheme.h"
+#include "packtool/dense_convert.h"
 #include "strata/pack/v1/manifest.pb.h"
 
 namespace strata::packtool {
@@ -23,6 +29,7 @@ struct ConvertOptions {
   std::string output_dir;  // must not exist; neither may output_dir + ".partial"
   kernels::Scheme scheme = kernels::Scheme::kS4;
   int threads = 0;         // 0 = one per core this process may use
+  DenseTarget dense_type = DenseTarget::kKeep;  // the dense weight matrices' type in dense.gguf
 };
 
 struct ConvertProgress {

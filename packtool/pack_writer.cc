@@ -86,6 +86,13 @@ void ReleaseMappedRange(const uint8_t* data, uint64_t size) {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+void PrefetchMappedRange(const uint8_t* data, uint64_t size) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t begin = reinterpret_cast<uint64_t>(data) / page * page;
+  const uint64_t end = reinterpret_cast<uint64_t>(data) + size;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+}
+
 namespace {
 
 absl::Status SyncPath(const std::string& path) {
@@ -114,14 +121,7 @@ class PartialDirGuard {
   bool committed_ = false;
 };
 
-struct RoleStats {
-  double err2 = 0, ref2 = 0, max_abs = 0;
-  void Merge(const RoleStats& o) {
-    err2 += o.err2;
-    ref2 += o.ref2;
-    max_abs = std::max(max_abs, o.max_abs);
-  }
-};
+using RoleStats = kernels::QuantizeError;
 
 }  // namespace
 
@@ -176,7 +176,8 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
 
   emit("dense");
   const std::string dense_path = absl::StrCat(partial, "/", pack::kDenseFile);
-  RETURN_IF_ERROR(job.write_dense(dense_path));
+  std::vector<pack::v1::RoleError> dense_errors;
+  RETURN_IF_ERROR(job.write_dense(dense_path, &dense_errors));
   if (cancelled()) return absl::CancelledError("conversion cancelled");
   ASSIGN_OR_RETURN(auto dense_hash, HashFile(dense_path));
 
@@ -202,30 +203,25 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
   const int64_t cols[3] = {layout.n_embd, layout.n_embd, layout.expert_ff};
   const uint64_t role_elems = static_cast<uint64_t>(layout.n_embd) * layout.expert_ff;
 
-  // Fills `blob` from f32 weights, quantizing them and adding the error to `local`.
-  auto quantize_expert = [&](int64_t moe_layer, int64_t expert, std::vector<float>* f32, std::vector<float>& back,
-                             std::vector<uint8_t>& blob, RoleStats* local) -> absl::Status {
+  // Fills `blob` from f32 weights, quantizing them and adding the error to `local` in the same pass.
+  auto quantize_expert = [&](int64_t moe_layer, int64_t expert, std::vector<float>* f32, std::vector<uint8_t>& blob,
+                             RoleStats* local) -> absl::Status {
     absl::Status s = job.fill_expert(moe_layer, expert, f32[0].data(), f32[1].data(), f32[2].data());
     if (job.release_expert) job.release_expert(moe_layer, expert);
     RETURN_IF_ERROR(s);
     for (int r = 0; r < 3; ++r) {
-      kernels::QuantizeRole(layout.scheme, f32[r].data(), rows[r], cols[r], blob.data() + layout.role_offset[r]);
-      kernels::DequantizeRole(layout.scheme, blob.data() + layout.role_offset[r], rows[r], cols[r], back.data());
-      for (uint64_t i = 0; i < role_elems; ++i) {
-        const double ref = f32[r][i], err = ref - back[i];
-        local[r].err2 += err * err;
-        local[r].ref2 += ref * ref;
-        local[r].max_abs = std::max(local[r].max_abs, std::fabs(err));
-      }
+      kernels::QuantizeRole(layout.scheme, f32[r].data(), rows[r], cols[r], blob.data() + layout.role_offset[r],
+                            &local[r]);
     }
     return absl::OkStatus();
   };
 
+  const uint64_t n_workers =
+      std::min<uint64_t>(ResolveThreads(job.threads), std::max<uint64_t>(n_blobs, 1));
   auto worker = [&] {
-    std::vector<float> f32[3], back;
+    std::vector<float> f32[3];
     if (measure_error) {
       for (auto& v : f32) v.resize(role_elems);
-      back.resize(role_elems);
     }
     std::vector<uint8_t> blob(layout.blob_bytes);
     RoleStats local[3];
@@ -235,8 +231,12 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
       if (index >= n_blobs) break;
       const int64_t moe_layer = static_cast<int64_t>(index / g.n_expert());
       const int64_t expert = static_cast<int64_t>(index % g.n_expert());
+      if (job.prefetch_expert && index + n_workers < n_blobs) {
+        job.prefetch_expert(static_cast<int64_t>((index + n_workers) / g.n_expert()),
+                            static_cast<int64_t>((index + n_workers) % g.n_expert()));
+      }
       std::memset(blob.data(), 0, blob.size());
-      absl::Status s = measure_error ? quantize_expert(moe_layer, expert, f32, back, blob, local)
+      absl::Status s = measure_error ? quantize_expert(moe_layer, expert, f32, blob, local)
                                      : job.fill_blob(moe_layer, expert, std::span<uint8_t>(blob));
       if (s.ok()) {
         checksums[index] = XXH3_64bits(blob.data(), blob.size());
@@ -260,7 +260,7 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
     if (--running == 0) finished.notify_all();
   };
 
-  const int n_threads = static_cast<int>(std::min<uint64_t>(ResolveThreads(job.threads), std::max<uint64_t>(n_blobs, 1)));
+  const int n_threads = static_cast<int>(n_workers);
   running = n_threads;
   std::vector<std::thread> threads;
   threads.reserve(n_threads);
@@ -310,6 +310,7 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
   if (sync_rc != 0 || close_rc != 0) return ErrnoError(absl::StrCat(experts_path, ": sync"));
 
   pack::v1::Manifest manifest = job.manifest;
+  if (job.complete_manifest) RETURN_IF_ERROR(job.complete_manifest(&manifest));
   manifest.set_format_version(pack::kFormatVersion);
   pack::SetManifestLayout(layout, &manifest);
   manifest.set_experts_bytes(total_bytes);
@@ -328,6 +329,7 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
     e_all += totals[r].err2;
     r_all += totals[r].ref2;
   }
+  for (const pack::v1::RoleError& e : dense_errors) *manifest.add_quant_error() = e;
   manifest.set_tool_version(ToolVersion());
   RETURN_IF_ERROR(pack::CheckManifest(manifest));
   RETURN_IF_ERROR(pack::WriteManifest(manifest, partial));

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/pack/pack_format.h"
@@ -34,8 +35,9 @@ using ExpertFiller =
 // threads with different (moe_layer, expert).
 using BlobFiller = std::function<absl::Status(int64_t moe_layer, int64_t expert, std::span<uint8_t> blob)>;
 
-// Writes dense.gguf at the given path.
-using DenseWriter = std::function<absl::Status(const std::string& path)>;
+// Writes dense.gguf at the given path. When it changed the dense weights' type it appends the error it added
+// (role "dense") to `errors`, which the manifest's quant_error then lists after the expert roles.
+using DenseWriter = std::function<absl::Status(const std::string& path, std::vector<pack::v1::RoleError>* errors)>;
 
 struct PackWriteJob {
   std::string output_dir;
@@ -51,6 +53,12 @@ struct PackWriteJob {
   BlobFiller fill_blob;
   // Called after each expert is done with its source bytes (e.g. to drop mapped pages). May be null.
   std::function<void(int64_t moe_layer, int64_t expert)> release_expert;
+  // Called by a worker, before it fills an expert, for an expert one round ahead (e.g. to have the disk
+  // read its source pages while this one is quantized). May be null.
+  std::function<void(int64_t moe_layer, int64_t expert)> prefetch_expert;
+  // Called once every expert is written and before the manifest is: completes the manifest with what was
+  // computed beside the conversion (convert: the source shards' checksums). May be null.
+  std::function<absl::Status(pack::v1::Manifest* manifest)> complete_manifest;
 };
 
 absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const ConvertProgressFn& progress,
@@ -76,6 +84,9 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> HashFile(const std::string& path,
 // Drops the pages of [data, data + size) of a read-only file mapping from this process's resident set
 // (only whole pages inside the range). Used to keep streaming conversions at bounded memory.
 void ReleaseMappedRange(const uint8_t* data, uint64_t size);
+
+// Asks the kernel to start reading the pages of [data, data + size) of a file mapping (MADV_WILLNEED).
+void PrefetchMappedRange(const uint8_t* data, uint64_t size);
 
 }  // namespace strata::packtool
 

@@ -239,7 +239,7 @@ absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, c
   geo->set_n_embd(static_cast<uint32_t>(g.n_embd));
   geo->set_expert_ff(static_cast<uint32_t>(g.expert_ff));
   job.source_expert_bytes = static_cast<uint64_t>(g.n_layer) * g.n_expert * 3 * g.n_embd * g.expert_ff * sizeof(float);
-  job.write_dense = [&](const std::string& path) -> absl::Status {
+  job.write_dense = [&](const std::string& path, std::vector<pack::v1::RoleError>*) -> absl::Status {
     gguf::GgufWriter writer;
     RETURN_IF_ERROR(BuildModel(options, g, vocab, /*include_experts=*/false, &writer));
     return writer.WriteFile(path);

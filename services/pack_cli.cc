@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "kernels/format/scheme.h"
 #include "packtool/pack_writer.h"
+#include "packtool/source_scheme.h"
 #include "packtool/synth.h"
 #include "services/packtool_backend.h"
 #include "services/packtool_protos.h"
@@ -34,8 +35,13 @@ commands:
       them instead (slow; the experts then equal those of synth's GGUF converted by convert).
       Geometry flags override the preset: --layers --experts --experts-used --embd --expert-ff --heads
       --kv-heads --head-dim --vocab-size --ctx. Types: f32 f16 bf16 q8_0 q4_0 q4_1. Local only.
-  convert IN.gguf|FIRST-SHARD OUT_DIR [--scheme f16|s8|s4|s2] [--threads N]
-      Converts a GGUF model into a pack directory (default scheme s4).
+  convert IN.gguf|FIRST-SHARD OUT_DIR [--scheme auto|f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
+        [--threads N]
+      Converts a GGUF model into a pack directory. --scheme auto (the default) picks the scheme that adds
+      the least error to the source's experts: s4 for f32, f16, bf16, q4_0, q4_1, q4_K, q3_K and q2_K,
+      s8 for q5_0, q5_1, q5_K, q6_K and q8_0 (the most precise one any expert tensor needs). --dense-type stores the dense
+      weight matrices (attention, embeddings, output) as f16, bf16 or q8_0 instead of the source's type
+      (keep, the default); norms and the router are copied as they are.
   validate DIR [--quick] [--threads N]
       Checks a pack; --quick skips the per-expert checksums. Exit status 1 when it finds problems.
   inspect DIR|FILE.gguf
@@ -117,9 +123,11 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
   if (!dense_type.ok()) return UsageError(io, absl::StrCat("--type: ", dense_type.status().message()));
   absl::StatusOr<gguf::GgmlType> expert_type = packtool::ParseSynthType(options.expert_type);
   if (!expert_type.ok()) return UsageError(io, absl::StrCat("--expert-type: ", expert_type.status().message()));
-  absl::StatusOr<kernels::Scheme> scheme = kernels::ParseScheme(options.scheme);
+  // auto: s4, what convert picks for the float weights synth makes.
+  absl::StatusOr<kernels::Scheme> scheme =
+      kernels::ParseScheme(options.scheme == "auto" ? std::string("s4") : options.scheme);
   if (!scheme.ok()) {
-    return UsageError(io, absl::StrCat("--scheme: unknown '", options.scheme, "'; expected f16, s8, s4 or s2"));
+    return UsageError(io, absl::StrCat("--scheme: unknown '", options.scheme, "'; expected auto, f16, s8, s4 or s2"));
   }
   synth.dense_type = *dense_type;
   synth.expert_type = *expert_type;
@@ -162,15 +170,19 @@ int RunConvert(const std::vector<std::string>& args, const PackCliOptions& optio
                   &exit_code)) {
     return exit_code;
   }
-  if (!kernels::ParseScheme(options.scheme).ok()) {
-    return UsageError(io, absl::StrCat("--scheme: unknown '", options.scheme, "'; expected f16, s8, s4 or s2"));
+  if (absl::Status s = packtool::ParseSchemeChoice(options.scheme, "--scheme").status(); !s.ok()) {
+    return UsageError(io, std::string(s.message()));
   }
   if (absl::Status s = packtool::CheckThreads(options.threads, "--threads"); !s.ok()) return UsageError(io, std::string(s.message()));
+  if (absl::Status s = packtool::ParseDenseTarget(options.dense_type, "--dense-type").status(); !s.ok()) {
+    return UsageError(io, std::string(s.message()));
+  }
   v1::ConvertRequest request;
   request.set_input(args[1]);
   request.set_output_dir(args[2]);
   request.set_scheme(options.scheme);
   request.set_threads(static_cast<uint32_t>(options.threads));
+  request.set_dense_type(options.dense_type);
 
   std::unique_ptr<PackToolBackend> backend = MakeBackend(options);
   ProgressPrinter printer(io.err, io.err_is_terminal);

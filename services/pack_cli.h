@@ -36,8 +36,11 @@ struct PackCliOptions {
   bool exact_quantize = false;  // with pack_only: quantize f32 weights (slow) instead of random codes
 
   // synth --pack-only and convert
-  std::string scheme = "s4";
+  std::string scheme = "auto";  // convert: from the source's expert types; synth --pack-only: s4
   int threads = 0;  // 0: all cores (or the server's default)
+
+  // convert
+  std::string dense_type = "keep";  // dense weight matrices: keep, f16, bf16 or q8_0
 
   // validate
   bool quick = false;

@@ -1,6 +1,7 @@
 #include "services/packtool_backend.h"
 
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -12,6 +13,7 @@
 #include "kernels/format/scheme.h"
 #include "packtool/convert.h"
 #include "packtool/inspect.h"
+#include "packtool/source_scheme.h"
 #include "packtool/validate.h"
 #include "services/cancel_watcher.h"
 #include "services/grpc_status.h"
@@ -28,16 +30,20 @@ class LocalBackend final : public PackToolBackend {
  public:
   absl::StatusOr<v1::ConvertProgress> Convert(const v1::ConvertRequest& request, const ProgressFn& progress,
                                               const std::atomic<bool>* cancel) override {
-    absl::StatusOr<kernels::Scheme> scheme = kernels::ParseScheme(request.scheme());
-    if (!scheme.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("scheme: unknown '", request.scheme(), "'; expected f16, s8, s4 or s2"));
-    }
+    absl::StatusOr<std::optional<kernels::Scheme>> choice = packtool::ParseSchemeChoice(request.scheme(), "scheme");
+    if (!choice.ok()) return choice.status();
+    absl::StatusOr<kernels::Scheme> scheme =
+        choice->has_value() ? **choice : packtool::DefaultSchemeForModel(request.input());
+    if (!scheme.ok()) return scheme.status();
+    absl::StatusOr<packtool::DenseTarget> dense_type = packtool::ParseDenseTarget(
+        request.dense_type().empty() ? "keep" : request.dense_type(), "dense_type");
+    if (!dense_type.ok()) return dense_type.status();
     packtool::ConvertOptions options;
     options.input = request.input();
     options.output_dir = request.output_dir();
     options.scheme = *scheme;
     options.threads = static_cast<int>(request.threads());
+    options.dense_type = *dense_type;
     packtool::ConvertProgress last;
     bool have_last = false;
     absl::StatusOr<pack::v1::Manifest> manifest = packtool::ConvertGguf(

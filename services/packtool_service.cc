@@ -14,6 +14,7 @@
 #include "packtool/convert.h"
 #include "packtool/inspect.h"
 #include "packtool/pack_writer.h"
+#include "packtool/source_scheme.h"
 #include "packtool/validate.h"
 #include "services/grpc_status.h"
 #include "services/packtool_protos.h"
@@ -104,8 +105,9 @@ class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress
 
  private:
   void Run() {
-    spdlog::info("convert {} -> {} ({}, {} threads)", options_.input, options_.output_dir,
-                 kernels::SchemeName(options_.scheme), options_.threads);
+    spdlog::info("convert {} -> {} ({}, dense {}, {} threads)", options_.input, options_.output_dir,
+                 kernels::SchemeName(options_.scheme), packtool::DenseTargetName(options_.dense_type),
+                 options_.threads);
     absl::StatusOr<pack::v1::Manifest> manifest = packtool::ConvertGguf(
         options_, [this](const packtool::ConvertProgress& progress) { OnProgress(progress); }, &cancel_);
     if (manifest.ok()) {
@@ -251,15 +253,15 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
   // Beside the output, so inside the root too; the library writes there first.
   const std::string partial = *output + ".partial";
   if (request->scheme().empty()) {
-    return new RefusedConvert(absl::InvalidArgumentError("scheme: is empty; expected f16, s8, s4 or s2"));
+    return new RefusedConvert(absl::InvalidArgumentError("scheme: is empty; expected auto, f16, s8, s4 or s2"));
   }
-  absl::StatusOr<kernels::Scheme> scheme = kernels::ParseScheme(request->scheme());
-  if (!scheme.ok()) {
-    return new RefusedConvert(absl::InvalidArgumentError(
-        absl::StrCat("scheme: unknown '", request->scheme(), "'; expected f16, s8, s4 or s2")));
-  }
+  absl::StatusOr<std::optional<kernels::Scheme>> choice = packtool::ParseSchemeChoice(request->scheme(), "scheme");
+  if (!choice.ok()) return new RefusedConvert(choice.status());
   absl::StatusOr<int> threads = Threads(request->threads());
   if (!threads.ok()) return new RefusedConvert(threads.status());
+  absl::StatusOr<packtool::DenseTarget> dense_type = packtool::ParseDenseTarget(
+      request->dense_type().empty() ? "keep" : request->dense_type(), "dense_type");
+  if (!dense_type.ok()) return new RefusedConvert(dense_type.status());
 
   // While a conversion runs its .partial directory exists, so the claim is checked before existence.
   if (!ClaimOutput(*output)) {
@@ -281,11 +283,18 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
     return new RefusedConvert(refused);
   }
 
+  // "auto": the scheme the source's expert types call for (reads the GGUF's header only).
+  absl::StatusOr<kernels::Scheme> scheme = choice->has_value() ? **choice : packtool::DefaultSchemeForModel(*input);
+  if (!scheme.ok()) {
+    ReleaseOutput(*output);
+    return new RefusedConvert(root_->Relative(scheme.status()));
+  }
   packtool::ConvertOptions options;
   options.input = *std::move(input);
   options.output_dir = *std::move(output);
   options.scheme = *scheme;
   options.threads = *threads;
+  options.dense_type = *dense_type;
   return new ConvertReactor(this, std::move(options));
 }
 

@@ -35,8 +35,11 @@ ABSL_FLAG(std::string, expert_type, "f16", "synth: type of the expert weights in
 ABSL_FLAG(uint64_t, seed, 1, "synth: random seed");
 ABSL_FLAG(std::string, vocab, "", "synth: GGUF file to copy the tokenizer from");
 ABSL_FLAG(bool, pack_only, false, "synth: write a pack directly instead of a GGUF");
-ABSL_FLAG(std::string, scheme, "s4", "convert, synth --pack-only: expert scheme (f16, s8, s4 or s2)");
+ABSL_FLAG(std::string, scheme, "auto",
+          "convert, synth --pack-only: expert scheme (auto, f16, s8, s4 or s2); auto: the one the source's expert "
+          "types call for (synth: s4)");
 ABSL_FLAG(int, threads, 0, "worker threads; 0: all cores (or the server's default)");
+ABSL_FLAG(std::string, dense_type, "keep", "convert: type of the dense weight matrices (keep, f16, bf16 or q8_0)");
 ABSL_FLAG(bool, quick, false, "validate: skip the per-expert checksums");
 ABSL_FLAG(bool, exact_quantize, false,
           "synth --pack-only: make f32 weights and quantize them (slow; reports the quantization error) instead "
@@ -83,6 +86,7 @@ int main(int argc, char** argv) {
   options.pack_only = absl::GetFlag(FLAGS_pack_only);
   options.scheme = absl::GetFlag(FLAGS_scheme);
   options.threads = absl::GetFlag(FLAGS_threads);
+  options.dense_type = absl::GetFlag(FLAGS_dense_type);
   options.quick = absl::GetFlag(FLAGS_quick);
   options.exact_quantize = absl::GetFlag(FLAGS_exact_quantize);
 

@@ -12,11 +12,32 @@
 
 namespace strata::kernels {
 
+enum class CpuPath : uint8_t;  // role_gemv.h
+
+// The error of a quantization against the f32 weights, summed in double: rel_rms = sqrt(err2 / ref2).
+struct QuantizeError {
+  double err2 = 0;     // sum of (w - decoded)^2
+  double ref2 = 0;     // sum of w^2
+  double max_abs = 0;  // largest |w - decoded|
+  void Merge(const QuantizeError& o) {
+    err2 += o.err2;
+    ref2 += o.ref2;
+    max_abs = max_abs > o.max_abs ? max_abs : o.max_abs;
+  }
+};
+
 // Quantizes a row-major rows x cols f32 matrix into `dst` (RoleBytes bytes). Scales are chosen per group
-// to minimise squared error (a small search over candidate scales, refined by least squares for s4 and
-// s2). Thread-safe and single-threaded: some 50 ns a weight for s4 and s2, so converters split a model's
-// roles across threads. Weights must be finite.
-void QuantizeRole(Scheme scheme, const float* src, int64_t rows, int64_t cols, uint8_t* dst);
+// to minimise squared error (a search over candidate scales, refined by least squares for s4 and s2; the
+// exact operations are in quantize_fit.h). When `error` is set, the error of the decoded role against `src`
+// (what DequantizeRole would give) is added to it, computed in the same pass. Runs on the fastest CPU path;
+// every path writes the same bytes. Thread-safe and single-threaded: converters split a model's roles across
+// threads. Weights must be finite.
+void QuantizeRole(Scheme scheme, const float* src, int64_t rows, int64_t cols, uint8_t* dst,
+                  QuantizeError* error = nullptr);
+
+// QuantizeRole on a given path, which must be available (CpuPathAvailable): for tests and benchmarks.
+void QuantizeRoleOnPath(CpuPath path, Scheme scheme, const float* src, int64_t rows, int64_t cols, uint8_t* dst,
+                        QuantizeError* error);
 
 // Decodes a role back to row-major f32.
 void DequantizeRole(Scheme scheme, const uint8_t* src, int64_t rows, int64_t cols, float* dst);

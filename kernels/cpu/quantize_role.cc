@@ -1,7 +1,5 @@
 // QuantizeRole and DequantizeRole for every scheme (layout in scheme.h).
 
-#include <emmintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,229 +7,92 @@
 #include "kernels/format/fp16.h"
 #include "kernels/format/role_layout.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cpu/quantize_fit.h"
+#include "kernels/cpu/role_gemv.h"
 
 namespace strata::kernels {
 namespace {
 
-inline float RoundHalf(float v) { return HalfToFloat(FloatToHalf(v)); }
-
-// A group's fitted scale d (and offset m, affine schemes only) and the squared error of its codes.
-struct GroupFit {
-  float d = 0.0f;
-  float m = 0.0f;
-  double sse = 0.0;
-};
-
-// Codes are assigned by multiplying with a reciprocal and rounding by truncation; the result only has to
-// be deterministic, and weights that are exactly representable still get their own codes.
-
-// Writes four int32 lanes, each already in T's range, to q[0..3].
-template <typename T>
-inline void StoreCodes(__m128i codes, T* q) {
-  alignas(16) int32_t v[4];
-  _mm_store_si128(reinterpret_cast<__m128i*>(v), codes);
-  for (int j = 0; j < 4; ++j) q[j] = static_cast<T>(v[j]);
-}
-
-// The four lanes summed in double, in a fixed order.
-inline double SumLanes(__m128 x) {
-  alignas(16) float p[4];
-  _mm_store_ps(p, x);
-  return (double(p[0]) + p[1]) + (double(p[2]) + p[3]);
-}
-
-// Assigns codes -127..127 for w = d*q (rounding half away from zero) and returns the squared error.
-// SSE2, n a multiple of 4.
-double AssignS8(const float* w, int n, float d, int8_t* q) {
-  const __m128 inv = _mm_set1_ps(d == 0.0f ? 0.0f : 1.0f / d), d4 = _mm_set1_ps(d);
-  const __m128 lo = _mm_set1_ps(-127.0f), hi = _mm_set1_ps(127.0f), half = _mm_set1_ps(0.5f);
-  const __m128 sign_mask = _mm_set1_ps(-0.0f);
-  __m128 sse = _mm_setzero_ps();
-  for (int i = 0; i < n; i += 4) {
-    const __m128 x = _mm_loadu_ps(w + i);
-    const __m128 t = _mm_min_ps(_mm_max_ps(_mm_mul_ps(x, inv), lo), hi);
-    const __m128i qi = _mm_cvttps_epi32(_mm_add_ps(t, _mm_or_ps(half, _mm_and_ps(t, sign_mask))));
-    const __m128 e = _mm_sub_ps(_mm_mul_ps(d4, _mm_cvtepi32_ps(qi)), x);
-    sse = _mm_add_ps(sse, _mm_mul_ps(e, e));
-    StoreCodes(qi, q + i);
-  }
-  return SumLanes(sse);
-}
-
-// s8: symmetric int8, a few candidate scales at and below amax / 127.
-GroupFit FitS8(const float* w, int n, uint8_t* q_out) {
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(w[i]));
-  GroupFit best;
-  best.sse = -1.0;
-  int8_t q[64];
-  for (int k = 0; k < 8; ++k) {
-    const float d = RoundHalf(amax / 127.0f * (1.0f - 0.004f * static_cast<float>(k)));
-    const double sse = AssignS8(w, n, d, q);
-    if (best.sse < 0.0 || sse < best.sse) {
-      best = {d, 0.0f, sse};
-      std::memcpy(q_out, q, n);
+// Writes the codes of `count` consecutive groups, starting at flat group index `first` (row-major over
+// rows x cols / group), into their places in the role, and their scale records. A group covers whole chunks
+// (Group is a multiple of ChunkCols), so each code byte is made from one group's codes and assigned whole.
+template <Scheme S>
+void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const float* d, const float* m,
+                const uint8_t* codes, uint8_t* dst) {
+  constexpr int64_t kGroup = layout::Group(S), kChunkCols = layout::ChunkCols(S);
+  constexpr int kBits = layout::CodeBits(S), kPerByte = layout::CodesPerByte(S);
+  constexpr unsigned kMask = (1u << kBits) - 1;
+  static_assert(kGroup % kChunkCols == 0);
+  const int64_t groups_per_row = cols / kGroup;
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t r = (first + k) / groups_per_row, g = (first + k) % groups_per_row;
+    const uint8_t* q = codes + k * kGroup;
+    // (r, g * kGroup) starts a chunk: its byte holds code 0 at shift 0; the group's chunks follow.
+    uint8_t* chunk = dst + layout::CodePosition(S, cols, r, g * kGroup).byte;
+    for (int64_t c = 0; c < kGroup / kChunkCols; ++c, chunk += layout::kChunkBytes, q += kChunkCols) {
+      for (int j = 0; j < 4; ++j) {
+        unsigned byte = 0;
+        for (int p = 0; p < kPerByte; ++p) byte |= (q[4 * p + j] & kMask) << (p * kBits);
+        chunk[j] = static_cast<uint8_t>(byte);
+      }
     }
+    const int64_t off = layout::ScaleOffset(S, rows, cols, r, g);
+    StoreHalf(FloatToHalf(d[k]), dst + off);
+    if constexpr (S == Scheme::kS4) StoreHalf(FloatToHalf(m[k]), dst + off + layout::kMinOffsetInRecord);
   }
-  return best;
 }
 
-// Assigns codes 0..15 for w = d*q + m and returns the squared error.
-// Four weights at a time with SSE2 (part of x86-64); n is a multiple of 4.
-double AssignS4(const float* w, int n, float d, float m, uint8_t* q) {
-  const __m128 inv = _mm_set1_ps(d == 0.0f ? 0.0f : 1.0f / d), d4 = _mm_set1_ps(d), m4 = _mm_set1_ps(m);
-  const __m128 lo = _mm_setzero_ps(), hi = _mm_set1_ps(15.0f), half = _mm_set1_ps(0.5f);
-  __m128 sse = _mm_setzero_ps();
-  for (int i = 0; i < n; i += 4) {
-    const __m128 x = _mm_loadu_ps(w + i);
-    const __m128 t = _mm_min_ps(_mm_max_ps(_mm_mul_ps(_mm_sub_ps(x, m4), inv), lo), hi);
-    const __m128i qi = _mm_cvttps_epi32(_mm_add_ps(t, half));
-    const __m128 e = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(d4, _mm_cvtepi32_ps(qi)), m4), x);
-    sse = _mm_add_ps(sse, _mm_mul_ps(e, e));
-    StoreCodes(qi, q + i);
-  }
-  return SumLanes(sse);
-}
-
-// s4: affine; candidates from shrunken min/max ranges, each refined by a least-squares fit of d and m to
-// its codes, all with d and m rounded to half.
-GroupFit FitS4(const float* w, int n, uint8_t* q_out) {
-  float lo = w[0], hi = w[0];
-  for (int i = 1; i < n; ++i) {
-    lo = std::min(lo, w[i]);
-    hi = std::max(hi, w[i]);
-  }
-  GroupFit best;
-  uint8_t q[64];
-  {
-    const float d = RoundHalf((hi - lo) / 15.0f), m = RoundHalf(lo);
-    best = {d, m, AssignS4(w, n, d, m, q_out)};
-  }
-  for (int k = 0; k < 12; ++k) {
-    const float shrink = 0.02f * static_cast<float>(k);
-    const float clo = lo + (hi - lo) * shrink * 0.5f, chi = hi - (hi - lo) * shrink * 0.5f;
-    float d = RoundHalf((chi - clo) / 15.0f), m = RoundHalf(clo);
-    AssignS4(w, n, d, m, q);
-    // Least squares of w ~ d*q + m for these codes.
-    int isq = 0, isqq = 0;
-    float fsw = 0.0f, fsqw = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      isq += q[i];
-      isqq += q[i] * q[i];
-      fsw += w[i];
-      fsqw += static_cast<float>(q[i]) * w[i];
-    }
-    const double sq = isq, sqq = isqq, sw = fsw, sqw = fsqw;
-    const double det = n * sqq - sq * sq;
-    if (det > 0.0) {
-      d = RoundHalf(static_cast<float>((n * sqw - sq * sw) / det));
-      m = RoundHalf(static_cast<float>((sqq * sw - sq * sqw) / det));
-    }
-    if (!(d > 0.0f) || !std::isfinite(m)) continue;
-    const double sse = AssignS4(w, n, d, m, q);
-    if (sse < best.sse) {
-      best = {d, m, sse};
-      std::memcpy(q_out, q, n);
-    }
-  }
-  return best;
-}
-
-// Assigns codes 0..3 for w = d*(2q-3) and returns the squared error.
-// Thresholds at -2d, 0, 2d; the clamp keeps the truncation a floor. SSE2, n a multiple of 4.
-double AssignS2(const float* w, int n, float d, uint8_t* q) {
-  const __m128 inv = _mm_set1_ps(d == 0.0f ? 0.0f : 0.5f / d), d4 = _mm_set1_ps(d);
-  const __m128 lo = _mm_setzero_ps(), hi = _mm_set1_ps(3.0f), two = _mm_set1_ps(2.0f);
-  const __m128i three = _mm_set1_epi32(3);
-  __m128 sse = _mm_setzero_ps();
-  for (int i = 0; i < n; i += 4) {
-    const __m128 x = _mm_loadu_ps(w + i);
-    const __m128i qi = _mm_cvttps_epi32(_mm_min_ps(_mm_max_ps(_mm_add_ps(_mm_mul_ps(x, inv), two), lo), hi));
-    const __m128i level = _mm_sub_epi32(_mm_add_epi32(qi, qi), three);
-    const __m128 e = _mm_sub_ps(_mm_mul_ps(d4, _mm_cvtepi32_ps(level)), x);
-    sse = _mm_add_ps(sse, _mm_mul_ps(e, e));
-    StoreCodes(qi, q + i);
-  }
-  return SumLanes(sse);
-}
-
-// s2: symmetric levels +-d, +-3d; candidate scales from amax/3 down to amax/6, each refined by the
-// least-squares scale for its codes.
-GroupFit FitS2(const float* w, int n, uint8_t* q_out) {
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(w[i]));
-  GroupFit best;
-  {
-    const float d = RoundHalf(amax / 3.0f);
-    best = {d, 0.0f, AssignS2(w, n, d, q_out)};
-  }
-  if (amax == 0.0f) return best;
-  uint8_t q[64];
-  for (int k = 1; k <= 16; ++k) {
-    float d = RoundHalf(amax / (3.0f + 0.1875f * static_cast<float>(k)));
-    if (!(d > 0.0f)) continue;
-    double sse = AssignS2(w, n, d, q);
-    if (sse < best.sse) {
-      best = {d, 0.0f, sse};
-      std::memcpy(q_out, q, n);
-    }
-    float sl = 0.0f;
-    int sll = 0;
-    for (int i = 0; i < n; ++i) {
-      const int l = 2 * q[i] - 3;
-      sl += static_cast<float>(l) * w[i];
-      sll += l * l;
-    }
-    d = RoundHalf(sl / static_cast<float>(sll));
-    if (!(d > 0.0f)) continue;
-    sse = AssignS2(w, n, d, q);
-    if (sse < best.sse) {
-      best = {d, 0.0f, sse};
-      std::memcpy(q_out, q, n);
-    }
-  }
-  return best;
-}
-
-void QuantizeInteger(Scheme s, const float* src, int64_t rows, int64_t cols, uint8_t* dst) {
+void QuantizeInteger(CpuPath path, Scheme s, const float* src, int64_t rows, int64_t cols, uint8_t* dst,
+                     QuantizeError* error) {
   const int64_t group = layout::Group(s);
-  const int bits = layout::CodeBits(s);
+  const int64_t n_groups = rows * cols / group;
   std::memset(dst, 0, layout::CodesBytes(s, rows, cols));
-  uint8_t q[64];
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t g = 0; g < cols / group; ++g) {
-      const float* w = src + r * cols + g * group;
-      GroupFit fit;
-      switch (s) {
-        case Scheme::kS8:
-          fit = FitS8(w, static_cast<int>(group), q);
-          break;
-        case Scheme::kS4:
-          fit = FitS4(w, static_cast<int>(group), q);
-          break;
-        default:
-          fit = FitS2(w, static_cast<int>(group), q);
-          break;
-      }
-      for (int64_t i = 0; i < group; ++i) {
-        const layout::CodePos pos = layout::CodePosition(s, cols, r, g * group + i);
-        dst[pos.byte] |= static_cast<uint8_t>((q[i] & ((1u << bits) - 1)) << pos.shift);
-      }
-      const int64_t off = layout::ScaleOffset(s, rows, cols, r, g);
-      StoreHalf(FloatToHalf(fit.d), dst + off);
-      if (s == Scheme::kS4) StoreHalf(FloatToHalf(fit.m), dst + off + layout::kMinOffsetInRecord);
+  constexpr int64_t kChunk = 256;  // groups fitted, then packed, at a time (a multiple of every SIMD batch)
+  float d[kChunk], m[kChunk];
+  uint8_t codes[kChunk * 64];
+  for (int64_t first = 0; first < n_groups; first += kChunk) {
+    const int64_t count = std::min(kChunk, n_groups - first);
+    const float* w = src + first * group;
+    int64_t done = 0;
+    if (path == CpuPath::kAvx512) done = internal::FitGroupsAvx512(s, w, count, d, m, codes, error);
+    if (path == CpuPath::kAvx2) done = internal::FitGroupsAvx2(s, w, count, d, m, codes, error);
+    internal::FitGroupsScalar(s, w + done * group, count - done, d + done, m + done, codes + done * group, error);
+    switch (s) {
+      case Scheme::kS8:
+        PackGroups<Scheme::kS8>(rows, cols, first, count, d, m, codes, dst);
+        break;
+      case Scheme::kS4:
+        PackGroups<Scheme::kS4>(rows, cols, first, count, d, m, codes, dst);
+        break;
+      default:
+        PackGroups<Scheme::kS2>(rows, cols, first, count, d, m, codes, dst);
+        break;
     }
   }
 }
 
 }  // namespace
 
-void QuantizeRole(Scheme scheme, const float* src, int64_t rows, int64_t cols, uint8_t* dst) {
+void QuantizeRoleOnPath(CpuPath path, Scheme scheme, const float* src, int64_t rows, int64_t cols, uint8_t* dst,
+                        QuantizeError* error) {
+  QuantizeError local;
+  if (error == nullptr) error = &local;
   if (scheme == Scheme::kF16) {
-    for (int64_t i = 0; i < rows * cols; ++i) StoreHalf(FloatToHalf(src[i]), dst + 2 * i);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const uint16_t h = FloatToHalf(src[i]);
+      StoreHalf(h, dst + 2 * i);
+      const double w = src[i], e = w - HalfToFloat(h);
+      error->err2 += e * e;
+      error->ref2 += w * w;
+      error->max_abs = std::max(error->max_abs, std::fabs(e));
+    }
     return;
   }
-  QuantizeInteger(scheme, src, rows, cols, dst);
+  QuantizeInteger(path, scheme, src, rows, cols, dst, error);
+}
+
+void QuantizeRole(Scheme scheme, const float* src, int64_t rows, int64_t cols, uint8_t* dst, QuantizeError* error) {
+  QuantizeRoleOnPath(BestCpuPath(), scheme, src, rows, cols, dst, error);
 }
 
 void DequantizeRole(Scheme scheme, const uint8_t* src, int64_t rows, int64_t cols, float* dst) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/gguf/gguf_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/packtool_backend.h"
@@ -99,6 +100,13 @@ TEST_F(PackCliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "--threads: 5000 is not in 0 .. 1024");
   EXPECT_FALSE(fs::exists(root_ + "/out.partial"));
+
+  options = PackCliOptions();
+  options.dense_type = "f8";
+  run = RunCli({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "--dense-type: unknown 'f8'; expected keep, f16, bf16 or q8_0");
+  EXPECT_FALSE(fs::exists(root_ + "/out.partial"));
 }
 
 TEST_F(PackCliTest, SynthUsageErrors) {
@@ -173,6 +181,27 @@ TEST_F(PackCliTest, ConvertPrintsProgressLinesAndTheErrorTable) {
   for (const char* role : {"gate", "up", "down"}) EXPECT_THAT(run.out, HasSubstr(absl::StrCat("  ", role, " ")));
   EXPECT_THAT(run.out, HasSubstr("scheme s2"));
   EXPECT_TRUE(fs::is_directory(root_ + "/out"));
+}
+
+TEST_F(PackCliTest, ConvertPicksTheSchemeFromTheSourceByDefault) {
+  PackCliOptions options;
+  EXPECT_EQ(options.scheme, "auto");
+  options.threads = 2;
+  const CliRun run = RunCli({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("scheme s4"));  // the shared tiny model has f16 experts
+}
+
+TEST_F(PackCliTest, ConvertWithADenseTypeListsTheDenseErrorInTheTable) {
+  PackCliOptions options;
+  options.dense_type = "bf16";
+  options.threads = 2;
+  const CliRun run = RunCli({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("  dense "));
+  auto dense = gguf::GgufFile::Open(root_ + "/out/dense.gguf");
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_EQ((*dense)->FindTensor("output.weight")->type, gguf::GgmlType::kBF16);
 }
 
 TEST_F(PackCliTest, ConvertFailureIsOneLineAndExitsOne) {

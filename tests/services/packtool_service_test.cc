@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/gguf/gguf_file.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "grpcpp/client_context.h"
@@ -54,8 +55,9 @@ ConvertResult RunConvert(v1::PackTool::Stub& stub, const v1::ConvertRequest& req
 }
 
 v1::ConvertRequest MakeConvert(const std::string& input, const std::string& output, const std::string& scheme = "s4",
-                               uint32_t threads = 0) {
+                               uint32_t threads = 0, const std::string& dense_type = "") {
   v1::ConvertRequest request;
+  request.set_dense_type(dense_type);
   request.set_input(input);
   request.set_output_dir(output);
   request.set_scheme(scheme);
@@ -138,6 +140,36 @@ TEST_F(PackToolServiceTest, ConvertStreamsProgressAndEndsWithTheManifest) {
   v1::ValidateReport report;
   ASSERT_TRUE(RunValidate(server_->stub(), "packs/tiny-s4", &report).ok());
   EXPECT_TRUE(report.ok());
+}
+
+TEST_F(PackToolServiceTest, ConvertStoresTheDenseWeightsInTheTypeAsked) {
+  const ConvertResult result =
+      RunConvert(server_->stub(), MakeConvert("tiny.gguf", "packs/tiny-q8", "s4", 1, "q8_0"));
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_FALSE(result.messages.empty());
+  const pack::v1::Manifest& manifest = result.messages.back().manifest();
+  ASSERT_EQ(manifest.quant_error_size(), 4);
+  EXPECT_EQ(manifest.quant_error(3).role(), "dense");
+  EXPECT_GT(manifest.quant_error(3).rel_rms(), 0.0);
+  auto dense = gguf::GgufFile::Open(root_ + "/packs/tiny-q8/dense.gguf");
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  const gguf::TensorInfo* wq = (*dense)->FindTensor("blk.0.attn_q.weight");
+  ASSERT_NE(wq, nullptr);
+  EXPECT_EQ(wq->type, gguf::GgmlType::kQ8_0);
+}
+
+TEST_F(PackToolServiceTest, AutoPicksTheSchemeTheSourceExpertsCallFor) {
+  const ConvertResult result = RunConvert(server_->stub(), MakeConvert("tiny.gguf", "packs/tiny-auto", "auto", 1));
+  ASSERT_TRUE(result.status.ok()) << result.status.error_message();
+  ASSERT_FALSE(result.messages.empty());
+  EXPECT_EQ(result.messages.back().manifest().scheme(), "s4");  // f16 experts
+  // A file that is no model is refused before anything is written, named as the client gave it.
+  std::ofstream(root_ + "/junk.gguf") << "not a gguf";
+  const ConvertResult junk = RunConvert(server_->stub(), MakeConvert("junk.gguf", "packs/junk", "auto", 1));
+  EXPECT_EQ(junk.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << junk.status.error_message();
+  EXPECT_THAT(junk.status.error_message(), HasSubstr("junk.gguf"));
+  EXPECT_THAT(junk.status.error_message(), Not(HasSubstr(root_)));
+  EXPECT_FALSE(fs::exists(root_ + "/packs/junk.partial"));
 }
 
 TEST_F(PackToolServiceTest, ValidateGoodPack) {
@@ -268,6 +300,7 @@ TEST_F(PackToolServiceTest, BadArgumentsNameTheField) {
       {MakeConvert("tiny.gguf", "packs/x", "s3"), grpc::StatusCode::INVALID_ARGUMENT, "scheme"},
       {MakeConvert("tiny.gguf", "packs/x", ""), grpc::StatusCode::INVALID_ARGUMENT, "scheme"},
       {MakeConvert("tiny.gguf", "packs/x", "s4", 100000), grpc::StatusCode::INVALID_ARGUMENT, "threads"},
+      {MakeConvert("tiny.gguf", "packs/x", "s4", 0, "q4_0"), grpc::StatusCode::INVALID_ARGUMENT, "dense_type: unknown 'q4_0'"},
       {MakeConvert("missing.gguf", "packs/x"), grpc::StatusCode::NOT_FOUND, "input"},
       {MakeConvert("tiny.gguf", "packs/existing"), grpc::StatusCode::ALREADY_EXISTS, "output_dir"},
       {MakeConvert("tiny.gguf", "tiny-pack"), grpc::StatusCode::ALREADY_EXISTS, "output_dir"},

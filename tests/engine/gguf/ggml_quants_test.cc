@@ -37,6 +37,21 @@ class Rng {
   std::mt19937 gen_;
 };
 
+// F16 decodes every half (NaNs, infinities, subnormals, both zeros) to exactly HalfToFloat's bits.
+TEST(GgufQuants, F16DecodesEveryHalfAsHalfToFloat) {
+  std::vector<uint8_t> halves(2 * 65536);
+  for (uint32_t h = 0; h < 65536; ++h) {
+    halves[2 * h] = static_cast<uint8_t>(h);
+    halves[2 * h + 1] = static_cast<uint8_t>(h >> 8);
+  }
+  std::vector<float> got(65536);
+  ASSERT_TRUE(Dequantize(GgmlType::kF16, halves.data(), got.data(), 65536).ok());
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float want = HalfToFloat(static_cast<uint16_t>(h));
+    ASSERT_EQ(0, std::memcmp(&want, &got[h], sizeof(float))) << "half 0x" << std::hex << h;
+  }
+}
+
 TEST(GgufQuants, Q4_0HandBlock) {
   std::vector<uint8_t> b(18, 0x88);  // every quant 8 -> 0
   PutHalf(b, 0, 0.5f);

@@ -1,0 +1,177 @@
+// The scalar fits: the reference every SIMD fit matches bit for bit (the operations are defined in
+// quantize_fit.h). Compiled with -ffp-contract=off.
+
+#include "kernels/cpu/quantize_fit.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace strata::kernels::internal {
+namespace {
+
+inline float Inverse(float d) { return d == 0.0f ? 0.0f : 1.0f / d; }
+
+inline int32_t CodeS8(float x, float inv) {
+  const float t = MinPs(MaxPs(x * inv, -127.0f), 127.0f);
+  return CvttPs(t + std::copysign(0.5f, t));
+}
+inline int32_t CodeS4(float x, float inv, float m) { return CvttPs(MinPs(MaxPs((x - m) * inv, 0.0f), 15.0f) + 0.5f); }
+inline int32_t CodeS2(float x, float inv) { return CvttPs(MinPs(MaxPs(x * inv + 2.0f, 0.0f), 3.0f)); }
+
+// Decoded values, as DequantizeRole computes them.
+inline float DecodeS8(float d, int32_t q) { return d * static_cast<float>(q); }
+inline float DecodeS4(float d, float m, int32_t q) { return d * static_cast<float>(q) + m; }
+inline float DecodeS2(float d, int32_t q) { return d * static_cast<float>(2 * q - 3); }
+
+float SseS8(const float* w, int n, float d) {
+  const float inv = Inverse(d);
+  float sse = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float e = DecodeS8(d, CodeS8(w[i], inv)) - w[i];
+    sse = sse + e * e;
+  }
+  return sse;
+}
+
+float SseS4(const float* w, int n, float d, float m) {
+  const float inv = Inverse(d);
+  float sse = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float e = DecodeS4(d, m, CodeS4(w[i], inv, m)) - w[i];
+    sse = sse + e * e;
+  }
+  return sse;
+}
+
+float SseS2(const float* w, int n, float d) {
+  const float inv = d == 0.0f ? 0.0f : 0.5f / d;
+  float sse = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float e = DecodeS2(d, CodeS2(w[i], inv)) - w[i];
+    sse = sse + e * e;
+  }
+  return sse;
+}
+
+void AddError(double w, double back, QuantizeError* error) {
+  const double e = w - back;
+  error->err2 += e * e;
+  error->ref2 += w * w;
+  error->max_abs = std::max(error->max_abs, std::fabs(e));
+}
+
+void FitS8(const float* w, int n, float* d_out, uint8_t* codes, QuantizeError* error) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = MaxPs(amax, std::fabs(w[i]));
+  float best_d = 0.0f, best_sse = 0.0f;
+  for (int k = 0; k < kS8Candidates; ++k) {
+    const float d = RoundHalf(amax / 127.0f * S8Factor(k));
+    const float sse = SseS8(w, n, d);
+    if (k == 0 || sse < best_sse) best_d = d, best_sse = sse;
+  }
+  const float inv = Inverse(best_d);
+  for (int i = 0; i < n; ++i) {
+    const int32_t q = CodeS8(w[i], inv);
+    codes[i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    AddError(w[i], DecodeS8(best_d, q), error);
+  }
+  *d_out = best_d;
+}
+
+void FitS4(const float* w, int n, float* d_out, float* m_out, uint8_t* codes, QuantizeError* error) {
+  float lo = w[0], hi = w[0], sum_w = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    lo = MinPs(lo, w[i]);
+    hi = MaxPs(hi, w[i]);
+    sum_w = sum_w + w[i];
+  }
+  float best_d = RoundHalf((hi - lo) / 15.0f), best_m = RoundHalf(lo);
+  float best_sse = SseS4(w, n, best_d, best_m);
+  for (int k = 0; k < kS4Candidates; ++k) {
+    const float cut = (hi - lo) * S4Shrink(k) * 0.5f;
+    const float clo = lo + cut, chi = hi - cut;
+    float d = RoundHalf((chi - clo) / 15.0f), m = RoundHalf(clo);
+    const float inv = Inverse(d);
+    int32_t sum_q = 0, sum_qq = 0;
+    float sum_qw = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      const int32_t q = CodeS4(w[i], inv, m);
+      sum_q += q;
+      sum_qq += q * q;
+      sum_qw = sum_qw + static_cast<float>(q) * w[i];
+    }
+    SolveAffine(n, sum_q, sum_qq, sum_w, sum_qw, &d, &m);
+    d = RoundHalf(d);
+    m = RoundHalf(m);
+    if (!(d > 0.0f) || !(std::fabs(m) < INFINITY)) continue;
+    const float sse = SseS4(w, n, d, m);
+    if (sse < best_sse) best_d = d, best_m = m, best_sse = sse;
+  }
+  const float inv = Inverse(best_d);
+  for (int i = 0; i < n; ++i) {
+    const int32_t q = CodeS4(w[i], inv, best_m);
+    codes[i] = static_cast<uint8_t>(q);
+    AddError(w[i], DecodeS4(best_d, best_m, q), error);
+  }
+  *d_out = best_d;
+  *m_out = best_m;
+}
+
+void FitS2(const float* w, int n, float* d_out, uint8_t* codes, QuantizeError* error) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = MaxPs(amax, std::fabs(w[i]));
+  float best_d = RoundHalf(amax / 3.0f);
+  float best_sse = SseS2(w, n, best_d);
+  for (int k = 1; k <= kS2Candidates; ++k) {
+    const float d = RoundHalf(amax / S2Divisor(k));
+    if (!(d > 0.0f)) continue;
+    const float inv = 0.5f / d;
+    float sse = 0.0f, sum_lw = 0.0f;
+    int32_t sum_ll = 0;
+    for (int i = 0; i < n; ++i) {
+      const int32_t q = CodeS2(w[i], inv);
+      const float e = DecodeS2(d, q) - w[i];
+      sse = sse + e * e;
+      const int32_t l = 2 * q - 3;
+      sum_lw = sum_lw + static_cast<float>(l) * w[i];
+      sum_ll += l * l;
+    }
+    if (sse < best_sse) best_d = d, best_sse = sse;
+    const float refined = RoundHalf(sum_lw / static_cast<float>(sum_ll));
+    if (!(refined > 0.0f)) continue;
+    const float refined_sse = SseS2(w, n, refined);
+    if (refined_sse < best_sse) best_d = refined, best_sse = refined_sse;
+  }
+  const float inv = best_d == 0.0f ? 0.0f : 0.5f / best_d;
+  for (int i = 0; i < n; ++i) {
+    const int32_t q = CodeS2(w[i], inv);
+    codes[i] = static_cast<uint8_t>(q);
+    AddError(w[i], DecodeS2(best_d, q), error);
+  }
+  *d_out = best_d;
+}
+
+}  // namespace
+
+void FitGroupsScalar(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
+                     QuantizeError* error) {
+  const int n = static_cast<int>(layout::Group(s));
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const float* wg = w + g * n;
+    uint8_t* cg = codes + g * n;
+    m[g] = 0.0f;
+    switch (s) {
+      case Scheme::kS8:
+        FitS8(wg, n, &d[g], cg, error);
+        break;
+      case Scheme::kS4:
+        FitS4(wg, n, &d[g], &m[g], cg, error);
+        break;
+      default:
+        FitS2(wg, n, &d[g], cg, error);
+        break;
+    }
+  }
+}
+
+}  // namespace strata::kernels::internal

@@ -1,0 +1,76 @@
+#ifndef STRATA_KERNELS_CPU_QUANTIZE_FIT_H_
+#define STRATA_KERNELS_CPU_QUANTIZE_FIT_H_
+
+// The per-group fits behind QuantizeRole on each CPU path; private to kernels/cpu.
+//
+// A fit takes `n_groups` groups of Group(s) weights laid one after another and writes, for group g, its
+// scale d[g], its offset m[g] (s4; 0 for the other schemes) and its codes codes[g * Group(s) + i] (s8: the
+// int8 code's byte), and adds the error of every weight against its decoded value d * code + m to *error.
+//
+// Every path computes the same d, m and codes bit for bit: a group's search is one sequence of IEEE float
+// operations, done in the same order whether the group runs alone (scalar) or in one lane of a SIMD
+// register (each lane one group), and the files that hold them are compiled with -ffp-contract=off so that
+// no multiply-add is fused. The operations below are the definition; the SIMD paths follow them lane-wise.
+//
+// s8 (group 32): amax = max |w|; for k = 0..7 the scale d_k = half(amax / 127 * (1 - 0.004 k)); the first
+//   with the least squared error wins.
+// s4 (group 32): the range [lo, hi] gives (d, m) = half((hi - lo) / 15), half(lo); then for k = 0..11 the
+//   range shrunk by 2k% gives codes whose least-squares (d, m) (rounded to half) is a candidate; the least
+//   squared error wins, ties to the earlier.
+// s2 (group 64): d = half(amax / 3); then for k = 1..16 d_k = half(amax / (3 + 0.1875 k)) and the
+//   least-squares scale of d_k's codes are candidates; the least squared error wins, ties to the earlier.
+// The squared error that decides is summed in float, weight by weight in order; the error reported in
+// *error is summed in double.
+
+#include <emmintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/quantize.h"
+#include "kernels/format/fp16.h"
+#include "kernels/format/role_layout.h"
+#include "kernels/format/scheme.h"
+
+namespace strata::kernels::internal {
+
+void FitGroupsScalar(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
+                     QuantizeError* error);
+
+// The SIMD paths fit the largest multiple of their batch (FitBatchAvx2/Avx512 groups) and return how many
+// groups they did; the caller fits the rest with FitGroupsScalar. Call only where CpuPathAvailable says.
+int64_t FitGroupsAvx2(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
+                      QuantizeError* error);
+int64_t FitGroupsAvx512(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
+                        QuantizeError* error);
+
+// The scalar forms of the SIMD instructions the fits use, with the same results for every input
+// (maxps/minps return the second operand when either is NaN; cvttps2dq gives INT32_MIN for NaN and
+// out-of-range values).
+inline float MaxPs(float a, float b) { return a > b ? a : b; }
+inline float MinPs(float a, float b) { return a < b ? a : b; }
+inline int32_t CvttPs(float x) { return _mm_cvttss_si32(_mm_set_ss(x)); }
+inline float RoundHalf(float v) { return HalfToFloat(FloatToHalf(v)); }
+
+// The least-squares (d, m) of w ~ d * q + m over n weights whose codes have the given sums, before rounding
+// to half; (d, m) unchanged when every code is equal (det <= 0).
+inline void SolveAffine(int n, int32_t sum_q, int32_t sum_qq, float sum_w, float sum_qw, float* d, float* m) {
+  const double sq = sum_q, sqq = sum_qq, sw = sum_w, sqw = sum_qw;
+  const double det = n * sqq - sq * sq;
+  if (det > 0.0) {
+    *d = static_cast<float>((n * sqw - sq * sw) / det);
+    *m = static_cast<float>((sqq * sw - sq * sqw) / det);
+  }
+}
+
+// The s8 candidate scales' factors 1 - 0.004 k and s2's divisors 3 + 0.1875 k, in float.
+inline float S8Factor(int k) { return 1.0f - 0.004f * static_cast<float>(k); }
+inline float S4Shrink(int k) { return 0.02f * static_cast<float>(k); }
+inline float S2Divisor(int k) { return 3.0f + 0.1875f * static_cast<float>(k); }
+inline constexpr int kS8Candidates = 8;   // k = 0..7
+inline constexpr int kS4Candidates = 12;  // k = 0..11, after the full range
+inline constexpr int kS2Candidates = 16;  // k = 1..16, after amax / 3
+
+}  // namespace strata::kernels::internal
+
+#endif  // STRATA_KERNELS_CPU_QUANTIZE_FIT_H_

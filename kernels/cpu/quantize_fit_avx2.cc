@@ -1,0 +1,107 @@
+// The fits with AVX2 (and F16C for the rounding to half): eight groups per register. Compiled with -mavx2
+// -mfma -mf16c -ffp-contract=off; called only where the CPU has them.
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/quantize_fit_simd.h"
+
+namespace strata::kernels::internal {
+namespace {
+
+struct Avx2 {
+  static constexpr int kLanes = 8;
+  using F = __m256;
+  using I = __m256i;
+  using M = __m256;
+
+  static F Load(const float* p) { return _mm256_load_ps(p); }
+  static void Store(float* p, F a) { _mm256_store_ps(p, a); }
+  static void StoreUnaligned(float* p, F a) { _mm256_storeu_ps(p, a); }
+  static void StoreI(int32_t* p, I a) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), a); }
+  static F Set(float v) { return _mm256_set1_ps(v); }
+  static I SetI(int32_t v) { return _mm256_set1_epi32(v); }
+  static F Add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F Sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F Div(F a, F b) { return _mm256_div_ps(a, b); }
+  static F Min(F a, F b) { return _mm256_min_ps(a, b); }
+  static F Max(F a, F b) { return _mm256_max_ps(a, b); }
+  static F Abs(F a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+  static F CopySignHalf(F t) { return _mm256_or_ps(_mm256_set1_ps(0.5f), _mm256_and_ps(t, _mm256_set1_ps(-0.0f))); }
+  static I Cvtt(F a) { return _mm256_cvttps_epi32(a); }
+  static F ToFloat(I a) { return _mm256_cvtepi32_ps(a); }
+  static I AddI(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I SubI(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static I MulI(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static M Lt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static M Gt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
+  static M Eq(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
+  static M And(M a, M b) { return _mm256_and_ps(a, b); }
+  static F Select(M m, F a, F b) { return _mm256_blendv_ps(b, a, m); }  // m ? a : b
+  static F RoundHalf(F a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+
+  // SolveAffine on every lane: the same double operations, four lanes at a time.
+  static void SolveAffine(int n, I sum_q, I sum_qq, F sum_w, F sum_qw, F* d, F* m) {
+    const __m256d nd = _mm256_set1_pd(static_cast<double>(n)), zero = _mm256_setzero_pd();
+    __m128 d_out[2], m_out[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m256d sq = _mm256_cvtepi32_pd(h == 0 ? _mm256_castsi256_si128(sum_q) : _mm256_extracti128_si256(sum_q, 1));
+      const __m256d sqq =
+          _mm256_cvtepi32_pd(h == 0 ? _mm256_castsi256_si128(sum_qq) : _mm256_extracti128_si256(sum_qq, 1));
+      const __m256d sw = _mm256_cvtps_pd(h == 0 ? _mm256_castps256_ps128(sum_w) : _mm256_extractf128_ps(sum_w, 1));
+      const __m256d sqw = _mm256_cvtps_pd(h == 0 ? _mm256_castps256_ps128(sum_qw) : _mm256_extractf128_ps(sum_qw, 1));
+      const __m256d d0 = _mm256_cvtps_pd(h == 0 ? _mm256_castps256_ps128(*d) : _mm256_extractf128_ps(*d, 1));
+      const __m256d m0 = _mm256_cvtps_pd(h == 0 ? _mm256_castps256_ps128(*m) : _mm256_extractf128_ps(*m, 1));
+      const __m256d det = _mm256_sub_pd(_mm256_mul_pd(nd, sqq), _mm256_mul_pd(sq, sq));
+      const __m256d solved_d = _mm256_div_pd(_mm256_sub_pd(_mm256_mul_pd(nd, sqw), _mm256_mul_pd(sq, sw)), det);
+      const __m256d solved_m = _mm256_div_pd(_mm256_sub_pd(_mm256_mul_pd(sqq, sw), _mm256_mul_pd(sq, sqw)), det);
+      const __m256d use = _mm256_cmp_pd(det, zero, _CMP_GT_OQ);
+      d_out[h] = _mm256_cvtpd_ps(_mm256_blendv_pd(d0, solved_d, use));
+      m_out[h] = _mm256_cvtpd_ps(_mm256_blendv_pd(m0, solved_m, use));
+    }
+    *d = _mm256_set_m128(d_out[1], d_out[0]);
+    *m = _mm256_set_m128(m_out[1], m_out[0]);
+  }
+
+  // The error of decoded values against the weights, in double, per lane.
+  struct ErrorSums {
+    __m256d err2[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+    __m256d ref2[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+    __m256d max_abs[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+    void Add(F x, F back) {
+      const __m256d xs[2] = {_mm256_cvtps_pd(_mm256_castps256_ps128(x)), _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))};
+      const __m256d bs[2] = {_mm256_cvtps_pd(_mm256_castps256_ps128(back)),
+                             _mm256_cvtps_pd(_mm256_extractf128_ps(back, 1))};
+      for (int h = 0; h < 2; ++h) {
+        const __m256d e = _mm256_sub_pd(xs[h], bs[h]);
+        err2[h] = _mm256_add_pd(err2[h], _mm256_mul_pd(e, e));
+        ref2[h] = _mm256_add_pd(ref2[h], _mm256_mul_pd(xs[h], xs[h]));
+        max_abs[h] = _mm256_max_pd(max_abs[h], _mm256_andnot_pd(_mm256_set1_pd(-0.0), e));
+      }
+    }
+    void Flush(QuantizeError* error) const {
+      alignas(32) double e[8], r[8], a[8];
+      for (int h = 0; h < 2; ++h) {
+        _mm256_store_pd(e + 4 * h, err2[h]);
+        _mm256_store_pd(r + 4 * h, ref2[h]);
+        _mm256_store_pd(a + 4 * h, max_abs[h]);
+      }
+      for (int i = 0; i < 8; ++i) {
+        error->err2 += e[i];
+        error->ref2 += r[i];
+        error->max_abs = std::max(error->max_abs, a[i]);
+      }
+    }
+  };
+};
+
+}  // namespace
+
+int64_t FitGroupsAvx2(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
+                      QuantizeError* error) {
+  return FitGroupsSimd<Avx2>(s, w, n_groups, d, m, codes, error);
+}
+
+}  // namespace strata::kernels::internal

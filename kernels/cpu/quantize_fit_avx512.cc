@@ -1,0 +1,110 @@
+// The fits with AVX-512 (F, DQ; F16C for the rounding to half): sixteen groups per register. Compiled with
+// the AVX-512 flags and -ffp-contract=off; called only where the CPU has them.
+
+#include <immintrin.h>
+
+// GCC 12 warns inside its own AVX-512 headers (the self-initialised _mm512_undefined_* values, GCC bug
+// 105593) wherever they are inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+
+#include "kernels/cpu/quantize_fit_simd.h"
+
+namespace strata::kernels::internal {
+namespace {
+
+struct Avx512 {
+  static constexpr int kLanes = 16;
+  using F = __m512;
+  using I = __m512i;
+  using M = __mmask16;
+
+  static F Load(const float* p) { return _mm512_load_ps(p); }
+  static void Store(float* p, F a) { _mm512_store_ps(p, a); }
+  static void StoreUnaligned(float* p, F a) { _mm512_storeu_ps(p, a); }
+  static void StoreI(int32_t* p, I a) { _mm512_store_si512(p, a); }
+  static F Set(float v) { return _mm512_set1_ps(v); }
+  static I SetI(int32_t v) { return _mm512_set1_epi32(v); }
+  static F Add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F Sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F Div(F a, F b) { return _mm512_div_ps(a, b); }
+  static F Min(F a, F b) { return _mm512_min_ps(a, b); }
+  static F Max(F a, F b) { return _mm512_max_ps(a, b); }
+  static F Abs(F a) { return _mm512_andnot_ps(_mm512_set1_ps(-0.0f), a); }
+  static F CopySignHalf(F t) { return _mm512_or_ps(_mm512_set1_ps(0.5f), _mm512_and_ps(t, _mm512_set1_ps(-0.0f))); }
+  static I Cvtt(F a) { return _mm512_cvttps_epi32(a); }
+  static F ToFloat(I a) { return _mm512_cvtepi32_ps(a); }
+  static I AddI(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I SubI(I a, I b) { return _mm512_sub_epi32(a, b); }
+  static I MulI(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static M Lt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+  static M Gt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static M Eq(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+  static M And(M a, M b) { return static_cast<M>(a & b); }
+  static F Select(M m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }  // m ? a : b
+  static F RoundHalf(F a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+
+  // SolveAffine on every lane: the same double operations, eight lanes at a time.
+  static void SolveAffine(int n, I sum_q, I sum_qq, F sum_w, F sum_qw, F* d, F* m) {
+    const __m512d nd = _mm512_set1_pd(static_cast<double>(n)), zero = _mm512_setzero_pd();
+    __m256 d_out[2], m_out[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m512d sq = _mm512_cvtepi32_pd(h == 0 ? _mm512_castsi512_si256(sum_q) : _mm512_extracti64x4_epi64(sum_q, 1));
+      const __m512d sqq =
+          _mm512_cvtepi32_pd(h == 0 ? _mm512_castsi512_si256(sum_qq) : _mm512_extracti64x4_epi64(sum_qq, 1));
+      const __m512d sw = _mm512_cvtps_pd(h == 0 ? _mm512_castps512_ps256(sum_w) : _mm512_extractf32x8_ps(sum_w, 1));
+      const __m512d sqw = _mm512_cvtps_pd(h == 0 ? _mm512_castps512_ps256(sum_qw) : _mm512_extractf32x8_ps(sum_qw, 1));
+      const __m512d d0 = _mm512_cvtps_pd(h == 0 ? _mm512_castps512_ps256(*d) : _mm512_extractf32x8_ps(*d, 1));
+      const __m512d m0 = _mm512_cvtps_pd(h == 0 ? _mm512_castps512_ps256(*m) : _mm512_extractf32x8_ps(*m, 1));
+      const __m512d det = _mm512_sub_pd(_mm512_mul_pd(nd, sqq), _mm512_mul_pd(sq, sq));
+      const __m512d solved_d = _mm512_div_pd(_mm512_sub_pd(_mm512_mul_pd(nd, sqw), _mm512_mul_pd(sq, sw)), det);
+      const __m512d solved_m = _mm512_div_pd(_mm512_sub_pd(_mm512_mul_pd(sqq, sw), _mm512_mul_pd(sq, sqw)), det);
+      const __mmask8 use = _mm512_cmp_pd_mask(det, zero, _CMP_GT_OQ);
+      d_out[h] = _mm512_cvtpd_ps(_mm512_mask_blend_pd(use, d0, solved_d));
+      m_out[h] = _mm512_cvtpd_ps(_mm512_mask_blend_pd(use, m0, solved_m));
+    }
+    *d = _mm512_insertf32x8(_mm512_castps256_ps512(d_out[0]), d_out[1], 1);
+    *m = _mm512_insertf32x8(_mm512_castps256_ps512(m_out[0]), m_out[1], 1);
+  }
+
+  struct ErrorSums {
+    __m512d err2[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    __m512d ref2[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    __m512d max_abs[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
+    void Add(F x, F back) {
+      const __m512d xs[2] = {_mm512_cvtps_pd(_mm512_castps512_ps256(x)), _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1))};
+      const __m512d bs[2] = {_mm512_cvtps_pd(_mm512_castps512_ps256(back)),
+                             _mm512_cvtps_pd(_mm512_extractf32x8_ps(back, 1))};
+      for (int h = 0; h < 2; ++h) {
+        const __m512d e = _mm512_sub_pd(xs[h], bs[h]);
+        err2[h] = _mm512_add_pd(err2[h], _mm512_mul_pd(e, e));
+        ref2[h] = _mm512_add_pd(ref2[h], _mm512_mul_pd(xs[h], xs[h]));
+        max_abs[h] = _mm512_max_pd(max_abs[h], _mm512_abs_pd(e));
+      }
+    }
+    void Flush(QuantizeError* error) const {
+      alignas(64) double e[16], r[16], a[16];
+      for (int h = 0; h < 2; ++h) {
+        _mm512_store_pd(e + 8 * h, err2[h]);
+        _mm512_store_pd(r + 8 * h, ref2[h]);
+        _mm512_store_pd(a + 8 * h, max_abs[h]);
+      }
+      for (int i = 0; i < 16; ++i) {
+        error->err2 += e[i];
+        error->ref2 += r[i];
+        error->max_abs = std::max(error->max_abs, a[i]);
+      }
+    }
+  };
+};
+
+}  // namespace
+
+int64_t FitGroupsAvx512(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
+                        QuantizeError* error) {
+  return FitGroupsSimd<Avx512>(s, w, n_groups, d, m, codes, error);
+}
+
+}  // namespace strata::kernels::internal

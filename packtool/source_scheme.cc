@@ -1,0 +1,86 @@
+#include "packtool/source_scheme.h"
+
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/status_macros.h"
+
+namespace strata::packtool {
+namespace {
+
+// Schemes in the order of the precision they keep.
+int Rank(kernels::Scheme s) {
+  switch (s) {
+    case kernels::Scheme::kS2:
+      return 0;
+    case kernels::Scheme::kS4:
+      return 1;
+    case kernels::Scheme::kS8:
+      return 2;
+    default:
+      return 3;
+  }
+}
+
+bool IsExpertTensorName(const std::string& name) {
+  return absl::StartsWith(name, "blk.") &&
+         (absl::EndsWith(name, ".ffn_gate_exps.weight") || absl::EndsWith(name, ".ffn_up_exps.weight") ||
+          absl::EndsWith(name, ".ffn_down_exps.weight"));
+}
+
+}  // namespace
+
+absl::StatusOr<kernels::Scheme> DefaultSchemeFor(gguf::GgmlType type) {
+  switch (type) {
+    case gguf::GgmlType::kF32:
+    case gguf::GgmlType::kF16:
+    case gguf::GgmlType::kBF16:
+    case gguf::GgmlType::kQ4_1:
+    case gguf::GgmlType::kQ4_K:
+    case gguf::GgmlType::kQ3_K:
+    case gguf::GgmlType::kQ2_K:
+      return kernels::Scheme::kS4;
+    case gguf::GgmlType::kQ4_0:
+    case gguf::GgmlType::kQ5_0:
+    case gguf::GgmlType::kQ5_1:
+    case gguf::GgmlType::kQ5_K:
+    case gguf::GgmlType::kQ6_K:
+    case gguf::GgmlType::kQ8_0:
+      return kernels::Scheme::kS8;
+    default:
+      return absl::UnimplementedError(absl::StrCat("expert type ", gguf::TypeName(static_cast<uint32_t>(type)),
+                                                   " is not one Strata decodes"));
+  }
+}
+
+absl::StatusOr<kernels::Scheme> DefaultSchemeForModel(const std::string& input) {
+  ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufModel> model, gguf::GgufModel::Open(input));
+  bool found = false;
+  kernels::Scheme best = kernels::Scheme::kS2;
+  for (const gguf::TensorInfo& t : model->tensors()) {
+    if (!IsExpertTensorName(t.name)) continue;
+    absl::StatusOr<kernels::Scheme> s = DefaultSchemeFor(t.type);
+    if (!s.ok()) return absl::UnimplementedError(absl::StrCat(input, ": tensor '", t.name, "': ", s.status().message()));
+    if (!found || Rank(*s) > Rank(best)) best = *s;
+    found = true;
+  }
+  if (!found) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(input, ": no expert tensors (blk.N.ffn_gate_exps.weight ...): not a MoE model"));
+  }
+  return best;
+}
+
+absl::StatusOr<std::optional<kernels::Scheme>> ParseSchemeChoice(std::string_view name, std::string_view field) {
+  if (name == "auto") return std::optional<kernels::Scheme>();
+  absl::StatusOr<kernels::Scheme> s = kernels::ParseScheme(name);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(field), ": unknown '", std::string(name), "'; expected auto, f16, s8, s4 or s2"));
+  }
+  return std::optional<kernels::Scheme>(*s);
+}
+
+}  // namespace strata::packtool

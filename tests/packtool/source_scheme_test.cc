@@ -1,0 +1,115 @@
+#include "packtool/source_scheme.h"
+
+#include <string>
+#include <vector>
+
+#include "engine/gguf/ggml_types.h"
+#include "engine/gguf/gguf_writer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "packtool/convert.h"
+#include "tests/packtool/packtool_test_util.h"
+#include "tests/testing/test_util.h"
+
+namespace strata::packtool {
+namespace {
+
+using gguf::GgmlType;
+using kernels::Scheme;
+using ::strata::testing::ScratchDir;
+using testing::TinyOptions;
+
+TEST(SourceSchemeTest, EachDecodableTypeMapsToTheSchemeThatHoldsIt) {
+  const std::pair<GgmlType, Scheme> expected[] = {
+      {GgmlType::kF32, Scheme::kS4},  {GgmlType::kF16, Scheme::kS4},  {GgmlType::kBF16, Scheme::kS4},
+      {GgmlType::kQ4_0, Scheme::kS8}, {GgmlType::kQ4_1, Scheme::kS4}, {GgmlType::kQ4_K, Scheme::kS4},
+      {GgmlType::kQ3_K, Scheme::kS4}, {GgmlType::kQ2_K, Scheme::kS4}, {GgmlType::kQ5_0, Scheme::kS8},
+      {GgmlType::kQ5_1, Scheme::kS8}, {GgmlType::kQ5_K, Scheme::kS8}, {GgmlType::kQ6_K, Scheme::kS8},
+      {GgmlType::kQ8_0, Scheme::kS8}};
+  for (const auto& [type, scheme] : expected) {
+    auto got = DefaultSchemeFor(type);
+    ASSERT_TRUE(got.ok()) << gguf::TypeName(static_cast<uint32_t>(type)) << ": " << got.status();
+    EXPECT_EQ(*got, scheme) << gguf::TypeName(static_cast<uint32_t>(type));
+  }
+  EXPECT_THAT(DefaultSchemeFor(static_cast<GgmlType>(39)).status(),
+              StatusIsWith(absl::StatusCode::kUnimplemented, "mxfp4"));
+}
+
+TEST(SourceSchemeTest, AutoOrANamedScheme) {
+  auto choice = ParseSchemeChoice("auto", "--scheme");
+  ASSERT_TRUE(choice.ok());
+  EXPECT_FALSE(choice->has_value());
+  choice = ParseSchemeChoice("s2", "--scheme");
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->value(), Scheme::kS2);
+  EXPECT_THAT(ParseSchemeChoice("s3", "--scheme").status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "--scheme: unknown 's3'; expected auto, f16, s8, s4 or s2"));
+}
+
+// The scheme a model's experts call for, and what converting with it adds: nothing for q4_1 (s4) and q8_0
+// (s8), which they hold exactly, and little for q4_0 (s8).
+TEST(SourceSchemeTest, ModelsGetTheSchemeOfTheirExpertTypesWhichAddsAlmostNoError) {
+  const std::pair<GgmlType, Scheme> cases[] = {
+      {GgmlType::kQ4_0, Scheme::kS8}, {GgmlType::kQ4_1, Scheme::kS4}, {GgmlType::kQ8_0, Scheme::kS8}};
+  for (const auto& [type, scheme] : cases) {
+    ScratchDir dir;
+    const std::string model = dir.Join("m.gguf");
+    ASSERT_THAT(SynthesizeGguf(TinyOptions(model, type)), IsOk());
+    auto chosen = DefaultSchemeForModel(model);
+    ASSERT_TRUE(chosen.ok()) << chosen.status();
+    EXPECT_EQ(*chosen, scheme);
+    ConvertOptions c;
+    c.input = model;
+    c.output_dir = dir.Join("pack");
+    c.scheme = *chosen;
+    c.threads = 2;
+    auto manifest = ConvertGguf(c, nullptr, nullptr);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    for (const auto& e : manifest->quant_error()) {
+      std::printf("%s -> %s: %s rel_rms %.3e\n", std::string(gguf::TypeName(static_cast<uint32_t>(type))).c_str(),
+                  std::string(kernels::SchemeName(scheme)).c_str(), e.role().c_str(), e.rel_rms());
+      if (type == GgmlType::kQ4_0) {
+        EXPECT_LT(e.rel_rms(), 1e-2) << e.role();
+      } else {
+        EXPECT_EQ(e.rel_rms(), 0.0) << gguf::TypeName(static_cast<uint32_t>(type)) << " " << e.role();
+      }
+    }
+  }
+}
+
+// A model whose expert tensors have several types gets the scheme the most precise of them needs; one
+// without experts, or with an expert type Strata cannot decode, is refused by name.
+TEST(SourceSchemeTest, MixedTypesTakeTheMostPreciseAndBadModelsAreNamed) {
+  ScratchDir dir;
+  auto write = [&](const std::string& name, GgmlType down_type, bool experts) {
+    gguf::GgufWriter w;
+    w.SetString("general.architecture", "qwen3moe");
+    const char* roles[3] = {"gate", "up", "down"};
+    for (int r = 0; experts && r < 3; ++r) {
+      const GgmlType type = r == 2 ? down_type : GgmlType::kQ4_1;
+      const std::vector<int64_t> ne = {256, 2, 1};
+      auto bytes = gguf::TensorBytes(type, ne);
+      EXPECT_TRUE(bytes.ok()) << bytes.status();
+      std::vector<uint8_t> data(bytes.ok() ? *bytes : 0, 0);
+      EXPECT_THAT(w.AddTensorData(std::string("blk.0.ffn_") + roles[r] + "_exps.weight", type, ne, data), IsOk());
+    }
+    std::vector<float> norm(32, 1.0f);
+    EXPECT_THAT(w.AddTensorData("output_norm.weight", GgmlType::kF32, {32},
+                                {reinterpret_cast<const uint8_t*>(norm.data()), norm.size() * sizeof(float)}),
+                IsOk());
+    EXPECT_THAT(w.WriteFile(dir.Join(name)), IsOk());
+    return dir.Join(name);
+  };
+  auto mixed = DefaultSchemeForModel(write("mixed.gguf", GgmlType::kQ6_K, true));
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ(*mixed, Scheme::kS8);
+  auto uniform = DefaultSchemeForModel(write("uniform.gguf", GgmlType::kQ4_1, true));
+  ASSERT_TRUE(uniform.ok()) << uniform.status();
+  EXPECT_EQ(*uniform, Scheme::kS4);
+  EXPECT_THAT(DefaultSchemeForModel(write("dense.gguf", GgmlType::kQ4_1, false)).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "no expert tensors"));
+  EXPECT_THAT(DefaultSchemeForModel(dir.Join("missing.gguf")).status(), StatusIsWith(absl::StatusCode::kNotFound, "missing.gguf"));
+}
+
+}  // namespace
+}  // namespace strata::packtool
