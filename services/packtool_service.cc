@@ -32,7 +32,10 @@ bool PathExists(const std::string& path) {
 // Ends a Convert call that was refused before any work started.
 class RefusedConvert final : public grpc::ServerWriteReactor<v1::ConvertProgress> {
  public:
-  explicit RefusedConvert(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  RefusedConvert(const absl::Status& status, PackToolMetrics* metrics) {
+    if (metrics != nullptr) metrics->CountConversion(status);
+    Finish(ToGrpcStatus(status));
+  }
   void OnDone() override { delete this; }
 };
 
@@ -60,6 +63,7 @@ class ValidateReactor final : public grpc::ServerUnaryReactor {
     if (result.ok()) *report_ = ValidationReportToProto(*result);
     if (absl::IsCancelled(result.status())) spdlog::info("{}", std::string(result.status().message()));
     PackToolServiceImpl* const service = service_;
+    if (service->metrics_ != nullptr) service->metrics_->CountValidation(result.status(), result.ok() && !result->ok());
     Finish(ToGrpcStatus(service->data_root().Relative(result.status())));  // the reactor may be gone from here on
     service->JobFinished();
   }
@@ -114,6 +118,7 @@ class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress
       spdlog::warn("convert {}: {}", options_.output_dir, manifest.status().ToString());
     }
     PackToolServiceImpl* const service = service_;
+    if (service->metrics_ != nullptr) service->metrics_->CountConversion(manifest.status());
     service->ReleaseOutput(options_.output_dir);
     Action action;
     grpc::Status status;
@@ -204,7 +209,7 @@ absl::StatusOr<std::unique_ptr<PackToolServiceImpl>> PackToolServiceImpl::Create
     const PackToolServiceOptions& options) {
   RETURN_IF_ERROR(packtool::CheckThreads(options.default_threads, "default threads"));
   ASSIGN_OR_RETURN(std::unique_ptr<DataRoot> root, DataRoot::Create(options.data_root));
-  return std::unique_ptr<PackToolServiceImpl>(new PackToolServiceImpl(std::move(root), options.default_threads));
+  return std::unique_ptr<PackToolServiceImpl>(new PackToolServiceImpl(std::move(root), options.default_threads, options.metrics));
 }
 
 PackToolServiceImpl::~PackToolServiceImpl() {
@@ -242,29 +247,29 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
                                                                             const v1::ConvertRequest* request) {
   // Paths and arguments first: nothing is looked at before every path is known to lie inside the root.
   absl::StatusOr<std::string> input = root_->Resolve(request->input(), "input");
-  if (!input.ok()) return new RefusedConvert(input.status());
+  if (!input.ok()) return new RefusedConvert(input.status(), metrics_);
   absl::StatusOr<std::string> output = root_->Resolve(request->output_dir(), "output_dir");
-  if (!output.ok()) return new RefusedConvert(output.status());
+  if (!output.ok()) return new RefusedConvert(output.status(), metrics_);
   if (*output == root_->path()) {
-    return new RefusedConvert(absl::InvalidArgumentError("output_dir: is the data root itself"));
+    return new RefusedConvert(absl::InvalidArgumentError("output_dir: is the data root itself"), metrics_);
   }
   // Beside the output, so inside the root too; the library writes there first.
   const std::string partial = *output + ".partial";
   if (request->scheme().empty()) {
-    return new RefusedConvert(absl::InvalidArgumentError("scheme: is empty; expected f16, s8, s4 or s2"));
+    return new RefusedConvert(absl::InvalidArgumentError("scheme: is empty; expected f16, s8, s4 or s2"), metrics_);
   }
   absl::StatusOr<kernels::Scheme> scheme = kernels::ParseScheme(request->scheme());
   if (!scheme.ok()) {
     return new RefusedConvert(absl::InvalidArgumentError(
-        absl::StrCat("scheme: unknown '", request->scheme(), "'; expected f16, s8, s4 or s2")));
+        absl::StrCat("scheme: unknown '", request->scheme(), "'; expected f16, s8, s4 or s2")), metrics_);
   }
   absl::StatusOr<int> threads = Threads(request->threads());
-  if (!threads.ok()) return new RefusedConvert(threads.status());
+  if (!threads.ok()) return new RefusedConvert(threads.status(), metrics_);
 
   // While a conversion runs its .partial directory exists, so the claim is checked before existence.
   if (!ClaimOutput(*output)) {
     return new RefusedConvert(absl::AbortedError(
-        absl::StrCat("output_dir: '", request->output_dir(), "' is being converted to by another request")));
+        absl::StrCat("output_dir: '", request->output_dir(), "' is being converted to by another request")), metrics_);
   }
   absl::Status refused;
   if (!PathExists(*input)) {
@@ -278,7 +283,7 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
   }
   if (!refused.ok()) {
     ReleaseOutput(*output);
-    return new RefusedConvert(refused);
+    return new RefusedConvert(refused, metrics_);
   }
 
   packtool::ConvertOptions options;
@@ -299,6 +304,7 @@ grpc::ServerUnaryReactor* PackToolServiceImpl::Validate(grpc::CallbackServerCont
     status = absl::NotFoundError(absl::StrCat("pack_dir: '", request->pack_dir(), "' does not exist"));
   }
   if (!status.ok()) {
+    if (metrics_ != nullptr) metrics_->CountValidation(status, false);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
