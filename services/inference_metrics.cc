@@ -32,6 +32,11 @@ InferenceMetrics::InferenceMetrics(MetricsRegistry* registry, std::function<cons
       inter_token_latency_(registry->AddHistogram("strata_inter_token_latency_seconds",
                                                   "Time between a request's successive tokens",
                                                   ExponentialBuckets(0.001, 2, 14))),
+      prompt_tokens_(registry->AddCounter("strata_prompt_tokens_total", "Prompt tokens of the requests that ended",
+                                          {"api"})),
+      generated_tokens_(registry->AddCounter(
+          "strata_generated_tokens_total", "Tokens generated and sent (rate() of it is the tokens per second)",
+          {"api"})),
       decode_speed_(registry->AddHistogram("strata_request_decode_tokens_per_second",
                                            "Decode speed of each finished request (its tokens after the first)",
                                            ExponentialBuckets(0.5, 2, 14))) {
@@ -49,11 +54,6 @@ InferenceMetrics::InferenceMetrics(MetricsRegistry* registry, std::function<cons
                              stat([](const Stats& s) { return s.queued; }));
   registry->AddGaugeFunction("strata_active_sequences", "Sequences being prefilled or decoded",
                              stat([](const Stats& s) { return s.active; }));
-  registry->AddCounterFunction("strata_prompt_tokens_total", "Prompt tokens processed",
-                               stat([](const Stats& s) { return static_cast<double>(s.prompt_tokens); }));
-  registry->AddCounterFunction("strata_generated_tokens_total",
-                               "Tokens generated (rate() of it is the server's tokens per second)",
-                               stat([](const Stats& s) { return static_cast<double>(s.tokens_generated); }));
   registry->AddCounterFunction("strata_engine_steps_total", "Decode steps the scheduler ran",
                                stat([](const Stats& s) { return static_cast<double>(s.steps); }));
   registry->AddCounterFunction("strata_expert_hits_total", "Routed experts served from VRAM",
@@ -99,8 +99,12 @@ void InferenceMetrics::CountRefused(absl::string_view api, const absl::Status& s
 runtime::GenerateCallbacks InferenceMetrics::Observe(absl::string_view api, runtime::GenerateCallbacks callbacks) {
   auto timing = std::make_shared<RequestTiming>();
   runtime::GenerateCallbacks observed;
-  observed.on_tokens = [this, timing, on_tokens = std::move(callbacks.on_tokens)](const runtime::TokenEvent& event) {
+  Counter& generated = generated_tokens_.WithLabels({std::string(api)});
+  Counter& prompt = prompt_tokens_.WithLabels({std::string(api)});
+  observed.on_tokens = [this, timing, &generated,
+                        on_tokens = std::move(callbacks.on_tokens)](const runtime::TokenEvent& event) {
     if (!event.tokens.empty()) {
+      generated.Increment(static_cast<double>(event.tokens.size()));
       const Clock::time_point now = Clock::now();
       if (!timing->last_token.has_value()) {
         time_to_first_token_.Get().Observe(Seconds(now - timing->submitted));
@@ -113,8 +117,9 @@ runtime::GenerateCallbacks InferenceMetrics::Observe(absl::string_view api, runt
     }
     if (on_tokens) on_tokens(event);
   };
-  observed.on_done = [this, api = std::string(api), on_done = std::move(callbacks.on_done)](
+  observed.on_done = [this, &prompt, api = std::string(api), on_done = std::move(callbacks.on_done)](
                          const runtime::GenerationResult& result) {
+    prompt.Increment(static_cast<double>(result.usage.prompt_tokens));
     if (result.reason == runtime::FinishReason::kCancelled) {
       CountStatus(api, "cancelled");
     } else if (result.reason == runtime::FinishReason::kError) {

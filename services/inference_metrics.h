@@ -2,9 +2,9 @@
 #define STRATA_SERVICES_INFERENCE_METRICS_H_
 
 // The inference server's metrics, shared by its gRPC and HTTP front ends: requests by API and status,
-// time to first token, inter-token latency and per-request decode speed (measured by wrapping a request's
-// engine callbacks), and the engine's own figures read at render time (queue depth, active sequences,
-// tokens in and out, expert hits and misses, bytes over PCIe, KV cache use, load time, pinned arena).
+// prompt and generated tokens, time to first token, inter-token latency and per-request decode speed
+// (measured by wrapping a request's engine callbacks), and the engine's own figures read at render time
+// (queue depth, active sequences, decode steps, expert hits and misses, bytes over PCIe, KV cache use, load time, pinned arena).
 //
 // Registers its families in a MetricsRegistry that must outlive it. Thread-safe.
 
@@ -38,6 +38,8 @@ class InferenceMetrics {
   MetricFamily<Counter>& requests_;
   MetricFamily<Histogram>& time_to_first_token_;
   MetricFamily<Histogram>& inter_token_latency_;
+  MetricFamily<Counter>& prompt_tokens_;
+  MetricFamily<Counter>& generated_tokens_;
   MetricFamily<Histogram>& decode_speed_;
 };
 

@@ -110,6 +110,7 @@ struct MetricsRegistry::Family {
   std::function<std::optional<double>()> read;
 };
 
+MetricsRegistry::MetricsRegistry() = default;
 MetricsRegistry::~MetricsRegistry() = default;
 
 MetricsRegistry::Family& MetricsRegistry::AddFamily(const std::string& name, const std::string& help,

@@ -311,7 +311,7 @@ std::string LeadingField(absl::string_view message) {
   while (end < message.size() && (absl::ascii_isalnum(message[end]) || message[end] == '_')) ++end;
   if (end == 0 || end == message.size()) return "";
   const char next = message[end];
-  if (next != ':' && next != '[' && next != '.' && next != ' ') return "";
+  if (next != ':' && next != '[' && next != '.') return "";
   return std::string(message.substr(0, end));
 }
 

@@ -260,6 +260,10 @@ void OpenAiServer::HandleGeneration(OpenAiEndpoint endpoint, const httplib::Requ
   header.created = std::time(nullptr);
   header.model = options_.model_id;
   auto connection = std::make_shared<ClientConnection>(request.remote_addr, request.remote_port, request.local_port);
+  if (!connection->found()) {
+    spdlog::warn("HTTP {}:{}: cannot find the connection's socket; a client that leaves is noticed only when a "
+                 "write to it fails", request.remote_addr, request.remote_port);
+  }
 
   if (!parsed->stream) {
     std::string text;
@@ -272,7 +276,7 @@ void OpenAiServer::HandleGeneration(OpenAiEndpoint endpoint, const httplib::Requ
         text += event.text;
         for (runtime::SampleResult& sample : event.logprobs) samples.push_back(std::move(sample));
       }
-      if (!result.has_value() && events.empty() && connection->Closed()) {
+      if (!result.has_value() && connection->Closed()) {
         generation->CancelFor(Generation::Cancel::kClient);
       }
     }
@@ -330,7 +334,7 @@ void OpenAiServer::HandleGeneration(OpenAiEndpoint endpoint, const httplib::Requ
           }
         }
         if (!result.has_value()) {
-          if (events.empty() && connection->Closed()) {
+          if (connection->Closed()) {
             generation->CancelFor(Generation::Cancel::kClient);
             return false;
           }
