@@ -13,7 +13,8 @@ namespace strata::services {
 absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(std::unique_ptr<httplib::Server> server,
                                                                   const std::string& address, absl::string_view what) {
   if (address.rfind("unix:", 0) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": '", address, "': unix sockets are not supported here; give host:port"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": '", address, "': unix sockets are not supported here; give host:port"));
   }
   if (absl::Status status = CheckListenAddress(address); !status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", status.message()));

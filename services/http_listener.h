@@ -7,10 +7,10 @@
 
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "httplib.h"
 
 namespace strata::services {

@@ -5,7 +5,6 @@
 #include <optional>
 #include <utility>
 
-
 namespace strata::services {
 namespace {
 
@@ -26,17 +25,17 @@ InferenceMetrics::InferenceMetrics(MetricsRegistry* registry, std::function<cons
                                      "Generation requests ended, by API (grpc, http) and status (ok, cancelled, "
                                      "invalid_argument, resource_exhausted, unavailable, ...)",
                                      {"api", "status"})),
-      time_to_first_token_(registry->AddHistogram(
-          "strata_time_to_first_token_seconds", "Time from a request's submission to its first token",
-          ExponentialBuckets(0.005, 2, 14))),
+      time_to_first_token_(registry->AddHistogram("strata_time_to_first_token_seconds",
+                                                  "Time from a request's submission to its first token",
+                                                  ExponentialBuckets(0.005, 2, 14))),
       inter_token_latency_(registry->AddHistogram("strata_inter_token_latency_seconds",
                                                   "Time between a request's successive tokens",
                                                   ExponentialBuckets(0.001, 2, 14))),
-      prompt_tokens_(registry->AddCounter("strata_prompt_tokens_total", "Prompt tokens of the requests that ended",
-                                          {"api"})),
-      generated_tokens_(registry->AddCounter(
-          "strata_generated_tokens_total", "Tokens generated and sent (rate() of it is the tokens per second)",
-          {"api"})),
+      prompt_tokens_(
+          registry->AddCounter("strata_prompt_tokens_total", "Prompt tokens of the requests that ended", {"api"})),
+      generated_tokens_(registry->AddCounter("strata_generated_tokens_total",
+                                             "Tokens generated and sent (rate() of it is the tokens per second)",
+                                             {"api"})),
       decode_speed_(registry->AddHistogram("strata_request_decode_tokens_per_second",
                                            "Decode speed of each finished request (its tokens after the first)",
                                            ExponentialBuckets(0.5, 2, 14))) {
@@ -117,8 +116,8 @@ runtime::GenerateCallbacks InferenceMetrics::Observe(absl::string_view api, runt
     }
     if (on_tokens) on_tokens(event);
   };
-  observed.on_done = [this, &prompt, api = std::string(api), on_done = std::move(callbacks.on_done)](
-                         const runtime::GenerationResult& result) {
+  observed.on_done = [this, &prompt, api = std::string(api),
+                      on_done = std::move(callbacks.on_done)](const runtime::GenerationResult& result) {
     prompt.Increment(static_cast<double>(result.usage.prompt_tokens));
     if (result.reason == runtime::FinishReason::kCancelled) {
       CountStatus(api, "cancelled");

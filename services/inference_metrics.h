@@ -4,15 +4,16 @@
 // The inference server's metrics, shared by its gRPC and HTTP front ends: requests by API and status,
 // prompt and generated tokens, time to first token, inter-token latency and per-request decode speed
 // (measured by wrapping a request's engine callbacks), and the engine's own figures read at render time
-// (queue depth, active sequences, decode steps, expert hits and misses, bytes over PCIe, KV cache use, load time, pinned arena).
+// (queue depth, active sequences, decode steps, expert hits and misses, bytes over PCIe, KV cache use, load time,
+// pinned arena).
 //
 // Registers its families in a MetricsRegistry that must outlive it. Thread-safe.
 
 #include <functional>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/request.h"
 #include "services/metrics_registry.h"

@@ -113,8 +113,8 @@ struct MetricsRegistry::Family {
 MetricsRegistry::MetricsRegistry() = default;
 MetricsRegistry::~MetricsRegistry() = default;
 
-MetricsRegistry::Family& MetricsRegistry::AddFamily(const std::string& name, const std::string& help,
-                                                    const char* type, std::vector<std::string> label_names) {
+MetricsRegistry::Family& MetricsRegistry::AddFamily(const std::string& name, const std::string& help, const char* type,
+                                                    std::vector<std::string> label_names) {
   for (const std::unique_ptr<Family>& family : families_) {
     if (family->name == name) return *family;
   }
@@ -153,8 +153,8 @@ MetricFamily<Histogram>& MetricsRegistry::AddHistogram(const std::string& name, 
   absl::MutexLock lock(&mu_);
   Family& family = AddFamily(name, help, "histogram", label_names);
   if (family.histograms == nullptr) {
-    family.histograms.reset(new MetricFamily<Histogram>(
-        label_names, [upper_bounds] { return std::make_unique<Histogram>(upper_bounds); }));
+    family.histograms.reset(
+        new MetricFamily<Histogram>(label_names, [upper_bounds] { return std::make_unique<Histogram>(upper_bounds); }));
   }
   return *family.histograms;
 }
@@ -202,10 +202,9 @@ std::string MetricsRegistry::Render() const {
       for (const auto& [values, histogram] : family->histograms->series_) {
         const Histogram::Snapshot s = histogram->snapshot();
         for (size_t i = 0; i <= s.upper_bounds.size(); ++i) {
-          const std::string le =
-              i < s.upper_bounds.size() ? FormatValue(s.upper_bounds[i]) : std::string("+Inf");
-          absl::StrAppend(&out, family->name, "_bucket", LabelSet(names, values, absl::StrCat("le=\"", le, "\"")),
-                          " ", s.cumulative[i], "\n");
+          const std::string le = i < s.upper_bounds.size() ? FormatValue(s.upper_bounds[i]) : std::string("+Inf");
+          absl::StrAppend(&out, family->name, "_bucket", LabelSet(names, values, absl::StrCat("le=\"", le, "\"")), " ",
+                          s.cumulative[i], "\n");
         }
         absl::StrAppend(&out, family->name, "_sum", LabelSet(names, values), " ", FormatValue(s.sum), "\n");
         absl::StrAppend(&out, family->name, "_count", LabelSet(names, values), " ", s.count, "\n");

@@ -107,8 +107,8 @@ absl::Status ReadPrompt(const json& object, runtime::GenerateRequest* request) {
     return absl::OkStatus();
   }
   if (prompt->size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt: ", prompt->size(),
-                                                   " prompts given; this server completes one prompt per request"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt: ", prompt->size(), " prompts given; this server completes one prompt per request"));
   }
   const json& only = (*prompt)[0];
   if (only.is_string()) {
@@ -408,14 +408,14 @@ json LogprobsJson(OpenAiEndpoint endpoint, const std::vector<runtime::SampleResu
     }
     return json{{"content", std::move(content)}};
   }
-  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
-       offsets = json::array();
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
   for (const runtime::SampleResult& sampled : logprobs) {
     const std::string_view piece = tokenizer.TokenPiece(sampled.token);
     tokens.push_back(piece);
     token_logprobs.push_back(sampled.logprob);
     json top = json::object();
-    for (const runtime::TokenLogprob& alt : sampled.top) top[std::string(tokenizer.TokenPiece(alt.token))] = alt.logprob;
+    for (const runtime::TokenLogprob& alt : sampled.top)
+      top[std::string(tokenizer.TokenPiece(alt.token))] = alt.logprob;
     top_logprobs.push_back(std::move(top));
     offsets.push_back(text_offset);
     text_offset += static_cast<int64_t>(piece.size());
@@ -429,9 +429,8 @@ json LogprobsJson(OpenAiEndpoint endpoint, const std::vector<runtime::SampleResu
 namespace {
 
 json Header(OpenAiEndpoint endpoint, const CompletionHeader& header, bool chunk) {
-  const char* object = endpoint == OpenAiEndpoint::kCompletions
-                           ? "text_completion"
-                           : (chunk ? "chat.completion.chunk" : "chat.completion");
+  const char* object = endpoint == OpenAiEndpoint::kCompletions ? "text_completion"
+                                                                : (chunk ? "chat.completion.chunk" : "chat.completion");
   return json{{"id", header.id}, {"object", object}, {"created", header.created}, {"model", header.model}};
 }
 
@@ -464,8 +463,8 @@ json UsageChunkJson(OpenAiEndpoint endpoint, const CompletionHeader& header, con
   return out;
 }
 
-json CompletionJson(OpenAiEndpoint endpoint, const CompletionHeader& header, const std::string& text,
-                    json logprobs, absl::string_view finish_reason, const runtime::Usage& usage) {
+json CompletionJson(OpenAiEndpoint endpoint, const CompletionHeader& header, const std::string& text, json logprobs,
+                    absl::string_view finish_reason, const runtime::Usage& usage) {
   json out = Header(endpoint, header, /*chunk=*/false);
   json choice = {{"index", 0}};
   if (endpoint == OpenAiEndpoint::kCompletions) {

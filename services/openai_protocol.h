@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/runtime/request.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -34,7 +34,7 @@ struct OpenAiRequest {
   runtime::GenerateRequest generate;  // the prompt (completions only) and the sampling fields
   std::vector<ChatMessage> messages;  // chat only
   bool stream = false;
-  bool include_usage = false;         // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage
 };
 
 // Parses a request body. INVALID_ARGUMENT naming the field ("messages[1].content: expected a string or an
@@ -70,7 +70,7 @@ nlohmann::json LogprobsJson(OpenAiEndpoint endpoint, const std::vector<runtime::
 
 // The fields every completion object and chunk starts with.
 struct CompletionHeader {
-  std::string id;  // "cmpl-..." or "chatcmpl-..."
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
   int64_t created = 0;  // Unix seconds
   std::string model;
 };

@@ -159,7 +159,8 @@ std::unique_ptr<httplib::Server> OpenAiServer::MakeHttpServer() {
     error.http_status = r.status;
     error.type = "invalid_request_error";
     if (r.status == 404) {
-      error.message = absl::StrCat("no route ", q.method, " ", q.path, "; this server serves GET /v1/models, POST "
+      error.message = absl::StrCat("no route ", q.method, " ", q.path,
+                                   "; this server serves GET /v1/models, POST "
                                    "/v1/completions, POST /v1/chat/completions and GET /health");
       error.code = "not_found";
     } else if (r.status == 413) {
@@ -261,8 +262,10 @@ void OpenAiServer::HandleGeneration(OpenAiEndpoint endpoint, const httplib::Requ
   header.model = options_.model_id;
   auto connection = std::make_shared<ClientConnection>(request.remote_addr, request.remote_port, request.local_port);
   if (!connection->found()) {
-    spdlog::warn("HTTP {}:{}: cannot find the connection's socket; a client that leaves is noticed only when a "
-                 "write to it fails", request.remote_addr, request.remote_port);
+    spdlog::warn(
+        "HTTP {}:{}: cannot find the connection's socket; a client that leaves is noticed only when a "
+        "write to it fails",
+        request.remote_addr, request.remote_port);
   }
 
   if (!parsed->stream) {
@@ -326,7 +329,8 @@ void OpenAiServer::HandleGeneration(OpenAiEndpoint endpoint, const httplib::Requ
           json lp = nullptr;
           if (logprobs) {
             lp = LogprobsJson(endpoint, event.logprobs, tokenizer, state->text_offset);
-            for (const runtime::SampleResult& s : event.logprobs) state->text_offset += tokenizer.TokenPiece(s.token).size();
+            for (const runtime::SampleResult& s : event.logprobs)
+              state->text_offset += tokenizer.TokenPiece(s.token).size();
           }
           if (!chunk(event.text, std::move(lp), "")) {
             generation->CancelFor(Generation::Cancel::kClient);

@@ -16,13 +16,13 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/runtime/engine.h"
 #include "httplib.h"
@@ -45,11 +45,11 @@ using ChatRenderer = std::function<absl::StatusOr<RenderedChat>(const std::vecto
 using HttpAuthorizer = std::function<absl::Status(absl::string_view authorization)>;
 
 struct OpenAiServerOptions {
-  std::string model_id;                 // the served model's name in /v1/models and in every response
-  size_t max_body_bytes = 256u << 20;   // larger bodies get 413
-  int worker_threads = 88;              // connections served at once (each running generation holds one)
-  HttpAuthorizer authorize;             // null: every request is served
-  ChatRenderer render_chat;             // null: /v1/chat/completions answers that no template is available
+  std::string model_id;                // the served model's name in /v1/models and in every response
+  size_t max_body_bytes = 256u << 20;  // larger bodies get 413
+  int worker_threads = 88;             // connections served at once (each running generation holds one)
+  HttpAuthorizer authorize;            // null: every request is served
+  ChatRenderer render_chat;            // null: /v1/chat/completions answers that no template is available
 };
 
 class OpenAiServer {

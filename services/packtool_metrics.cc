@@ -7,9 +7,9 @@ PackToolMetrics::PackToolMetrics(MetricsRegistry* registry)
                                         "GGUF to pack conversions ended, by outcome (ok, cancelled, not_found, "
                                         "invalid_argument, ...)",
                                         {"outcome"})),
-      validations_(registry->AddCounter("strata_packtool_validations_total",
-                                        "Pack validations ended, by outcome (valid, invalid, not_found, cancelled, ...)",
-                                        {"outcome"})) {}
+      validations_(registry->AddCounter(
+          "strata_packtool_validations_total",
+          "Pack validations ended, by outcome (valid, invalid, not_found, cancelled, ...)", {"outcome"})) {}
 
 void PackToolMetrics::CountConversion(const absl::Status& status) {
   conversions_.WithLabels({StatusLabel(status.code())}).Increment();

@@ -209,7 +209,8 @@ absl::StatusOr<std::unique_ptr<PackToolServiceImpl>> PackToolServiceImpl::Create
     const PackToolServiceOptions& options) {
   RETURN_IF_ERROR(packtool::CheckThreads(options.default_threads, "default threads"));
   ASSIGN_OR_RETURN(std::unique_ptr<DataRoot> root, DataRoot::Create(options.data_root));
-  return std::unique_ptr<PackToolServiceImpl>(new PackToolServiceImpl(std::move(root), options.default_threads, options.metrics));
+  return std::unique_ptr<PackToolServiceImpl>(
+      new PackToolServiceImpl(std::move(root), options.default_threads, options.metrics));
 }
 
 PackToolServiceImpl::~PackToolServiceImpl() {

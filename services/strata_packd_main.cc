@@ -32,7 +32,8 @@ ABSL_FLAG(std::string, metrics_listen, "", "serve Prometheus metrics at http://H
 namespace {
 
 constexpr char kUsage[] =
-    R"(usage: strata-packd --data-root DIR [--listen HOST:PORT] [--threads N] [--log-level L] [--metrics-listen HOST:PORT]
+    R"(usage: strata-packd --data-root DIR [--listen HOST:PORT] [--threads N] [--log-level L]
+                    [--metrics-listen HOST:PORT]
 
 Serves strata.v1.PackTool (Convert, Validate, Inspect), grpc.health.v1 and server reflection.
   --data-root DIR     required: every path in a request must lie inside DIR (relative paths start there)

@@ -122,10 +122,9 @@ absl::Status StartHttp(const strata::runtime::EngineOptions& options, strata::se
     strata::services::OpenAiServerOptions http_options;
     http_options.model_id = absl::GetFlag(FLAGS_served_model_name);
     if (http_options.model_id.empty()) {
-      http_options.model_id = std::filesystem::path(options.pack_dir).lexically_normal().filename().string();
-      if (http_options.model_id.empty()) {
-        http_options.model_id = std::filesystem::path(options.pack_dir).lexically_normal().parent_path().filename().string();
-      }
+      std::filesystem::path pack = std::filesystem::path(options.pack_dir).lexically_normal();
+      if (!pack.has_filename()) pack = pack.parent_path();  // "dir/"
+      http_options.model_id = pack.filename().string();
     }
     http_options.max_body_bytes = strata::services::ServerConfig().max_message_bytes;  // as for gRPC
     http_options.worker_threads = options.max_seqs + options.max_queue + 8;  // every admitted request, and a few
@@ -201,8 +200,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<strata::services::NetworkPriority> network_priority =
       strata::services::ParseNetworkPriority(absl::GetFlag(FLAGS_network_priority), "--network-priority");
   if (!network_priority.ok()) return UsageError(std::string(network_priority.status().message()));
-  for (const auto& [flag, address] : {std::pair<std::string, std::string>{"--http-listen", absl::GetFlag(FLAGS_http_listen)},
-                                      {"--metrics-listen", absl::GetFlag(FLAGS_metrics_listen)}}) {
+  for (const auto& [flag, address] :
+       {std::pair<std::string, std::string>{"--http-listen", absl::GetFlag(FLAGS_http_listen)},
+        {"--metrics-listen", absl::GetFlag(FLAGS_metrics_listen)}}) {
     if (address.empty()) continue;
     if (absl::Status status = strata::services::CheckListenAddress(address); !status.ok()) {
       return UsageError(flag + ": " + std::string(status.message()));

@@ -39,9 +39,7 @@ TEST(MetricsRegistryTest, RendersEachKindInTheTextFormat) {
 
 TEST(MetricsRegistryTest, LabelValuesAreEscaped) {
   MetricsRegistry registry;
-  registry.AddCounter("strata_odd_total", "Odd \\ help\nsecond line", {"path"})
-      .WithLabels({"a\"b\\c\nd"})
-      .Increment();
+  registry.AddCounter("strata_odd_total", "Odd \\ help\nsecond line", {"path"}).WithLabels({"a\"b\\c\nd"}).Increment();
   const std::string text = registry.Render();
   EXPECT_THAT(text, HasSubstr("# HELP strata_odd_total Odd \\\\ help\\nsecond line\n"));
   EXPECT_THAT(text, HasSubstr("strata_odd_total{path=\"a\\\"b\\\\c\\nd\"} 1\n"));
@@ -110,7 +108,7 @@ TEST(MetricsRegistryTest, StatusLabelIsTheCodeInLowerCase) {
 
 TEST(PrometheusTextParserTest, RefusesMalformedPages) {
   using strata::services::testing::ParsePrometheusText;
-  EXPECT_FALSE(ParsePrometheusText("strata_x 1\n").ok());  // no HELP/TYPE
+  EXPECT_FALSE(ParsePrometheusText("strata_x 1\n").ok());                                              // no HELP/TYPE
   EXPECT_FALSE(ParsePrometheusText("# HELP strata_x x\n# TYPE strata_x counter\nstrata_x 1\n").ok());  // not _total
   EXPECT_FALSE(ParsePrometheusText("# HELP strata_x x\n# TYPE strata_x gauge\nstrata_x one\n").ok());
   EXPECT_FALSE(ParsePrometheusText("# HELP h h\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\n"

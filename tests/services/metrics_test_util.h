@@ -32,7 +32,8 @@ struct ParsedMetrics {
 };
 
 inline bool IsMetricName(const std::string& name) {
-  if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_' || name[0] == ':')) return false;
+  if (name.empty() || !(std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_' || name[0] == ':'))
+    return false;
   for (char c : name) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':')) return false;
   }
@@ -132,7 +133,8 @@ inline absl::StatusOr<ParsedMetrics> ParsePrometheusText(const std::string& text
     for (const auto& [labels, by_bound] : buckets) {
       double previous = 0;
       for (const auto& [bound, value] : by_bound) {
-        if (value < previous) return absl::InvalidArgumentError(absl::StrCat(family, labels, ": buckets not cumulative"));
+        if (value < previous)
+          return absl::InvalidArgumentError(absl::StrCat(family, labels, ": buckets not cumulative"));
         previous = value;
       }
       if (!std::isinf(by_bound.rbegin()->first)) {

@@ -78,19 +78,26 @@ TEST(OpenAiProtocolTest, MistakesNameTheField) {
   EXPECT_THAT(Completion(R"({"prompt": [1, -2]})").status(), StatusIsWith(kInvalid, "prompt[1]: expected a token id"));
   EXPECT_THAT(Completion(R"({"prompt": "x", "max_tokens": "ten"})").status(),
               StatusIsWith(kInvalid, "max_tokens: expected an integer, got a string"));
-  EXPECT_THAT(Completion(R"({"prompt": "x", "max_tokens": 1e30})").status(), StatusIsWith(kInvalid, "max_tokens: expected an integer"));
-  EXPECT_THAT(Completion(R"({"prompt": "x", "max_tokens": 99999999999})").status(), StatusIsWith(kInvalid, "max_tokens: "));
-  EXPECT_THAT(Completion(R"({"prompt": "x", "temperature": "hot"})").status(), StatusIsWith(kInvalid, "temperature: expected a number"));
-  EXPECT_THAT(Completion(R"({"prompt": "x", "stop": [1]})").status(), StatusIsWith(kInvalid, "stop[0]: expected a string"));
+  EXPECT_THAT(Completion(R"({"prompt": "x", "max_tokens": 1e30})").status(),
+              StatusIsWith(kInvalid, "max_tokens: expected an integer"));
+  EXPECT_THAT(Completion(R"({"prompt": "x", "max_tokens": 99999999999})").status(),
+              StatusIsWith(kInvalid, "max_tokens: "));
+  EXPECT_THAT(Completion(R"({"prompt": "x", "temperature": "hot"})").status(),
+              StatusIsWith(kInvalid, "temperature: expected a number"));
+  EXPECT_THAT(Completion(R"({"prompt": "x", "stop": [1]})").status(),
+              StatusIsWith(kInvalid, "stop[0]: expected a string"));
   EXPECT_THAT(Completion(R"({"prompt": "x", "n": 2})").status(), StatusIsWith(kInvalid, "n: 2 choices asked"));
   EXPECT_THAT(Completion(R"({"prompt": "x", "echo": true})").status(), StatusIsWith(kInvalid, "echo: "));
   EXPECT_THAT(Completion(R"({"prompt": "x", "best_of": 3})").status(), StatusIsWith(kInvalid, "best_of: "));
-  EXPECT_THAT(Completion(R"({"prompt": "x", "logit_bias": {"5": 1}})").status(), StatusIsWith(kInvalid, "logit_bias: "));
+  EXPECT_THAT(Completion(R"({"prompt": "x", "logit_bias": {"5": 1}})").status(),
+              StatusIsWith(kInvalid, "logit_bias: "));
   EXPECT_THAT(Completion(R"({"prompt": "x", "stream_options": {"include_usage": true}})").status(),
               StatusIsWith(kInvalid, "stream_options: only allowed when stream is true"));
-  EXPECT_THAT(Completion(R"({"prompt": "x", "model": 3})").status(), StatusIsWith(kInvalid, "model: expected a string"));
+  EXPECT_THAT(Completion(R"({"prompt": "x", "model": 3})").status(),
+              StatusIsWith(kInvalid, "model: expected a string"));
   EXPECT_THAT(Chat(R"({"messages": []})").status(), StatusIsWith(kInvalid, "messages: empty"));
-  EXPECT_THAT(Chat(R"({"messages": [{"content": "hi"}]})").status(), StatusIsWith(kInvalid, "messages[0].role: required"));
+  EXPECT_THAT(Chat(R"({"messages": [{"content": "hi"}]})").status(),
+              StatusIsWith(kInvalid, "messages[0].role: required"));
   EXPECT_THAT(Chat(R"({"messages": [{"role": "user", "content": 3}]})").status(),
               StatusIsWith(kInvalid, "messages[0].content: expected a string or an array of text parts"));
   EXPECT_THAT(Chat(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})").status(),

@@ -33,7 +33,8 @@ class HttpTestServer {
       : engine_options_(std::move(engine_options)) {
     metrics_ = std::make_unique<InferenceMetrics>(&registry_, [this] { return engine_ptr_.load(); });
     options.model_id = "tiny";
-    api_ = std::make_unique<OpenAiServer>(std::move(options), [this] { return engine_ptr_.load(); }, metrics_.get());
+    api_ = std::make_unique<OpenAiServer>(
+        std::move(options), [this] { return engine_ptr_.load(); }, metrics_.get());
     auto api = HttpListener::Start(api_->MakeHttpServer(), "127.0.0.1:0", "--http-listen");
     EXPECT_TRUE(api.ok()) << api.status();
     api_listener_ = *std::move(api);
@@ -113,8 +114,11 @@ std::vector<std::string> Events(const std::string& body) {
 }
 
 json GreedyCompletion(int max_tokens) {
-  return json{{"model", "tiny"},     {"prompt", "The quick brown fox"}, {"max_tokens", max_tokens},
-              {"temperature", 0},    {"ignore_eos", true}};
+  return json{{"model", "tiny"},
+              {"prompt", "The quick brown fox"},
+              {"max_tokens", max_tokens},
+              {"temperature", 0},
+              {"ignore_eos", true}};
 }
 
 std::string DirectText(runtime::Engine& engine, const std::string& prompt, int max_tokens, bool chat = false) {
@@ -215,12 +219,13 @@ TEST(OpenAiServerTest, ChatStreamsThroughTheRenderer) {
     return RenderedChat{prompt + "assistant:", false};
   };
   HttpTestServer server(TinyEngineOptions(), options);
-  const json request = {{"model", "tiny"},
-                        {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}},
-                        {"max_tokens", 10},
-                        {"temperature", 0},
-                        {"ignore_eos", true},
-                        {"stream", true}};
+  const json request = {
+      {"model", "tiny"},
+      {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}},
+      {"max_tokens", 10},
+      {"temperature", 0},
+      {"ignore_eos", true},
+      {"stream", true}};
   auto response = server.Client().Post("/v1/chat/completions", request.dump(), "application/json");
   ASSERT_TRUE(response);
   ASSERT_EQ(response->status, 200) << response->body;
@@ -235,7 +240,8 @@ TEST(OpenAiServerTest, ChatStreamsThroughTheRenderer) {
     const json chunk = json::parse(events[i]);
     EXPECT_EQ(chunk["object"], "chat.completion.chunk");
     EXPECT_TRUE(absl::StartsWith(chunk["id"].get<std::string>(), "chatcmpl-"));
-    if (chunk["choices"][0]["delta"].contains("content")) text += chunk["choices"][0]["delta"]["content"].get<std::string>();
+    if (chunk["choices"][0]["delta"].contains("content"))
+      text += chunk["choices"][0]["delta"]["content"].get<std::string>();
   }
   EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "length");
   {
