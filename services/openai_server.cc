@@ -243,6 +243,7 @@ void OpenAiServer::HandleGeneration(OpenAiEndpoint endpoint, const httplib::Requ
     if (shutting_down_) return refuse(ShuttingDown());
   }
 
+  const bool logprobs = parsed->generate.sampling.logprobs;
   auto generation = std::make_shared<Generation>();
   runtime::GenerateCallbacks callbacks = generation->Callbacks(generation);
   if (metrics_ != nullptr) callbacks = metrics_->Observe("http", std::move(callbacks));
@@ -254,7 +255,6 @@ void OpenAiServer::HandleGeneration(OpenAiEndpoint endpoint, const httplib::Requ
   generation->SetHandle(*std::move(handle));
   Track(generation, true);
 
-  const bool logprobs = parsed->generate.sampling.logprobs;
   const tokenizer::Tokenizer& tokenizer = engine->tokenizer();
   CompletionHeader header;
   header.id = NewId(endpoint == OpenAiEndpoint::kCompletions ? "cmpl" : "chatcmpl");

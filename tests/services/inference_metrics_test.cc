@@ -47,6 +47,8 @@ TEST(InferenceMetricsTest, ObservedRequestsAreTimedAndCountedByStatus) {
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(strata::testing::kHangDeadline));
   EXPECT_EQ(tokens_seen, 6);  // the wrapped callbacks still run
 
+  // on_done comes before the scheduler lets the sequence go.
+  ASSERT_TRUE(strata::testing::WaitUntil([&] { return (*engine)->stats().active == 0; }));
   metrics.CountRefused("grpc", absl::ResourceExhaustedError("queue full"));
   const testing::ParsedMetrics parsed = Parse(registry);
   EXPECT_EQ(parsed.ValueOr0("strata_requests_total{api=\"grpc\",status=\"ok\"}"), 1);
