@@ -1,5 +1,7 @@
 #include "services/http_listener.h"
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <utility>
 
@@ -24,6 +26,13 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(std::unique_pt
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   int port = 0;
   (void)absl::SimpleAtoi(address.substr(colon + 1), &port);  // checked above
+  // httplib's default sets SO_REUSEPORT too, which lets a second server bind a busy port and share its
+  // connections; a busy port must be an error instead (as for the gRPC listeners). SO_REUSEADDR stays, so a
+  // restart does not wait for old connections' TIME_WAIT.
+  server->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   const int bound = port == 0 ? server->bind_to_any_port(host) : (server->bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
     return absl::UnavailableError(

@@ -19,7 +19,7 @@ class HttpListener {
  public:
   // Binds `address` ("host:port", "[v6]:port"; port 0: any free port) and starts serving `server` (with its
   // routes set). `what` names the flag in errors ("--http-listen"): INVALID_ARGUMENT for a malformed
-  // address, UNAVAILABLE when it cannot be bound (in use, not this host's).
+  // address, UNAVAILABLE when it cannot be bound (in use, not this host's: the port is never shared).
   static absl::StatusOr<std::unique_ptr<HttpListener>> Start(std::unique_ptr<httplib::Server> server,
                                                              const std::string& address, absl::string_view what);
   ~HttpListener();  // Stop()
