@@ -45,7 +45,8 @@ class RefusedGenerate final : public grpc::ServerWriteReactor<v1::GenerateRespon
 // engine never calls into a deleted reactor; the reactor deletes itself in OnDone.
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(runtime::Engine* engine, Clock::time_point deadline) : engine_(engine), deadline_(deadline) {}
+  GenerateReactor(runtime::Engine* engine, Clock::time_point deadline, InferenceMetrics* metrics)
+      : engine_(engine), deadline_(deadline), metrics_(metrics) {}
 
   // Submits the request; a refusal ends the call with the engine's status. Called once, before the reactor
   // is returned to gRPC (so OnDone cannot run before Start returns).
@@ -59,9 +60,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     callbacks.on_prompt_progress = [prefill](int64_t done, int64_t total) {
       prefill->Update(static_cast<uint64_t>(done), static_cast<uint64_t>(total));
     };
+    if (metrics_ != nullptr) callbacks = metrics_->Observe("grpc", std::move(callbacks));
     absl::StatusOr<std::shared_ptr<runtime::RequestHandle>> handle =
         engine_->Submit(std::move(request), std::move(callbacks));
     if (!handle.ok()) {
+      if (metrics_ != nullptr) metrics_->CountRefused("grpc", handle.status());
       Finish(ToGrpcStatus(handle.status()));
       return;
     }
@@ -181,6 +184,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   runtime::Engine* const engine_;
   const Clock::time_point deadline_;
+  InferenceMetrics* const metrics_;  // may be null
 
   absl::Mutex mu_;
   std::shared_ptr<runtime::RequestHandle> handle_ ABSL_GUARDED_BY(mu_);
@@ -207,8 +211,12 @@ void InferenceServiceImpl::AttachEngine(std::unique_ptr<runtime::Engine> engine)
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferenceServiceImpl::Generate(grpc::CallbackServerContext* context,
                                                                               const v1::GenerateRequest* request) {
   runtime::Engine* engine = this->engine();
-  if (engine == nullptr) return new RefusedGenerate(NotLoaded());
-  auto* reactor = new GenerateReactor(engine, context->deadline());
+  InferenceMetrics* metrics = metrics_.load(std::memory_order_acquire);
+  if (engine == nullptr) {
+    if (metrics != nullptr) metrics->CountRefused("grpc", NotLoaded());
+    return new RefusedGenerate(NotLoaded());
+  }
+  auto* reactor = new GenerateReactor(engine, context->deadline(), metrics);
   reactor->Start(GenerateRequestFromProto(*request));
   return reactor;
 }

@@ -21,6 +21,7 @@
 
 #include "engine/runtime/engine.h"
 #include "grpcpp/server.h"
+#include "services/inference_metrics.h"
 #include "strata/v1/inference.grpc.pb.h"
 
 namespace strata::services {
@@ -34,6 +35,8 @@ class InferenceServiceImpl final : public v1::Inference::CallbackService {
 
   // Starts serving with `engine`. Call at most once.
   void AttachEngine(std::unique_ptr<runtime::Engine> engine);
+  // Measures Generate calls from now on (metrics must outlive the service). Any thread.
+  void SetMetrics(InferenceMetrics* metrics) { metrics_.store(metrics, std::memory_order_release); }
   // Null until AttachEngine.
   runtime::Engine* engine() const { return engine_.load(std::memory_order_acquire); }
 
@@ -55,6 +58,7 @@ class InferenceServiceImpl final : public v1::Inference::CallbackService {
  private:
   std::unique_ptr<runtime::Engine> owned_engine_;  // written once, by AttachEngine, before engine_
   std::atomic<runtime::Engine*> engine_{nullptr};
+  std::atomic<InferenceMetrics*> metrics_{nullptr};
 };
 
 // Reports the whole server and strata.v1.Inference as SERVING or NOT_SERVING in grpc.health.v1.

@@ -33,7 +33,10 @@ bool PathExists(const std::string& path) {
 // Ends a Convert call that was refused before any work started.
 class RefusedConvert final : public grpc::ServerWriteReactor<v1::ConvertProgress> {
  public:
-  explicit RefusedConvert(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  RefusedConvert(const absl::Status& status, PackToolMetrics* metrics) {
+    if (metrics != nullptr) metrics->CountConversion(status);
+    Finish(ToGrpcStatus(status));
+  }
   void OnDone() override { delete this; }
 };
 
@@ -61,6 +64,7 @@ class ValidateReactor final : public grpc::ServerUnaryReactor {
     if (result.ok()) *report_ = ValidationReportToProto(*result);
     if (absl::IsCancelled(result.status())) spdlog::info("{}", std::string(result.status().message()));
     PackToolServiceImpl* const service = service_;
+    if (service->metrics_ != nullptr) service->metrics_->CountValidation(result.status(), result.ok() && !result->ok());
     Finish(ToGrpcStatus(service->data_root().Relative(result.status())));  // the reactor may be gone from here on
     service->JobFinished();
   }
@@ -116,6 +120,7 @@ class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress
       spdlog::warn("convert {}: {}", options_.output_dir, manifest.status().ToString());
     }
     PackToolServiceImpl* const service = service_;
+    if (service->metrics_ != nullptr) service->metrics_->CountConversion(manifest.status());
     service->ReleaseOutput(options_.output_dir);
     Action action;
     grpc::Status status;
@@ -206,7 +211,8 @@ absl::StatusOr<std::unique_ptr<PackToolServiceImpl>> PackToolServiceImpl::Create
     const PackToolServiceOptions& options) {
   RETURN_IF_ERROR(packtool::CheckThreads(options.default_threads, "default threads"));
   ASSIGN_OR_RETURN(std::unique_ptr<DataRoot> root, DataRoot::Create(options.data_root));
-  return std::unique_ptr<PackToolServiceImpl>(new PackToolServiceImpl(std::move(root), options.default_threads));
+  return std::unique_ptr<PackToolServiceImpl>(
+      new PackToolServiceImpl(std::move(root), options.default_threads, options.metrics));
 }
 
 PackToolServiceImpl::~PackToolServiceImpl() {
@@ -244,29 +250,29 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
                                                                             const v1::ConvertRequest* request) {
   // Paths and arguments first: nothing is looked at before every path is known to lie inside the root.
   absl::StatusOr<std::string> input = root_->Resolve(request->input(), "input");
-  if (!input.ok()) return new RefusedConvert(input.status());
+  if (!input.ok()) return new RefusedConvert(input.status(), metrics_);
   absl::StatusOr<std::string> output = root_->Resolve(request->output_dir(), "output_dir");
-  if (!output.ok()) return new RefusedConvert(output.status());
+  if (!output.ok()) return new RefusedConvert(output.status(), metrics_);
   if (*output == root_->path()) {
-    return new RefusedConvert(absl::InvalidArgumentError("output_dir: is the data root itself"));
+    return new RefusedConvert(absl::InvalidArgumentError("output_dir: is the data root itself"), metrics_);
   }
   // Beside the output, so inside the root too; the library writes there first.
   const std::string partial = *output + ".partial";
   if (request->scheme().empty()) {
-    return new RefusedConvert(absl::InvalidArgumentError("scheme: is empty; expected auto, f16, s8, s4 or s2"));
+    return new RefusedConvert(absl::InvalidArgumentError("scheme: is empty; expected auto, f16, s8, s4 or s2"), metrics_);
   }
   absl::StatusOr<std::optional<kernels::Scheme>> choice = packtool::ParseSchemeChoice(request->scheme(), "scheme");
-  if (!choice.ok()) return new RefusedConvert(choice.status());
+  if (!choice.ok()) return new RefusedConvert(choice.status(), metrics_);
   absl::StatusOr<int> threads = Threads(request->threads());
-  if (!threads.ok()) return new RefusedConvert(threads.status());
+  if (!threads.ok()) return new RefusedConvert(threads.status(), metrics_);
   absl::StatusOr<packtool::DenseTarget> dense_type = packtool::ParseDenseTarget(
       request->dense_type().empty() ? "keep" : request->dense_type(), "dense_type");
-  if (!dense_type.ok()) return new RefusedConvert(dense_type.status());
+  if (!dense_type.ok()) return new RefusedConvert(dense_type.status(), metrics_);
 
   // While a conversion runs its .partial directory exists, so the claim is checked before existence.
   if (!ClaimOutput(*output)) {
     return new RefusedConvert(absl::AbortedError(
-        absl::StrCat("output_dir: '", request->output_dir(), "' is being converted to by another request")));
+        absl::StrCat("output_dir: '", request->output_dir(), "' is being converted to by another request")), metrics_);
   }
   absl::Status refused;
   if (!PathExists(*input)) {
@@ -280,14 +286,14 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
   }
   if (!refused.ok()) {
     ReleaseOutput(*output);
-    return new RefusedConvert(refused);
+    return new RefusedConvert(refused, metrics_);
   }
 
   // "auto": the scheme the source's expert types call for (reads the GGUF's header only).
   absl::StatusOr<kernels::Scheme> scheme = choice->has_value() ? **choice : packtool::DefaultSchemeForModel(*input);
   if (!scheme.ok()) {
     ReleaseOutput(*output);
-    return new RefusedConvert(root_->Relative(scheme.status()));
+    return new RefusedConvert(root_->Relative(scheme.status()), metrics_);
   }
   packtool::ConvertOptions options;
   options.input = *std::move(input);
@@ -308,6 +314,7 @@ grpc::ServerUnaryReactor* PackToolServiceImpl::Validate(grpc::CallbackServerCont
     status = absl::NotFoundError(absl::StrCat("pack_dir: '", request->pack_dir(), "' does not exist"));
   }
   if (!status.ok()) {
+    if (metrics_ != nullptr) metrics_->CountValidation(status, false);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(ToGrpcStatus(status));
     return reactor;

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "services/data_root.h"
+#include "services/packtool_metrics.h"
 #include "strata/v1/packtool.grpc.pb.h"
 
 namespace strata::services {
@@ -27,6 +28,7 @@ namespace strata::services {
 struct PackToolServiceOptions {
   std::string data_root;    // required: an existing directory
   int default_threads = 0;  // for requests with threads = 0; 0 = one per core this process may use
+  PackToolMetrics* metrics = nullptr;  // counts conversions and validations when set; outlives the service
 };
 
 class PackToolServiceImpl final : public v1::PackTool::CallbackService {
@@ -47,8 +49,8 @@ class PackToolServiceImpl final : public v1::PackTool::CallbackService {
   friend class ConvertReactor;
   friend class ValidateReactor;
 
-  PackToolServiceImpl(std::unique_ptr<DataRoot> root, int default_threads)
-      : root_(std::move(root)), default_threads_(default_threads) {}
+  PackToolServiceImpl(std::unique_ptr<DataRoot> root, int default_threads, PackToolMetrics* metrics)
+      : root_(std::move(root)), default_threads_(default_threads), metrics_(metrics) {}
 
   // The thread count for a request's `threads` field; INVALID_ARGUMENT when absurd.
   absl::StatusOr<int> Threads(uint32_t requested) const;
@@ -63,6 +65,7 @@ class PackToolServiceImpl final : public v1::PackTool::CallbackService {
 
   const std::unique_ptr<DataRoot> root_;
   const int default_threads_;
+  PackToolMetrics* const metrics_;
 
   absl::Mutex mu_;
   absl::flat_hash_set<std::string> outputs_in_flight_ ABSL_GUARDED_BY(mu_);

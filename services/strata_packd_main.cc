@@ -14,7 +14,11 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/string_view.h"
 #include "engine/log.h"
+#include "absl/strings/str_cat.h"
 #include "services/cli_flags.h"
+#include "services/http_listener.h"
+#include "services/metrics_endpoint.h"
+#include "services/packtool_metrics.h"
 #include "services/packtool_service.h"
 #include "services/server_runner.h"
 #include "spdlog/spdlog.h"
@@ -23,11 +27,13 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50052", "address to listen on, host:po
 ABSL_FLAG(std::string, data_root, "", "required: the directory every request path must lie in");
 ABSL_FLAG(int, threads, 0, "default worker threads of a conversion or validation; 0: all cores");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
+ABSL_FLAG(std::string, metrics_listen, "", "serve Prometheus metrics at http://HOST:PORT/metrics; empty: off");
 
 namespace {
 
 constexpr char kUsage[] =
     R"(usage: strata-packd --data-root DIR [--listen HOST:PORT] [--threads N] [--log-level L]
+                    [--metrics-listen HOST:PORT]
 
 Serves strata.v1.PackTool (Convert, Validate, Inspect), grpc.health.v1 and server reflection.
 Stops on SIGINT or SIGTERM: running calls get 2 s, then conversions are cancelled and cleaned up.
@@ -62,6 +68,12 @@ int main(int argc, char** argv) {
   if (absl::Status status = strata::services::CheckLogLevel(absl::GetFlag(FLAGS_log_level)); !status.ok()) {
     return UsageError(status.message());
   }
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics_listen.empty()) {
+    if (absl::Status status = strata::services::CheckListenAddress(metrics_listen); !status.ok()) {
+      return UsageError(absl::StrCat("--metrics-listen: ", status.message()));
+    }
+  }
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
   // Signals are taken by sigwait below; block them before gRPC starts its threads, which inherit the mask.
@@ -71,7 +83,10 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  strata::services::MetricsRegistry metrics_registry;
+  strata::services::PackToolMetrics metrics(&metrics_registry);
   strata::services::PackToolServiceOptions service_options;
+  service_options.metrics = &metrics;
   service_options.data_root = absl::GetFlag(FLAGS_data_root);
   service_options.default_threads = absl::GetFlag(FLAGS_threads);
   absl::StatusOr<std::unique_ptr<strata::services::PackToolServiceImpl>> service =
@@ -90,6 +105,18 @@ int main(int argc, char** argv) {
   }
   spdlog::info("strata-packd listening on {} (port {}), data root {}", config.listen_address, started->port,
                (*service)->data_root().path());
+  std::unique_ptr<strata::services::HttpListener> metrics_listener;
+  if (!metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<strata::services::HttpListener>> listener = strata::services::HttpListener::Start(
+        strata::services::MakeMetricsHttpServer(&metrics_registry), metrics_listen, "--metrics-listen");
+    if (!listener.ok()) {
+      std::cerr << "strata-packd: error: " << listener.status().message() << '\n';
+      started->server->Shutdown();
+      return kExitFailure;
+    }
+    metrics_listener = *std::move(listener);
+    spdlog::info("metrics at http://{}/metrics (port {})", metrics_listen, metrics_listener->port());
+  }
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
@@ -97,6 +124,7 @@ int main(int argc, char** argv) {
   started->server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   started->server->Wait();
   started->server.reset();
+  if (metrics_listener != nullptr) metrics_listener->Stop();
   service->reset();
   spdlog::info("stopped");
   return 0;

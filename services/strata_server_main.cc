@@ -2,7 +2,8 @@
 //
 //   strata-server --pack DIR [--listen ADDR] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N]
 //                 [--expert-source arena|mmap] [--verify] [--device auto|cpu|cuda] [--vram-gib X]
-//                 [--network-priority auto|idle|normal]
+//                 [--network-priority auto|idle|normal] [--http-listen ADDR] [--metrics-listen ADDR]
+//                 [--served-model-name NAME]
 //
 // The server starts first and reports NOT_SERVING (calls are UNAVAILABLE) while the pack loads, then
 // SERVING. A pack that cannot be loaded ends the process with exit code 1 and the reason. SIGINT or
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -32,7 +34,11 @@
 #include "services/count_progress.h"
 #include "services/gguf_pack_cache.h"
 #include "services/progress_printer.h"
+#include "services/http_listener.h"
+#include "services/inference_metrics.h"
 #include "services/inference_service.h"
+#include "services/metrics_endpoint.h"
+#include "services/openai_server.h"
 #include "services/pack_cli.h"
 #include "services/server_runner.h"
 #include "spdlog/spdlog.h"
@@ -61,6 +67,13 @@ ABSL_FLAG(std::string, network_priority, "auto",
           "scheduling of gRPC's threads: idle (SCHED_IDLE: they run when a compute thread leaves its core and "
           "never preempt one), normal, or auto: idle when the compute threads take every core, else normal "
           "(cores left free take the network work; on a machine shared with busy programs, use normal)");
+
+ABSL_FLAG(std::string, http_listen, "",
+          "also serve OpenAI's HTTP API (/v1/models, /v1/completions, /v1/chat/completions, /health) on "
+          "host:port; empty: off");
+ABSL_FLAG(std::string, metrics_listen, "", "serve Prometheus metrics at http://HOST:PORT/metrics; empty: off");
+ABSL_FLAG(std::string, served_model_name, "",
+          "the model's name in the HTTP API (/v1/models, the `model` field); empty: the pack directory's name");
 
 namespace {
 
@@ -121,6 +134,43 @@ void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtim
                info.backend.name, info.backend.isa, static_cast<double>(info.backend.memory_used) / (1ull << 30));
 }
 
+// Starts the listeners --http-listen and --metrics-listen ask for (their addresses are checked already).
+absl::Status StartHttp(const strata::runtime::EngineOptions& options, strata::services::InferenceServiceImpl& service,
+                       strata::services::InferenceMetrics* metrics, strata::services::MetricsRegistry* registry,
+                       std::unique_ptr<strata::services::OpenAiServer>* http_api,
+                       std::unique_ptr<strata::services::HttpListener>* http_listener,
+                       std::unique_ptr<strata::services::HttpListener>* metrics_listener) {
+  const std::string http_listen = absl::GetFlag(FLAGS_http_listen);
+  if (!http_listen.empty()) {
+    strata::services::OpenAiServerOptions http_options;
+    http_options.model_id = absl::GetFlag(FLAGS_served_model_name);
+    if (http_options.model_id.empty()) {
+      std::filesystem::path pack = std::filesystem::path(options.pack_dir).lexically_normal();
+      if (!pack.has_filename()) pack = pack.parent_path();  // "dir/"
+      http_options.model_id = pack.filename().string();
+    }
+    http_options.max_body_bytes = strata::services::ServerConfig().max_message_bytes;  // as for gRPC
+    http_options.worker_threads = options.max_seqs + options.max_queue + 8;  // every admitted request, and a few
+    // http_options.authorize and render_chat: null until bearer tokens and chat templates are wired in.
+    *http_api = std::make_unique<strata::services::OpenAiServer>(
+        std::move(http_options), [&service] { return service.engine(); }, metrics);
+    absl::StatusOr<std::unique_ptr<strata::services::HttpListener>> listener =
+        strata::services::HttpListener::Start((*http_api)->MakeHttpServer(), http_listen, "--http-listen");
+    if (!listener.ok()) return listener.status();
+    *http_listener = *std::move(listener);
+    spdlog::info("OpenAI-compatible HTTP API on http://{} (port {})", http_listen, (*http_listener)->port());
+  }
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<strata::services::HttpListener>> listener = strata::services::HttpListener::Start(
+        strata::services::MakeMetricsHttpServer(registry), metrics_listen, "--metrics-listen");
+    if (!listener.ok()) return listener.status();
+    *metrics_listener = *std::move(listener);
+    spdlog::info("metrics at http://{}/metrics (port {})", metrics_listen, (*metrics_listener)->port());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,7 +178,8 @@ int main(int argc, char** argv) {
       "strata-server --pack DIR [--listen HOST:PORT] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N] "
       "[--expert-source arena|mmap] [--verify] [--device auto|cpu|cuda] [--vram-gib X] [--vram-experts N] "
       "[--cache-policy lru|lfu-decay|static] [--chat-template-file FILE] "
-      "[--network-priority auto|idle|normal]");
+      "[--network-priority auto|idle|normal] [--http-listen HOST:PORT] [--metrics-listen HOST:PORT] "
+      "[--served-model-name NAME]");
   std::vector<std::string> args(argv, argv + argc);
   if (strata::services::WantsHelp(args)) {
     std::cout << strata::services::HelpText(kUsage, {"strata_server_main.cc"}, kExitCodes);
@@ -190,6 +241,14 @@ int main(int argc, char** argv) {
   absl::StatusOr<strata::services::NetworkPriority> network_priority =
       strata::services::ParseNetworkPriority(absl::GetFlag(FLAGS_network_priority), "--network-priority");
   if (!network_priority.ok()) return UsageError(std::string(network_priority.status().message()));
+  for (const auto& [flag, address] :
+       {std::pair<std::string, std::string>{"--http-listen", absl::GetFlag(FLAGS_http_listen)},
+        {"--metrics-listen", absl::GetFlag(FLAGS_metrics_listen)}}) {
+    if (address.empty()) continue;
+    if (absl::Status status = strata::services::CheckListenAddress(address); !status.ok()) {
+      return UsageError(flag + ": " + std::string(status.message()));
+    }
+  }
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
   // Signals are taken by sigwait; block them before gRPC and the engine start threads, which inherit the mask.
@@ -212,6 +271,20 @@ int main(int argc, char** argv) {
     return kExitFailure;
   }
   grpc::Server* server = started->server.get();
+  // The HTTP API and /metrics, before the pack loads (they answer 503 and report the model not loaded).
+  // Declared after the service, so they stop before its engine goes.
+  strata::services::MetricsRegistry metrics_registry;
+  strata::services::InferenceMetrics metrics(&metrics_registry, [&service] { return service->engine(); });
+  service->SetMetrics(&metrics);
+  std::unique_ptr<strata::services::OpenAiServer> http_api;
+  std::unique_ptr<strata::services::HttpListener> http_listener, metrics_listener;
+  if (absl::Status status = StartHttp(options, *service, &metrics, &metrics_registry, &http_api, &http_listener,
+                                      &metrics_listener);
+      !status.ok()) {
+    spdlog::error("{}", std::string(status.message()));
+    server->Shutdown();
+    return kExitFailure;
+  }
   strata::services::SetInferenceServing(server, false);
   spdlog::info("strata-server listening on {} (port {}); loading {}", config.listen_address, started->port,
                model.empty() ? options.pack_dir : model);
@@ -248,9 +321,12 @@ int main(int argc, char** argv) {
 
   g_stop.WaitForNotification();
   strata::services::SetInferenceServing(server, false);
+  if (http_api != nullptr) http_api->Shutdown();
+  if (http_listener != nullptr) http_listener->Stop();
   server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   server->Wait();
   started->server.reset();
+  if (metrics_listener != nullptr) metrics_listener->Stop();
   service.reset();
   spdlog::info("stopped");
   return kExitOk;

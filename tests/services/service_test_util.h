@@ -73,13 +73,16 @@ inline void CopyTree(const std::string& from, const std::string& to) {
   std::filesystem::copy(from, to, std::filesystem::copy_options::recursive);
 }
 
-// A PackTool server on `data_root`, in this process; `listen` empty: in-process channel only.
+// A PackTool server on `data_root`, in this process; `listen` empty: in-process channel only. `metrics`, when
+// set, counts its conversions and validations (and must outlive the server).
 class TestServer {
  public:
-  explicit TestServer(const std::string& data_root, const std::string& listen = "", int default_threads = 2) {
+  explicit TestServer(const std::string& data_root, const std::string& listen = "", int default_threads = 2,
+                      PackToolMetrics* metrics = nullptr) {
     PackToolServiceOptions options;
     options.data_root = data_root;
     options.default_threads = default_threads;
+    options.metrics = metrics;
     auto service = PackToolServiceImpl::Create(options);
     EXPECT_TRUE(service.ok()) << service.status();
     service_ = *std::move(service);
