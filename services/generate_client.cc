@@ -33,7 +33,9 @@ int CallFailed(const ClientIo& io, const ClientOptions& options, const grpc::Sta
   return kExitFailure;
 }
 
-void SetDeadline(const ClientOptions& options, bool streaming, grpc::ClientContext* context) {
+// The call's deadline and bearer token.
+void PrepareCall(const ClientOptions& options, bool streaming, grpc::ClientContext* context) {
+  if (!options.auth_token.empty()) context->AddMetadata("authorization", "Bearer " + options.auth_token);
   double seconds = options.timeout_seconds;
   if (seconds <= 0 && !streaming) seconds = kDefaultUnaryTimeoutSeconds;
   if (seconds <= 0) return;
@@ -84,7 +86,7 @@ int Generate(const std::vector<std::string>& args, const ClientOptions& options,
   }
 
   grpc::ClientContext context;
-  SetDeadline(options, /*streaming=*/true, &context);
+  PrepareCall(options, /*streaming=*/true, &context);
   std::vector<v1::TokenLogprob> logprobs;
   v1::GenerateResponse last;
   bool ends_with_newline = true;
@@ -137,7 +139,7 @@ int Tokenize(const std::vector<std::string>& args, const ClientOptions& options,
   request.set_parse_special(options.parse_special);
   v1::TokenizeResponse response;
   grpc::ClientContext context;
-  SetDeadline(options, false, &context);
+  PrepareCall(options, false, &context);
   const grpc::Status status = stub.Tokenize(&context, request, &response);
   if (!status.ok()) return CallFailed(io, options, status);
   *io.out << absl::StrJoin(response.tokens(), ",") << "\n";
@@ -155,7 +157,7 @@ int Detokenize(const std::vector<std::string>& args, const ClientOptions& option
   request.set_render_special(options.render_special);
   v1::DetokenizeResponse response;
   grpc::ClientContext context;
-  SetDeadline(options, false, &context);
+  PrepareCall(options, false, &context);
   const grpc::Status status = stub.Detokenize(&context, request, &response);
   if (!status.ok()) return CallFailed(io, options, status);
   *io.out << response.text() << "\n";
@@ -165,7 +167,7 @@ int Detokenize(const std::vector<std::string>& args, const ClientOptions& option
 int Info(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo& io) {
   v1::ModelInfo m;
   grpc::ClientContext context;
-  SetDeadline(options, false, &context);
+  PrepareCall(options, false, &context);
   const grpc::Status status = stub.GetModelInfo(&context, v1::GetModelInfoRequest(), &m);
   if (!status.ok()) return CallFailed(io, options, status);
   std::ostream& out = *io.out;
@@ -195,7 +197,7 @@ int Info(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo
 int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const ClientIo& io) {
   v1::EngineStats s;
   grpc::ClientContext context;
-  SetDeadline(options, false, &context);
+  PrepareCall(options, false, &context);
   const grpc::Status status = stub.GetStats(&context, v1::GetStatsRequest(), &s);
   if (!status.ok()) return CallFailed(io, options, status);
   std::ostream& out = *io.out;
@@ -256,6 +258,11 @@ Flags:
   --repeat-penalty R  --presence-penalty P  --frequency-penalty F  --penalty-last-n N
   --stop a,b  --stop-token-ids 1,2  --ignore-eos  --logprobs N (chosen token and N alternatives)
   --add-special=false  --parse-special  --render-special  --quiet
+  --tls                     TLS, trusting the system's roots (or --tls-ca FILE, implied by any --tls-* flag)
+  --tls-ca FILE             the CA that signs the server's certificate (PEM)
+  --tls-cert FILE --tls-key FILE   a client certificate, for servers asking mutual TLS
+  --tls-server-name NAME    check the server's certificate against NAME instead of the dialled host
+  --auth-token TOKEN        bearer token (default: the STRATA_AUTH_TOKEN environment variable)
 Unset sampling flags take the server's defaults (temperature 1, max 256 tokens).
 Exit codes: 0 ok, 1 failed or refused request, 2 usage error.
 )";

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "services/call_gate.h"
 #include "services/data_root.h"
 #include "strata/v1/packtool.grpc.pb.h"
 
@@ -27,6 +28,7 @@ namespace strata::services {
 struct PackToolServiceOptions {
   std::string data_root;    // required: an existing directory
   int default_threads = 0;  // for requests with threads = 0; 0 = one per core this process may use
+  CallGate* gate = nullptr;  // every call passes it first; not owned, outlives the service; null: all admitted
 };
 
 class PackToolServiceImpl final : public v1::PackTool::CallbackService {
@@ -47,8 +49,11 @@ class PackToolServiceImpl final : public v1::PackTool::CallbackService {
   friend class ConvertReactor;
   friend class ValidateReactor;
 
-  PackToolServiceImpl(std::unique_ptr<DataRoot> root, int default_threads)
-      : root_(std::move(root)), default_threads_(default_threads) {}
+  PackToolServiceImpl(std::unique_ptr<DataRoot> root, int default_threads, CallGate* gate)
+      : root_(std::move(root)), default_threads_(default_threads), gate_(gate) {}
+
+  // OK, or the gate's refusal (the ticket is then empty).
+  absl::Status Admit(const grpc::CallbackServerContext& context, CallGate::Ticket* ticket);
 
   // The thread count for a request's `threads` field; INVALID_ARGUMENT when absurd.
   absl::StatusOr<int> Threads(uint32_t requested) const;
@@ -63,6 +68,7 @@ class PackToolServiceImpl final : public v1::PackTool::CallbackService {
 
   const std::unique_ptr<DataRoot> root_;
   const int default_threads_;
+  CallGate* const gate_;
 
   absl::Mutex mu_;
   absl::flat_hash_set<std::string> outputs_in_flight_ ABSL_GUARDED_BY(mu_);

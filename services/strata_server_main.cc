@@ -6,8 +6,9 @@
 //
 // The server starts first and reports NOT_SERVING (calls are UNAVAILABLE) while the pack loads, then
 // SERVING. A pack that cannot be loaded ends the process with exit code 1 and the reason. SIGINT or
-// SIGTERM stops taking calls, gives running generations a moment, cancels the rest and exits 0; a signal
-// while the pack is still loading exits at once.
+// SIGTERM drains (services/server_access.h: NOT_SERVING, new calls UNAVAILABLE, running streams get
+// --drain-seconds, then are cancelled with the reason) and exits 0; a signal while the pack is still
+// loading exits at once. SIGHUP rereads --auth-tokens-file.
 
 #include <signal.h>
 
@@ -29,6 +30,7 @@
 #include "services/cli_flags.h"
 #include "services/inference_service.h"
 #include "services/pack_cli.h"
+#include "services/server_access.h"
 #include "services/server_runner.h"
 #include "spdlog/spdlog.h"
 
@@ -51,6 +53,24 @@ ABSL_FLAG(std::string, network_priority, "auto",
           "scheduling of gRPC's threads: idle (SCHED_IDLE: they run when a compute thread leaves its core and "
           "never preempt one), normal, or auto: idle when the compute threads take every core, else normal "
           "(cores left free take the network work; on a machine shared with busy programs, use normal)");
+ABSL_FLAG(std::string, tls_cert, "", "TLS: the server's certificate chain (PEM); with --tls-key. Default: plaintext");
+ABSL_FLAG(std::string, tls_key, "", "TLS: the server's private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "", "mutual TLS: clients must present a certificate signed by this CA (PEM)");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "bearer tokens, one per line ('#' comments); calls without one get UNAUTHENTICATED (health and "
+          "reflection stay open); reread on SIGHUP. Default: no token asked");
+ABSL_FLAG(int, max_calls_per_client, 0,
+          "calls one client (its token, else its address) may have running; more get RESOURCE_EXHAUSTED; 0: no limit");
+ABSL_FLAG(double, drain_seconds, 30,
+          "on SIGTERM: health NOT_SERVING and new calls UNAVAILABLE at once; running streams get this long to "
+          "end, then are cancelled with the reason");
+ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "largest text prompt (and Tokenize text), bytes");
+ABSL_FLAG(int64_t, max_prompt_tokens, 32768, "largest token-id prompt (and Detokenize list), tokens");
+ABSL_FLAG(int, max_tokens_limit, 4096, "largest sampling.max_tokens a request may ask for");
+ABSL_FLAG(int, max_stop_strings, 16, "most stop strings in a request (at most 16)");
+ABSL_FLAG(int, max_stop_bytes, 512, "longest stop string, bytes (at most 512)");
+ABSL_FLAG(int, max_top_logprobs, 20, "most top_logprobs alternatives (at most 20)");
+ABSL_FLAG(int, max_message_bytes, 16 << 20, "largest gRPC message either way, bytes (RESOURCE_EXHAUSTED beyond)");
 
 namespace {
 
@@ -58,11 +78,9 @@ using strata::services::kExitFailure;
 using strata::services::kExitOk;
 using strata::services::kExitUsage;
 
-// Time running generations get to end on their own after a stop signal before they are cancelled.
-constexpr auto kShutdownGrace = std::chrono::seconds(2);
-
 std::atomic<bool> g_loaded{false};
 absl::Notification g_stop;
+strata::services::AuthTokens* g_tokens = nullptr;  // set before the signal thread starts
 
 int UsageError(const std::string& message) {
   std::cerr << "strata-server: error: " << message << " (see strata-server --help)\n";
@@ -72,8 +90,7 @@ int UsageError(const std::string& message) {
 // Waits for SIGINT/SIGTERM (blocked in every thread) and asks main to stop; before the pack has loaded
 // there is nothing to drain, so the process ends at once.
 void WaitForStopSignal(sigset_t signals) {
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = strata::services::WaitForStopSignal(signals, g_tokens);
   if (!g_loaded.load()) {
     spdlog::warn("signal {} while loading the pack: exiting", signal_number);
     std::_Exit(kExitOk);
@@ -105,7 +122,10 @@ int main(int argc, char** argv) {
       "strata-server --pack DIR [--listen HOST:PORT] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N] "
       "[--expert-source arena|mmap] [--verify] [--device auto|cpu|cuda] [--vram-gib X] [--vram-experts N] "
       "[--cache-policy lru|lfu-decay|static] "
-      "[--network-priority auto|idle|normal]");
+      "[--network-priority auto|idle|normal] [--tls-cert F --tls-key F [--tls-client-ca F]] "
+      "[--auth-tokens-file F] [--max-calls-per-client N] [--drain-seconds S] [--max-prompt-bytes N] "
+      "[--max-prompt-tokens N] [--max-tokens-limit N] [--max-stop-strings N] [--max-stop-bytes N] "
+      "[--max-top-logprobs N] [--max-message-bytes N]");
   std::vector<std::string> args(argv, argv + argc);
   absl::StatusOr<std::vector<std::string>> parsed = strata::services::ParseFlags(std::move(args));
   if (!parsed.ok()) {
@@ -149,19 +169,37 @@ int main(int argc, char** argv) {
   absl::StatusOr<strata::services::NetworkPriority> network_priority =
       strata::services::ParseNetworkPriority(absl::GetFlag(FLAGS_network_priority), "--network-priority");
   if (!network_priority.ok()) return UsageError(std::string(network_priority.status().message()));
+  strata::services::InferenceServiceOptions service_options;
+  service_options.limits = {.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes),
+                            .max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens),
+                            .max_tokens = absl::GetFlag(FLAGS_max_tokens_limit),
+                            .max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings),
+                            .max_stop_bytes = absl::GetFlag(FLAGS_max_stop_bytes),
+                            .max_top_logprobs = absl::GetFlag(FLAGS_max_top_logprobs)};
+  if (absl::Status status = strata::services::CheckRequestLimits(service_options.limits); !status.ok()) {
+    return UsageError(std::string(status.message()));
+  }
+  const double drain_seconds = absl::GetFlag(FLAGS_drain_seconds);
+  if (!(drain_seconds >= 0 && drain_seconds <= 86400)) return UsageError("--drain-seconds: must be in 0..86400");
+  if (absl::GetFlag(FLAGS_max_message_bytes) < 1024) return UsageError("--max-message-bytes: must be at least 1024");
+  absl::StatusOr<strata::services::ServerAccess> access = strata::services::MakeServerAccess(
+      {.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)},
+       .auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file),
+       .max_calls_per_client = absl::GetFlag(FLAGS_max_calls_per_client)});
+  if (!access.ok()) return UsageError(std::string(access.status().message()));
+  service_options.gate = access->gate.get();
+  g_tokens = access->tokens.get();
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
   // Signals are taken by sigwait; block them before gRPC and the engine start threads, which inherit the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = strata::services::BlockServerSignals();
   std::thread(WaitForStopSignal, stop_signals).detach();
 
-  auto service = std::make_unique<strata::services::InferenceServiceImpl>();
+  auto service = std::make_unique<strata::services::InferenceServiceImpl>(service_options);
   strata::services::ServerConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
+  config.credentials = access->credentials;
+  config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.network_priority = strata::services::ResolveNetworkPriority(
       *network_priority, options.threads, strata::exec::AvailableCores());
   absl::StatusOr<strata::services::StartedServer> started = strata::services::StartServer(
@@ -172,8 +210,8 @@ int main(int argc, char** argv) {
   }
   grpc::Server* server = started->server.get();
   strata::services::SetInferenceServing(server, false);
-  spdlog::info("strata-server listening on {} (port {}); loading {}", config.listen_address, started->port,
-               options.pack_dir);
+  spdlog::info("strata-server listening on {} (port {}, {}); loading {}", config.listen_address, started->port,
+               access->Describe(), options.pack_dir);
   spdlog::info("network threads scheduled {} (--network-priority {})",
                strata::services::NetworkPriorityName(started->network_priority), absl::GetFlag(FLAGS_network_priority));
 
@@ -191,9 +229,8 @@ int main(int argc, char** argv) {
   spdlog::info("serving strata.v1.Inference on {} (port {})", config.listen_address, started->port);
 
   g_stop.WaitForNotification();
-  strata::services::SetInferenceServing(server, false);
-  server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
-  server->Wait();
+  strata::services::DrainAndShutdown(server, access->gate.get(), absl::Seconds(drain_seconds),
+                                     [&](const std::string& reason) { service->CancelGenerations(reason); });
   started->server.reset();
   service.reset();
   spdlog::info("stopped");
