@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
   }
   const double drain_seconds = absl::GetFlag(FLAGS_drain_seconds);
   if (!(drain_seconds >= 0 && drain_seconds <= 86400)) return UsageError("--drain-seconds: must be in 0..86400");
+  // Signals are taken by sigwait below; block them before gRPC (whose credentials start its threads) starts
+  // threads, which inherit the mask.
+  const sigset_t stop_signals = strata::services::BlockServerSignals();
   absl::StatusOr<strata::services::ServerAccess> access = strata::services::MakeServerAccess(
       {.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)},
        .auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file),
@@ -86,8 +89,6 @@ int main(int argc, char** argv) {
   if (!access.ok()) return UsageError(access.status().message());
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
-  // Signals are taken by sigwait below; block them before gRPC starts its threads, which inherit the mask.
-  const sigset_t stop_signals = strata::services::BlockServerSignals();
 
   strata::services::PackToolServiceOptions service_options;
   service_options.data_root = absl::GetFlag(FLAGS_data_root);
@@ -108,8 +109,9 @@ int main(int argc, char** argv) {
     std::cerr << "strata-packd: error: " << started.status().message() << '\n';
     return kExitFailure;
   }
-  spdlog::info("strata-packd listening on {} (port {}, {}), data root {}", config.listen_address, started->port,
-               access->Describe(), (*service)->data_root().path());
+  spdlog::info("strata-packd listening on {} (port {}), data root {}", config.listen_address, started->port,
+               (*service)->data_root().path());
+  spdlog::info("access: {}", access->Describe());
 
   const int signal_number = strata::services::WaitForStopSignal(stop_signals, access->tokens.get());
   spdlog::info("signal {}: draining", signal_number);

@@ -182,6 +182,9 @@ int main(int argc, char** argv) {
   const double drain_seconds = absl::GetFlag(FLAGS_drain_seconds);
   if (!(drain_seconds >= 0 && drain_seconds <= 86400)) return UsageError("--drain-seconds: must be in 0..86400");
   if (absl::GetFlag(FLAGS_max_message_bytes) < 1024) return UsageError("--max-message-bytes: must be at least 1024");
+  // Signals are taken by sigwait; block them before gRPC (whose credentials start its threads) and the engine
+  // start threads, which inherit the mask.
+  const sigset_t stop_signals = strata::services::BlockServerSignals();
   absl::StatusOr<strata::services::ServerAccess> access = strata::services::MakeServerAccess(
       {.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)},
        .auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file),
@@ -191,8 +194,6 @@ int main(int argc, char** argv) {
   g_tokens = access->tokens.get();
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
-  // Signals are taken by sigwait; block them before gRPC and the engine start threads, which inherit the mask.
-  const sigset_t stop_signals = strata::services::BlockServerSignals();
   std::thread(WaitForStopSignal, stop_signals).detach();
 
   auto service = std::make_unique<strata::services::InferenceServiceImpl>(service_options);
@@ -210,8 +211,9 @@ int main(int argc, char** argv) {
   }
   grpc::Server* server = started->server.get();
   strata::services::SetInferenceServing(server, false);
-  spdlog::info("strata-server listening on {} (port {}, {}); loading {}", config.listen_address, started->port,
-               access->Describe(), options.pack_dir);
+  spdlog::info("strata-server listening on {} (port {}); loading {}", config.listen_address, started->port,
+               options.pack_dir);
+  spdlog::info("access: {}", access->Describe());
   spdlog::info("network threads scheduled {} (--network-priority {})",
                strata::services::NetworkPriorityName(started->network_priority), absl::GetFlag(FLAGS_network_priority));
 
