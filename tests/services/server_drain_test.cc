@@ -227,5 +227,32 @@ TEST(PackdDrainTest, AConversionCutByTheDrainLeavesNoPack) {
   EXPECT_FALSE(fs::exists(root.Join("big-pack.partial")));
 }
 
+struct BadFlags {
+  const char* binary;
+  std::vector<std::string> args;
+  const char* message;
+};
+
+TEST(ServerFlagsTest, BadAccessAndLimitFlagsAreUsageErrorsNamingTheFlag) {
+  strata::testing::ScratchDir dir;
+  const std::string pack = testing::TinyPack();
+  const BadFlags cases[] = {
+      {STRATA_SERVER_BINARY, {"--pack", pack, "--tls-key", dir.Join("k.pem")}, "--tls-key: needs --tls-cert too"},
+      {STRATA_SERVER_BINARY, {"--pack", pack, "--auth-tokens-file", dir.Join("none")}, "--auth-tokens-file: cannot read"},
+      {STRATA_SERVER_BINARY, {"--pack", pack, "--max-tokens-limit", "0"}, "--max-tokens-limit: 0 is not in 1.."},
+      {STRATA_SERVER_BINARY, {"--pack", pack, "--max-top-logprobs", "21"}, "--max-top-logprobs: 21 is not in 1..20"},
+      {STRATA_SERVER_BINARY, {"--pack", pack, "--drain-seconds", "-1"}, "--drain-seconds: must be in 0..86400"},
+      {STRATA_SERVER_BINARY, {"--pack", pack, "--max-calls-per-client", "-2"}, "--max-calls-per-client: -2 is negative"},
+      {STRATA_PACKD_BINARY, {"--data-root", dir.path(), "--tls-client-ca", dir.Join("ca.pem")},
+       "--tls-client-ca: needs --tls-cert and --tls-key"},
+      {STRATA_PACKD_BINARY, {"--data-root", dir.path(), "--drain-seconds", "nan"}, "--drain-seconds: must be in 0..86400"},
+  };
+  for (const BadFlags& c : cases) {
+    ServerProcess process(c.binary, c.args, dir.Join("out.log"));
+    EXPECT_EQ(process.WaitForExit(), 2) << c.message;
+    EXPECT_THAT(process.Log(), HasSubstr(c.message));
+  }
+}
+
 }  // namespace
 }  // namespace strata::services
