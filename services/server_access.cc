@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
