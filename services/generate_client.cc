@@ -40,7 +40,9 @@ int CallFailed(const ClientIo& io, const ClientOptions& options, const std::shar
   return kExitFailure;
 }
 
-void SetDeadline(const ClientOptions& options, bool streaming, grpc::ClientContext* context) {
+// The call's deadline and bearer token.
+void PrepareCall(const ClientOptions& options, bool streaming, grpc::ClientContext* context) {
+  if (!options.auth_token.empty()) context->AddMetadata("authorization", "Bearer " + options.auth_token);
   double seconds = options.timeout_seconds;
   if (seconds <= 0 && !streaming) seconds = kDefaultUnaryTimeoutSeconds;
   if (seconds <= 0) return;
@@ -89,7 +91,7 @@ using StartStream =
 int StreamReply(const ClientOptions& options, const std::shared_ptr<grpc::Channel>& channel, const ClientIo& io,
                 const StartStream& start, std::string* reply) {
   grpc::ClientContext context;
-  SetDeadline(options, /*streaming=*/true, &context);
+  PrepareCall(options, /*streaming=*/true, &context);
   std::vector<v1::TokenLogprob> logprobs;
   v1::GenerateResponse last;
   bool ends_with_newline = true;
@@ -206,7 +208,7 @@ int Tokenize(const std::vector<std::string>& args, const ClientOptions& options,
   request.set_parse_special(options.parse_special);
   v1::TokenizeResponse response;
   grpc::ClientContext context;
-  SetDeadline(options, false, &context);
+  PrepareCall(options, false, &context);
   const grpc::Status status = stub.Tokenize(&context, request, &response);
   if (!status.ok()) return CallFailed(io, options, channel, status);
   *io.out << absl::StrJoin(response.tokens(), ",") << "\n";
@@ -224,7 +226,7 @@ int Detokenize(const std::vector<std::string>& args, const ClientOptions& option
   request.set_render_special(options.render_special);
   v1::DetokenizeResponse response;
   grpc::ClientContext context;
-  SetDeadline(options, false, &context);
+  PrepareCall(options, false, &context);
   const grpc::Status status = stub.Detokenize(&context, request, &response);
   if (!status.ok()) return CallFailed(io, options, channel, status);
   *io.out << response.text() << "\n";
@@ -235,7 +237,7 @@ int Info(const ClientOptions& options, v1::Inference::Stub& stub, const std::sha
          const ClientIo& io) {
   v1::ModelInfo m;
   grpc::ClientContext context;
-  SetDeadline(options, false, &context);
+  PrepareCall(options, false, &context);
   const grpc::Status status = stub.GetModelInfo(&context, v1::GetModelInfoRequest(), &m);
   if (!status.ok()) return CallFailed(io, options, channel, status);
   std::ostream& out = *io.out;
@@ -269,7 +271,7 @@ int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const std::sh
           const ClientIo& io) {
   v1::EngineStats s;
   grpc::ClientContext context;
-  SetDeadline(options, false, &context);
+  PrepareCall(options, false, &context);
   const grpc::Status status = stub.GetStats(&context, v1::GetStatsRequest(), &s);
   if (!status.ok()) return CallFailed(io, options, channel, status);
   std::ostream& out = *io.out;

@@ -30,6 +30,7 @@ namespace strata::services {
 struct ClientOptions {
   std::string server = "127.0.0.1:50051";  // for messages; the channel is made by the caller
   double timeout_seconds = 0;              // deadline of each call; 0: none for generate, 60 s otherwise
+  std::string auth_token;                  // sent as "authorization: Bearer <token>" on each call; empty: none
 
   // generate
   v1::SamplingParams sampling;  // unset optional fields take the server's defaults

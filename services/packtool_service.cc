@@ -48,8 +48,9 @@ class RefusedConvert final : public grpc::ServerWriteReactor<v1::ConvertProgress
 class ValidateReactor final : public grpc::ServerUnaryReactor {
  public:
   ValidateReactor(PackToolServiceImpl* service, std::string dir, packtool::ValidateOptions options,
-                  v1::ValidateReport* report)
-      : service_(service), dir_(std::move(dir)), options_(std::move(options)), report_(report) {
+                  v1::ValidateReport* report, CallGate::Ticket ticket)
+      : service_(service), dir_(std::move(dir)), options_(std::move(options)), report_(report),
+        ticket_(std::move(ticket)) {
     options_.cancel = &cancel_;
     service_->JobStarted();
     std::thread([this] { Run(); }).detach();
@@ -74,6 +75,7 @@ class ValidateReactor final : public grpc::ServerUnaryReactor {
   packtool::ValidateOptions options_;
   v1::ValidateReport* const report_;
   std::atomic<bool> cancel_{false};
+  CallGate::Ticket ticket_;  // the call's admission, held until the reactor is deleted
 };
 
 // One Convert call: the conversion runs on its own (detached) thread and hands progress to the stream.
@@ -83,8 +85,8 @@ class ValidateReactor final : public grpc::ServerUnaryReactor {
 class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress> {
  public:
   // `options.output_dir` has been claimed from `service`; the reactor releases it.
-  ConvertReactor(PackToolServiceImpl* service, packtool::ConvertOptions options)
-      : service_(service), options_(std::move(options)) {
+  ConvertReactor(PackToolServiceImpl* service, packtool::ConvertOptions options, CallGate::Ticket ticket)
+      : service_(service), options_(std::move(options)), ticket_(std::move(ticket)) {
     service_->JobStarted();
     std::thread([this] { Run(); }).detach();
   }
@@ -194,6 +196,7 @@ class ConvertReactor final : public grpc::ServerWriteReactor<v1::ConvertProgress
 
   PackToolServiceImpl* const service_;
   const packtool::ConvertOptions options_;
+  CallGate::Ticket ticket_;  // the call's admission, held until the reactor is deleted
   std::atomic<bool> cancel_{false};
 
   absl::Mutex mu_;
@@ -212,7 +215,15 @@ absl::StatusOr<std::unique_ptr<PackToolServiceImpl>> PackToolServiceImpl::Create
   RETURN_IF_ERROR(packtool::CheckThreads(options.default_threads, "default threads"));
   ASSIGN_OR_RETURN(std::unique_ptr<DataRoot> root, DataRoot::Create(options.data_root));
   return std::unique_ptr<PackToolServiceImpl>(
-      new PackToolServiceImpl(std::move(root), options.default_threads, options.metrics));
+      new PackToolServiceImpl(std::move(root), options.default_threads, options.metrics, options.gate));
+}
+
+absl::Status PackToolServiceImpl::Admit(const grpc::CallbackServerContext& context, CallGate::Ticket* ticket) {
+  if (gate_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<CallGate::Ticket> admitted = gate_->Admit(context);
+  if (!admitted.ok()) return admitted.status();
+  *ticket = *std::move(admitted);
+  return absl::OkStatus();
 }
 
 PackToolServiceImpl::~PackToolServiceImpl() {
@@ -248,6 +259,8 @@ void PackToolServiceImpl::JobFinished() {
 
 grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc::CallbackServerContext* context,
                                                                             const v1::ConvertRequest* request) {
+  CallGate::Ticket ticket;
+  if (absl::Status admitted = Admit(*context, &ticket); !admitted.ok()) return new RefusedConvert(admitted, metrics_);
   // Paths and arguments first: nothing is looked at before every path is known to lie inside the root.
   absl::StatusOr<std::string> input = root_->Resolve(request->input(), "input");
   if (!input.ok()) return new RefusedConvert(input.status(), metrics_);
@@ -301,12 +314,18 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
   options.scheme = *scheme;
   options.threads = *threads;
   options.dense_type = *dense_type;
-  return new ConvertReactor(this, std::move(options));
+  return new ConvertReactor(this, std::move(options), std::move(ticket));
 }
 
 grpc::ServerUnaryReactor* PackToolServiceImpl::Validate(grpc::CallbackServerContext* context,
                                                         const v1::ValidateRequest* request,
                                                         v1::ValidateReport* report) {
+  CallGate::Ticket ticket;
+  if (absl::Status admitted = Admit(*context, &ticket); !admitted.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(admitted));
+    return reactor;
+  }
   absl::StatusOr<std::string> dir = root_->Resolve(request->pack_dir(), "pack_dir");
   absl::StatusOr<int> threads = Threads(request->threads());
   absl::Status status = !dir.ok() ? dir.status() : threads.status();
@@ -322,12 +341,17 @@ grpc::ServerUnaryReactor* PackToolServiceImpl::Validate(grpc::CallbackServerCont
   packtool::ValidateOptions options;
   options.quick = request->quick();
   options.threads = *threads;
-  return new ValidateReactor(this, *std::move(dir), options, report);
+  return new ValidateReactor(this, *std::move(dir), options, report, std::move(ticket));
 }
 
 grpc::ServerUnaryReactor* PackToolServiceImpl::Inspect(grpc::CallbackServerContext* context,
                                                        const v1::InspectRequest* request, v1::InspectReport* report) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  CallGate::Ticket ticket;
+  if (absl::Status admitted = Admit(*context, &ticket); !admitted.ok()) {
+    reactor->Finish(ToGrpcStatus(admitted));
+    return reactor;
+  }
   absl::StatusOr<std::string> path = root_->Resolve(request->path(), "path");
   if (!path.ok()) {
     reactor->Finish(ToGrpcStatus(path.status()));

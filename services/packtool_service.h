@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "services/call_gate.h"
 #include "services/data_root.h"
 #include "services/packtool_metrics.h"
 #include "strata/v1/packtool.grpc.pb.h"
@@ -29,6 +30,7 @@ struct PackToolServiceOptions {
   std::string data_root;    // required: an existing directory
   int default_threads = 0;  // for requests with threads = 0; 0 = one per core this process may use
   PackToolMetrics* metrics = nullptr;  // counts conversions and validations when set; outlives the service
+  CallGate* gate = nullptr;  // every call passes it first; not owned, outlives the service; null: all admitted
 };
 
 class PackToolServiceImpl final : public v1::PackTool::CallbackService {
@@ -49,8 +51,11 @@ class PackToolServiceImpl final : public v1::PackTool::CallbackService {
   friend class ConvertReactor;
   friend class ValidateReactor;
 
-  PackToolServiceImpl(std::unique_ptr<DataRoot> root, int default_threads, PackToolMetrics* metrics)
-      : root_(std::move(root)), default_threads_(default_threads), metrics_(metrics) {}
+  PackToolServiceImpl(std::unique_ptr<DataRoot> root, int default_threads, PackToolMetrics* metrics, CallGate* gate)
+      : root_(std::move(root)), default_threads_(default_threads), metrics_(metrics), gate_(gate) {}
+
+  // OK, or the gate's refusal (the ticket is then empty).
+  absl::Status Admit(const grpc::CallbackServerContext& context, CallGate::Ticket* ticket);
 
   // The thread count for a request's `threads` field; INVALID_ARGUMENT when absurd.
   absl::StatusOr<int> Threads(uint32_t requested) const;
@@ -66,6 +71,7 @@ class PackToolServiceImpl final : public v1::PackTool::CallbackService {
   const std::unique_ptr<DataRoot> root_;
   const int default_threads_;
   PackToolMetrics* const metrics_;
+  CallGate* const gate_;
 
   absl::Mutex mu_;
   absl::flat_hash_set<std::string> outputs_in_flight_ ABSL_GUARDED_BY(mu_);

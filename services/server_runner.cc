@@ -43,7 +43,9 @@ absl::StatusOr<StartedServer> BuildAndStart(const ServerConfig& config, const st
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   StartedServer started;
   if (!config.listen_address.empty()) {
-    builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(), &started.port);
+    builder.AddListeningPort(config.listen_address,
+                             config.credentials != nullptr ? config.credentials : grpc::InsecureServerCredentials(),
+                             &started.port);
   }
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.SetMaxSendMessageSize(config.max_message_bytes);
@@ -52,8 +54,9 @@ absl::StatusOr<StartedServer> BuildAndStart(const ServerConfig& config, const st
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || (!config.listen_address.empty() && started.port == 0)) {
     if (started.server != nullptr) started.server->Shutdown();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on '", config.listen_address, "': the address is in use or not this host's"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on '", config.listen_address, "': the address is in use or not this host's",
+        config.credentials != nullptr ? ", or the TLS certificate and key do not belong together" : ""));
   }
   grpc::HealthCheckServiceInterface* health = started.server->GetHealthCheckService();
   if (health != nullptr) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "services/network_priority.h"
 
@@ -23,6 +24,7 @@ struct ServedService {
 
 struct ServerConfig {
   std::string listen_address;         // "host:port" (port 0: any free port); empty: in-process channels only
+  std::shared_ptr<grpc::ServerCredentials> credentials;  // of the listening port; null: plaintext
   int max_message_bytes = 256 << 20;  // both directions; a manifest has one checksum per expert
   // Applied to the threads gRPC starts while the server is built (the process's first server also starts
   // gRPC's shared pollers and executors then); the calling thread keeps its own. Threads gRPC starts later

@@ -2,6 +2,7 @@
 
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <iostream>
 #include <optional>
@@ -13,11 +14,10 @@
 #include "absl/flags/usage.h"
 #include "engine/log.h"
 #include "engine/runtime/sampling_params.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "services/cli_flags.h"
 #include "services/generate_client.h"
 #include "services/pack_cli.h"
+#include "services/tls_credentials.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "address of the strata-server, host:port");
 ABSL_FLAG(double, timeout, 0, "deadline of the call in seconds; 0: none for generate, 60 s otherwise");
@@ -53,6 +53,12 @@ ABSL_FLAG(bool, quiet, false, "generate, chat: print only the summary");
 ABSL_FLAG(std::string, system, "", "chat: a system prompt, sent as the first message");
 ABSL_FLAG(std::optional<bool>, thinking, std::nullopt,
           "chat: enable_thinking for templates that read it (Qwen3, DeepSeek-V3.1, GLM-4.6)");
+ABSL_FLAG(bool, tls, false, "connect with TLS (implied by the other --tls-* flags)");
+ABSL_FLAG(std::string, tls_ca, "", "TLS: the CA that signs the server's certificate (PEM); default: the system's roots");
+ABSL_FLAG(std::string, tls_cert, "", "mutual TLS: this client's certificate (PEM), with --tls-key");
+ABSL_FLAG(std::string, tls_key, "", "mutual TLS: this client's private key (PEM)");
+ABSL_FLAG(std::string, tls_server_name, "", "TLS: the name the server's certificate must carry, if not the host dialled");
+ABSL_FLAG(std::string, auth_token, "", "bearer token; default: the STRATA_AUTH_TOKEN environment variable");
 
 int main(int argc, char** argv) {
   using strata::services::kExitUsage;
@@ -112,13 +118,26 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
+  options.auth_token = absl::GetFlag(FLAGS_auth_token);
+  if (options.auth_token.empty()) {
+    if (const char* env = std::getenv("STRATA_AUTH_TOKEN"); env != nullptr) options.auth_token = env;
+  }
+  const strata::services::ClientTlsOptions tls{.enabled = absl::GetFlag(FLAGS_tls),
+                                               .ca = absl::GetFlag(FLAGS_tls_ca),
+                                               .cert = absl::GetFlag(FLAGS_tls_cert),
+                                               .key = absl::GetFlag(FLAGS_tls_key),
+                                               .server_name = absl::GetFlag(FLAGS_tls_server_name)};
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = strata::services::MakeClientChannel(options.server, tls);
+  if (!channel.ok()) {
+    std::cerr << "strata: error: " << channel.status().message() << " (see strata --help)\n";
+    return kExitUsage;
+  }
+
   strata::services::ClientIo io;
   io.out = &std::cout;
   io.err = &std::cerr;
   io.in = &std::cin;
   io.cancel = strata::services::CancelOnSignal();
-  const std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(options.server, grpc::InsecureChannelCredentials());
   return strata::services::RunClient(std::vector<std::string>(positional.begin() + 1, positional.end()), options,
-                                     channel, io);
+                                     *channel, io);
 }

@@ -1,6 +1,6 @@
 // strata-packd: the packtool gRPC service (strata.v1.PackTool), with health checking and reflection.
-// Runs until SIGINT or SIGTERM, then stops taking calls, cancels running conversions (which remove their
-// partial output) and exits.
+// Runs until SIGINT or SIGTERM, then drains (services/server_access.h): running calls get --drain-seconds,
+// then conversions are cancelled (and remove their partial output); exits 0. SIGHUP rereads the tokens.
 
 #include <signal.h>
 
@@ -20,6 +20,7 @@
 #include "services/metrics_endpoint.h"
 #include "services/packtool_metrics.h"
 #include "services/packtool_service.h"
+#include "services/server_access.h"
 #include "services/server_runner.h"
 #include "spdlog/spdlog.h"
 
@@ -28,6 +29,12 @@ ABSL_FLAG(std::string, data_root, "", "required: the directory every request pat
 ABSL_FLAG(int, threads, 0, "default worker threads of a conversion or validation; 0: all cores");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
 ABSL_FLAG(std::string, metrics_listen, "", "serve Prometheus metrics at http://HOST:PORT/metrics; empty: off");
+ABSL_FLAG(std::string, tls_cert, "", "TLS: the server's certificate chain (PEM); with --tls-key");
+ABSL_FLAG(std::string, tls_key, "", "TLS: the server's private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "", "mutual TLS: the CA that signs the client certificates (PEM)");
+ABSL_FLAG(std::string, auth_tokens_file, "", "bearer tokens, one per line; reread on SIGHUP");
+ABSL_FLAG(int, max_calls_per_client, 0, "calls one client may have running; 0: no limit");
+ABSL_FLAG(double, drain_seconds, 30, "on SIGTERM: time running calls get to end before they are cancelled");
 
 namespace {
 
@@ -36,13 +43,12 @@ constexpr char kUsage[] =
                     [--metrics-listen HOST:PORT]
 
 Serves strata.v1.PackTool (Convert, Validate, Inspect), grpc.health.v1 and server reflection.
-Stops on SIGINT or SIGTERM: running calls get 2 s, then conversions are cancelled and cleaned up.
+Stops on SIGINT or SIGTERM: health turns NOT_SERVING and new calls get UNAVAILABLE at once; running calls
+get --drain-seconds, then conversions are cancelled and leave no output; exits 0.
 )";
 constexpr char kExitCodes[] = "exit codes: 0 stopped by SIGINT or SIGTERM, 1 cannot listen, 2 usage error";
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
-// Time running calls get to end on their own after a stop signal before they are cancelled.
-constexpr auto kShutdownGrace = std::chrono::seconds(2);
 
 int UsageError(absl::string_view message) {
   std::cerr << "strata-packd: error: " << message << " (see strata-packd --help)\n";
@@ -74,14 +80,18 @@ int main(int argc, char** argv) {
       return UsageError(absl::StrCat("--metrics-listen: ", status.message()));
     }
   }
+  const double drain_seconds = absl::GetFlag(FLAGS_drain_seconds);
+  if (!(drain_seconds >= 0 && drain_seconds <= 86400)) return UsageError("--drain-seconds: must be in 0..86400");
+  // Signals are taken by sigwait below; block them before gRPC (whose credentials start its threads) starts
+  // threads, which inherit the mask.
+  const sigset_t stop_signals = strata::services::BlockServerSignals();
+  absl::StatusOr<strata::services::ServerAccess> access = strata::services::MakeServerAccess(
+      {.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)},
+       .auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file),
+       .max_calls_per_client = absl::GetFlag(FLAGS_max_calls_per_client)});
+  if (!access.ok()) return UsageError(access.status().message());
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
-  // Signals are taken by sigwait below; block them before gRPC starts its threads, which inherit the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   strata::services::MetricsRegistry metrics_registry;
   strata::services::PackToolMetrics metrics(&metrics_registry);
@@ -89,6 +99,7 @@ int main(int argc, char** argv) {
   service_options.metrics = &metrics;
   service_options.data_root = absl::GetFlag(FLAGS_data_root);
   service_options.default_threads = absl::GetFlag(FLAGS_threads);
+  service_options.gate = access->gate.get();
   absl::StatusOr<std::unique_ptr<strata::services::PackToolServiceImpl>> service =
       strata::services::PackToolServiceImpl::Create(service_options);
   if (!service.ok()) {
@@ -97,6 +108,7 @@ int main(int argc, char** argv) {
   }
   strata::services::ServerConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
+  config.credentials = access->credentials;
   absl::StatusOr<strata::services::StartedServer> started =
       strata::services::StartServer(config, {{service->get(), strata::v1::PackTool::service_full_name()}});
   if (!started.ok()) {
@@ -117,12 +129,14 @@ int main(int argc, char** argv) {
     metrics_listener = *std::move(listener);
     spdlog::info("metrics at http://{}/metrics (port {})", metrics_listen, metrics_listener->port());
   }
+  spdlog::info("access: {}", access->Describe());
 
-  int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
-  spdlog::info("signal {}: shutting down", signal_number);
-  started->server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
-  started->server->Wait();
+  const int signal_number = strata::services::WaitForStopSignal(stop_signals, access->tokens.get());
+  spdlog::info("signal {}: draining", signal_number);
+  grpc::Server* server = started->server.get();
+  // A cut conversion is cancelled by the server's shutdown; it removes its .partial directory.
+  strata::services::DrainAndShutdown(server, access->gate.get(), absl::Seconds(drain_seconds),
+                                     [server](const std::string&) { server->Shutdown(std::chrono::system_clock::now()); });
   started->server.reset();
   if (metrics_listener != nullptr) metrics_listener->Stop();
   service->reset();

@@ -7,8 +7,9 @@
 //
 // The server starts first and reports NOT_SERVING (calls are UNAVAILABLE) while the pack loads, then
 // SERVING. A pack that cannot be loaded ends the process with exit code 1 and the reason. SIGINT or
-// SIGTERM stops taking calls, gives running generations a moment, cancels the rest and exits 0; a signal
-// while the pack is still loading exits at once.
+// SIGTERM drains (services/server_access.h: NOT_SERVING, new calls UNAVAILABLE, running streams get
+// --drain-seconds, then are cancelled with the reason) and exits 0; a signal while the pack is still
+// loading exits at once. SIGHUP rereads --auth-tokens-file.
 
 #include <signal.h>
 
@@ -40,6 +41,7 @@
 #include "services/metrics_endpoint.h"
 #include "services/openai_server.h"
 #include "services/pack_cli.h"
+#include "services/server_access.h"
 #include "services/server_runner.h"
 #include "spdlog/spdlog.h"
 
@@ -67,6 +69,24 @@ ABSL_FLAG(std::string, network_priority, "auto",
           "scheduling of gRPC's threads: idle (SCHED_IDLE: they run when a compute thread leaves its core and "
           "never preempt one), normal, or auto: idle when the compute threads take every core, else normal "
           "(cores left free take the network work; on a machine shared with busy programs, use normal)");
+ABSL_FLAG(std::string, tls_cert, "", "TLS: the server's certificate chain (PEM); with --tls-key. Default: plaintext");
+ABSL_FLAG(std::string, tls_key, "", "TLS: the server's private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "", "mutual TLS: clients must present a certificate signed by this CA (PEM)");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "bearer tokens, one per line ('#' comments); calls without one get UNAUTHENTICATED (health and "
+          "reflection stay open); reread on SIGHUP. Default: no token asked");
+ABSL_FLAG(int, max_calls_per_client, 0,
+          "calls one client (its token, else its address) may have running; more get RESOURCE_EXHAUSTED; 0: no limit");
+ABSL_FLAG(double, drain_seconds, 30,
+          "on SIGTERM: health NOT_SERVING and new calls UNAVAILABLE at once; running streams get this long to "
+          "end, then are cancelled with the reason");
+ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "largest text prompt (and Tokenize text), bytes");
+ABSL_FLAG(int64_t, max_prompt_tokens, 32768, "largest token-id prompt (and Detokenize list), tokens");
+ABSL_FLAG(int, max_tokens_limit, 4096, "largest sampling.max_tokens a request may ask for");
+ABSL_FLAG(int, max_stop_strings, 16, "most stop strings in a request (at most 16)");
+ABSL_FLAG(int, max_stop_bytes, 512, "longest stop string, bytes (at most 512)");
+ABSL_FLAG(int, max_top_logprobs, 20, "most top_logprobs alternatives (at most 20)");
+ABSL_FLAG(int, max_message_bytes, 16 << 20, "largest gRPC message either way, bytes (RESOURCE_EXHAUSTED beyond)");
 
 ABSL_FLAG(std::string, http_listen, "",
           "also serve OpenAI's HTTP API (/v1/models, /v1/completions, /v1/chat/completions, /health) on "
@@ -84,18 +104,17 @@ using strata::services::kExitUsage;
 constexpr char kUsage[] =
     R"(usage: strata-server (--pack DIR | --model FILE.gguf) [--listen HOST:PORT] [flags]
 
-Serves strata.v1.Inference, grpc.health.v1 and server reflection. The server reports NOT_SERVING while the
-pack loads, then SERVING. SIGINT or SIGTERM stops taking calls, gives running generations 2 s, cancels the
-rest and exits 0.
+Serves strata.v1.Inference, grpc.health.v1 and server reflection (and, with --http-listen, an OpenAI-compatible
+HTTP API). The server reports NOT_SERVING while the pack loads, then SERVING. SIGINT or SIGTERM: health turns
+NOT_SERVING and new calls get UNAVAILABLE at once, HTTP streams end, running gRPC generations get
+--drain-seconds to finish and are then cancelled with the reason; exits 0. SIGHUP rereads --auth-tokens-file.
 )";
 constexpr char kExitCodes[] =
     "exit codes: 0 stopped by SIGINT or SIGTERM, 1 cannot listen or load the pack, 2 usage error";
 
-// Time running generations get to end on their own after a stop signal before they are cancelled.
-constexpr auto kShutdownGrace = std::chrono::seconds(2);
-
 std::atomic<bool> g_loaded{false};
 absl::Notification g_stop;
+strata::services::AuthTokens* g_tokens = nullptr;  // set before the signal thread starts
 
 int UsageError(const std::string& message) {
   std::cerr << "strata-server: error: " << message << " (see strata-server --help)\n";
@@ -105,8 +124,7 @@ int UsageError(const std::string& message) {
 // Waits for SIGINT/SIGTERM (blocked in every thread) and asks main to stop; before the pack has loaded
 // there is nothing to drain, so the process ends at once.
 void WaitForStopSignal(sigset_t signals) {
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = strata::services::WaitForStopSignal(signals, g_tokens);
   if (!g_loaded.load()) {
     spdlog::warn("signal {} while loading the pack: exiting", signal_number);
     std::_Exit(kExitOk);
@@ -137,6 +155,7 @@ void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtim
 // Starts the listeners --http-listen and --metrics-listen ask for (their addresses are checked already).
 absl::Status StartHttp(const strata::runtime::EngineOptions& options, strata::services::InferenceServiceImpl& service,
                        strata::services::InferenceMetrics* metrics, strata::services::MetricsRegistry* registry,
+                       const strata::services::AuthTokens* tokens,
                        std::unique_ptr<strata::services::OpenAiServer>* http_api,
                        std::unique_ptr<strata::services::HttpListener>* http_listener,
                        std::unique_ptr<strata::services::HttpListener>* metrics_listener) {
@@ -151,7 +170,25 @@ absl::Status StartHttp(const strata::runtime::EngineOptions& options, strata::se
     }
     http_options.max_body_bytes = strata::services::ServerConfig().max_message_bytes;  // as for gRPC
     http_options.worker_threads = options.max_seqs + options.max_queue + 8;  // every admitted request, and a few
-    // http_options.authorize and render_chat: null until bearer tokens and chat templates are wired in.
+    // The same bearer tokens as the gRPC API (none asked without --auth-tokens-file).
+    if (tokens != nullptr) {
+      http_options.authorize = [tokens](absl::string_view authorization) {
+        return tokens->Allows(std::string_view(authorization.data(), authorization.size()))
+                   ? absl::OkStatus()
+                   : absl::UnauthenticatedError("a valid bearer token is required (Authorization: Bearer ...)");
+      };
+    }
+    // The model's chat template, as the gRPC Chat method renders it.
+    http_options.render_chat = [&service](const std::vector<strata::services::ChatMessage>& messages)
+        -> absl::StatusOr<strata::services::RenderedChat> {
+      const strata::runtime::Engine* engine = service.engine();
+      if (engine == nullptr) return absl::UnavailableError("the model is still loading");
+      strata::runtime::ChatRequest request;
+      for (const strata::services::ChatMessage& m : messages) request.messages.push_back({m.role, m.content});
+      absl::StatusOr<strata::runtime::GenerateRequest> prepared = engine->PrepareChat(request);
+      if (!prepared.ok()) return prepared.status();
+      return strata::services::RenderedChat{std::move(prepared->prompt), prepared->add_special};
+    };
     *http_api = std::make_unique<strata::services::OpenAiServer>(
         std::move(http_options), [&service] { return service.engine(); }, metrics);
     absl::StatusOr<std::unique_ptr<strata::services::HttpListener>> listener =
@@ -179,7 +216,10 @@ int main(int argc, char** argv) {
       "[--expert-source arena|mmap] [--verify] [--device auto|cpu|cuda] [--vram-gib X] [--vram-experts N] "
       "[--cache-policy lru|lfu-decay|static] [--chat-template-file FILE] "
       "[--network-priority auto|idle|normal] [--http-listen HOST:PORT] [--metrics-listen HOST:PORT] "
-      "[--served-model-name NAME]");
+      "[--served-model-name NAME] [--tls-cert F --tls-key F [--tls-client-ca F]] "
+      "[--auth-tokens-file F] [--max-calls-per-client N] [--drain-seconds S] [--max-prompt-bytes N] "
+      "[--max-prompt-tokens N] [--max-tokens-limit N] [--max-stop-strings N] [--max-stop-bytes N] "
+      "[--max-top-logprobs N] [--max-message-bytes N]");
   std::vector<std::string> args(argv, argv + argc);
   if (strata::services::WantsHelp(args)) {
     std::cout << strata::services::HelpText(kUsage, {"strata_server_main.cc"}, kExitCodes);
@@ -249,19 +289,38 @@ int main(int argc, char** argv) {
       return UsageError(flag + ": " + std::string(status.message()));
     }
   }
+  strata::services::InferenceServiceOptions service_options;
+  service_options.limits = {.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes),
+                            .max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens),
+                            .max_tokens = absl::GetFlag(FLAGS_max_tokens_limit),
+                            .max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings),
+                            .max_stop_bytes = absl::GetFlag(FLAGS_max_stop_bytes),
+                            .max_top_logprobs = absl::GetFlag(FLAGS_max_top_logprobs)};
+  if (absl::Status status = strata::services::CheckRequestLimits(service_options.limits); !status.ok()) {
+    return UsageError(std::string(status.message()));
+  }
+  const double drain_seconds = absl::GetFlag(FLAGS_drain_seconds);
+  if (!(drain_seconds >= 0 && drain_seconds <= 86400)) return UsageError("--drain-seconds: must be in 0..86400");
+  if (absl::GetFlag(FLAGS_max_message_bytes) < 1024) return UsageError("--max-message-bytes: must be at least 1024");
+  // Signals are taken by sigwait; block them before gRPC (whose credentials start its threads) and the engine
+  // start threads, which inherit the mask.
+  const sigset_t stop_signals = strata::services::BlockServerSignals();
+  absl::StatusOr<strata::services::ServerAccess> access = strata::services::MakeServerAccess(
+      {.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)},
+       .auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file),
+       .max_calls_per_client = absl::GetFlag(FLAGS_max_calls_per_client)});
+  if (!access.ok()) return UsageError(std::string(access.status().message()));
+  service_options.gate = access->gate.get();
+  g_tokens = access->tokens.get();
   strata::InitLogging(absl::GetFlag(FLAGS_log_level));
 
-  // Signals are taken by sigwait; block them before gRPC and the engine start threads, which inherit the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::thread(WaitForStopSignal, stop_signals).detach();
 
-  auto service = std::make_unique<strata::services::InferenceServiceImpl>();
+  auto service = std::make_unique<strata::services::InferenceServiceImpl>(service_options);
   strata::services::ServerConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
+  config.credentials = access->credentials;
+  config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.network_priority = strata::services::ResolveNetworkPriority(
       *network_priority, options.threads, strata::exec::AvailableCores());
   absl::StatusOr<strata::services::StartedServer> started = strata::services::StartServer(
@@ -278,8 +337,8 @@ int main(int argc, char** argv) {
   service->SetMetrics(&metrics);
   std::unique_ptr<strata::services::OpenAiServer> http_api;
   std::unique_ptr<strata::services::HttpListener> http_listener, metrics_listener;
-  if (absl::Status status = StartHttp(options, *service, &metrics, &metrics_registry, &http_api, &http_listener,
-                                      &metrics_listener);
+  if (absl::Status status = StartHttp(options, *service, &metrics, &metrics_registry, access->tokens.get(),
+                                      &http_api, &http_listener, &metrics_listener);
       !status.ok()) {
     spdlog::error("{}", std::string(status.message()));
     server->Shutdown();
@@ -288,6 +347,7 @@ int main(int argc, char** argv) {
   strata::services::SetInferenceServing(server, false);
   spdlog::info("strata-server listening on {} (port {}); loading {}", config.listen_address, started->port,
                model.empty() ? options.pack_dir : model);
+  spdlog::info("access: {}", access->Describe());
   spdlog::info("network threads scheduled {} (--network-priority {})",
                strata::services::NetworkPriorityName(started->network_priority), absl::GetFlag(FLAGS_network_priority));
 
@@ -320,11 +380,10 @@ int main(int argc, char** argv) {
   spdlog::info("serving strata.v1.Inference on {} (port {})", config.listen_address, started->port);
 
   g_stop.WaitForNotification();
-  strata::services::SetInferenceServing(server, false);
   if (http_api != nullptr) http_api->Shutdown();
   if (http_listener != nullptr) http_listener->Stop();
-  server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
-  server->Wait();
+  strata::services::DrainAndShutdown(server, access->gate.get(), absl::Seconds(drain_seconds),
+                                     [&](const std::string& reason) { service->CancelGenerations(reason); });
   started->server.reset();
   if (metrics_listener != nullptr) metrics_listener->Stop();
   service.reset();

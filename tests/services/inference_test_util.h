@@ -84,10 +84,13 @@ inline runtime::EngineOptions TinyEngineOptions(int max_seqs = 8, bool slow = fa
 
 // A strata.v1.Inference server in this process, reached through an in-process channel. Without
 // `load`, the engine is attached only by Load(), as strata-server does once its pack has loaded.
+// `service_options` may name a gate, which must outlive the server.
 class InferenceTestServer {
  public:
-  explicit InferenceTestServer(runtime::EngineOptions options, bool load = true) : options_(std::move(options)) {
-    service_ = std::make_unique<InferenceServiceImpl>();
+  explicit InferenceTestServer(runtime::EngineOptions options, bool load = true,
+                               InferenceServiceOptions service_options = {})
+      : options_(std::move(options)) {
+    service_ = std::make_unique<InferenceServiceImpl>(std::move(service_options));
     auto started = StartServer(ServerConfig(), {{service_.get(), v1::Inference::service_full_name()}});
     EXPECT_TRUE(started.ok()) << started.status();
     started_ = *std::move(started);
@@ -112,6 +115,7 @@ class InferenceTestServer {
   }
 
   runtime::Engine& engine() const { return *service_->engine(); }
+  InferenceServiceImpl& service() const { return *service_; }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   v1::Inference::Stub& stub() const { return *stub_; }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # ctest python_client_example: starts a real strata-server on a free loopback port with a tiny synthesized
-# pack, runs generate.py and chat.py against it and checks that they print generated text and exit 0, then stops the
-# server with SIGTERM and checks that it exits 0. Every step is bounded in time.
+# pack, runs generate.py and chat.py against it and checks that they print generated text and exit 0, then stops
+# the server with SIGTERM and checks that it exits 0. Then generate.py over mutual TLS with a bearer token
+# (certificates made here with openssl), and the refusals without the token or the client certificate.
+# Every step is bounded in time.
 #
 #   example_test.sh STRATA_SERVER STRATA_PACK STUBS_DIR [PYTHON]
 set -euo pipefail
@@ -85,4 +87,54 @@ server_rc=0
 wait "$server_pid" || server_rc=$?
 server_pid=""
 [ "$server_rc" -eq 0 ] || fail "strata-server exited with $server_rc after SIGTERM"
+
+# Mutual TLS and a bearer token.
+ec="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2"
+(
+  cd "$work"
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >server.ext
+  openssl req -x509 $ec -subj /CN=test-ca -keyout ca.key -out ca.pem
+  openssl req $ec -subj /CN=localhost -keyout server.key -out server.csr
+  openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext -out server.pem
+  openssl req $ec -subj /CN=client -keyout client.key -out client.csr
+  openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out client.pem
+) >"$work/openssl.log" 2>&1 || { cat "$work/openssl.log" >&2; fail "openssl could not make the test certificates"; }
+echo "example-token-0123456789" >"$work/tokens"
+
+"$server_bin" --pack "$work/tiny" --listen 127.0.0.1:0 --threads 1 --max-seqs 2 --ctx 256 --log-level info \
+  --tls-cert "$work/server.pem" --tls-key "$work/server.key" --tls-client-ca "$work/ca.pem" \
+  --auth-tokens-file "$work/tokens" 2>"$work/server.log" &
+server_pid=$!
+port=""
+for _ in $(seq 1 300); do
+  port=$(sed -n 's/.*listening on [^ ]* (port \([0-9]*\)).*/\1/p' "$work/server.log" | head -n 1)
+  [ -n "$port" ] && break
+  alive || fail "strata-server (TLS) exited before listening"
+  sleep 0.1
+done
+[ -n "$port" ] || fail "strata-server (TLS) did not report its port within 30 s"
+
+tls=(--tls-ca "$work/ca.pem" --tls-cert "$work/client.pem" --tls-key "$work/client.key")
+rc=0
+STRATA_AUTH_TOKEN=example-token-0123456789 timeout 90 "$python" "$here/generate.py" --stubs "$stubs" \
+  --server "127.0.0.1:$port" --wait 30 "${tls[@]}" --max-tokens 8 --temperature 0 --ignore-eos "Once upon" \
+  >"$work/out.txt" 2>"$work/err.txt" || rc=$?
+[ "$rc" -eq 0 ] || { cat "$work/err.txt" >&2; fail "generate.py over mutual TLS with a token exited with $rc"; }
+grep -q '8 tokens (length)' "$work/err.txt" || fail "generate.py over mutual TLS printed no summary"
+
+rc=0
+timeout 60 "$python" "$here/generate.py" --stubs "$stubs" --server "127.0.0.1:$port" "${tls[@]}" \
+  --auth-token wrong-token-0123456789 "Once upon" >"$work/out.txt" 2>"$work/err.txt" || rc=$?
+[ "$rc" -eq 1 ] && grep -q UNAUTHENTICATED "$work/err.txt" || fail "a wrong token was not refused (exit $rc)"
+
+rc=0
+timeout 60 "$python" "$here/generate.py" --stubs "$stubs" --server "127.0.0.1:$port" --tls-ca "$work/ca.pem" \
+  --auth-token example-token-0123456789 --timeout 10 "Once upon" >"$work/out.txt" 2>"$work/err.txt" || rc=$?
+[ "$rc" -eq 1 ] || fail "a client without a certificate was not refused (exit $rc)"
+
+kill -TERM "$server_pid"
+server_rc=0
+wait "$server_pid" || server_rc=$?
+server_pid=""
+[ "$server_rc" -eq 0 ] || fail "strata-server (TLS) exited with $server_rc after SIGTERM"
 echo "example_test: ok"
