@@ -92,7 +92,7 @@ double OracleHitRate(const std::vector<const Popularity*>& layers, int64_t slots
 int main(int argc, char** argv) {
   using namespace strata;
   bench::Flags flags(argc, argv,
-                     "strata-cache-policy-bench [--counts FILE] [--cache FRACTION] [--tokens N] [--layers N] "
+                     "usage: strata-cache-policy-bench [--counts FILE] [--cache FRACTION] [--tokens N] [--layers N] "
                      "[--seed N]");
   const std::string path = flags.String("counts", "tests/data/routing/olmoe_expert_counts.txt");
   const double cache = flags.Double("cache", 0.25);
