@@ -238,6 +238,9 @@ void OpenAiServer::HandleGeneration(OpenAiEndpoint endpoint, const httplib::Requ
     parsed->generate.add_special = rendered->add_special;
     parsed->generate.parse_special = true;
   }
+  if (options_.check_limits) {
+    if (absl::Status status = options_.check_limits(parsed->generate); !status.ok()) return refuse(status);
+  }
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return refuse(ShuttingDown());

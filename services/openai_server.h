@@ -50,6 +50,8 @@ struct OpenAiServerOptions {
   int worker_threads = 88;             // connections served at once (each running generation holds one)
   HttpAuthorizer authorize;            // null: every request is served
   ChatRenderer render_chat;            // null: /v1/chat/completions answers that no template is available
+  // The server's request limits, checked before Submit (INVALID_ARGUMENT naming the field); null: none.
+  std::function<absl::Status(const runtime::GenerateRequest&)> check_limits;
 };
 
 class OpenAiServer {

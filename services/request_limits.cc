@@ -1,6 +1,7 @@
 #include "services/request_limits.h"
 
 #include "absl/strings/str_cat.h"
+#include "engine/runtime/request.h"
 #include "engine/runtime/sampling_params.h"
 
 namespace strata::services {
@@ -81,6 +82,35 @@ absl::Status CheckChatRequest(const v1::ChatRequest& request, const RequestLimit
     return OverLimit("messages", bytes, "prompt bytes", limits.max_prompt_bytes, "--max-prompt-bytes");
   }
   return CheckSamplingLimits(request.sampling(), limits);
+}
+
+absl::Status CheckHttpRequest(const runtime::GenerateRequest& request, const RequestLimits& limits) {
+  if (static_cast<int64_t>(request.prompt_tokens.size()) > limits.max_prompt_tokens) {
+    return OverLimit("prompt", static_cast<int64_t>(request.prompt_tokens.size()), "prompt tokens",
+                     limits.max_prompt_tokens, "--max-prompt-tokens");
+  }
+  if (static_cast<int64_t>(request.prompt.size()) > limits.max_prompt_bytes) {
+    return OverLimit("prompt", static_cast<int64_t>(request.prompt.size()), "prompt bytes", limits.max_prompt_bytes,
+                     "--max-prompt-bytes");
+  }
+  const runtime::SamplingParams& s = request.sampling;
+  if (s.max_tokens > limits.max_tokens) {
+    return OverLimit("max_tokens", s.max_tokens, "tokens", limits.max_tokens, "--max-tokens-limit");
+  }
+  if (static_cast<int64_t>(s.stop.size()) > limits.max_stop_strings) {
+    return OverLimit("stop", static_cast<int64_t>(s.stop.size()), "strings", limits.max_stop_strings,
+                     "--max-stop-strings");
+  }
+  for (size_t i = 0; i < s.stop.size(); ++i) {
+    if (static_cast<int64_t>(s.stop[i].size()) > limits.max_stop_bytes) {
+      return OverLimit(absl::StrCat("stop[", i, "]"), static_cast<int64_t>(s.stop[i].size()), "bytes",
+                       limits.max_stop_bytes, "--max-stop-bytes");
+    }
+  }
+  if (s.top_logprobs > limits.max_top_logprobs) {
+    return OverLimit("logprobs", s.top_logprobs, "alternatives", limits.max_top_logprobs, "--max-top-logprobs");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckTokenizeRequest(const v1::TokenizeRequest& request, const RequestLimits& limits) {

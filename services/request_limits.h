@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "engine/runtime/request.h"
 #include "strata/v1/inference.pb.h"
 
 namespace strata::services {
@@ -30,6 +31,9 @@ absl::Status CheckRequestLimits(const RequestLimits& limits);
 absl::Status CheckGenerateRequest(const v1::GenerateRequest& request, const RequestLimits& limits);
 // The messages' and system prompt's text against max_prompt_bytes, and the sampling as for Generate.
 absl::Status CheckChatRequest(const v1::ChatRequest& request, const RequestLimits& limits);
+// The same limits for a request of the OpenAI-compatible HTTP API (after parsing and chat rendering), the
+// fields named as that API names them (prompt, max_tokens, stop, logprobs).
+absl::Status CheckHttpRequest(const runtime::GenerateRequest& request, const RequestLimits& limits);
 absl::Status CheckTokenizeRequest(const v1::TokenizeRequest& request, const RequestLimits& limits);
 absl::Status CheckDetokenizeRequest(const v1::DetokenizeRequest& request, const RequestLimits& limits);
 

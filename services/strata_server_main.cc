@@ -155,7 +155,7 @@ void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtim
 // Starts the listeners --http-listen and --metrics-listen ask for (their addresses are checked already).
 absl::Status StartHttp(const strata::runtime::EngineOptions& options, strata::services::InferenceServiceImpl& service,
                        strata::services::InferenceMetrics* metrics, strata::services::MetricsRegistry* registry,
-                       const strata::services::AuthTokens* tokens,
+                       const strata::services::AuthTokens* tokens, const strata::services::RequestLimits& limits,
                        std::unique_ptr<strata::services::OpenAiServer>* http_api,
                        std::unique_ptr<strata::services::HttpListener>* http_listener,
                        std::unique_ptr<strata::services::HttpListener>* metrics_listener) {
@@ -178,6 +178,10 @@ absl::Status StartHttp(const strata::runtime::EngineOptions& options, strata::se
                    : absl::UnauthenticatedError("a valid bearer token is required (Authorization: Bearer ...)");
       };
     }
+    // The same request limits as the gRPC API.
+    http_options.check_limits = [limits](const strata::runtime::GenerateRequest& request) {
+      return strata::services::CheckHttpRequest(request, limits);
+    };
     // The model's chat template, as the gRPC Chat method renders it.
     http_options.render_chat = [&service](const std::vector<strata::services::ChatMessage>& messages)
         -> absl::StatusOr<strata::services::RenderedChat> {
@@ -338,7 +342,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<strata::services::OpenAiServer> http_api;
   std::unique_ptr<strata::services::HttpListener> http_listener, metrics_listener;
   if (absl::Status status = StartHttp(options, *service, &metrics, &metrics_registry, access->tokens.get(),
-                                      &http_api, &http_listener, &metrics_listener);
+                                      service_options.limits, &http_api, &http_listener, &metrics_listener);
       !status.ok()) {
     spdlog::error("{}", std::string(status.message()));
     server->Shutdown();

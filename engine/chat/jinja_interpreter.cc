@@ -199,8 +199,10 @@ class Interpreter {
     }
     Scope scope;
     scope.parent = &root_;
-    for (const auto& [k, v] : args.keyword) {
-      const bool known = std::any_of(macro.params.begin(), macro.params.end(), [&](const auto& p) { return p.first == k; });
+    for (const auto& keyword : args.keyword) {
+      const std::string& k = keyword.first;  // a named variable: clang 14 cannot capture structured bindings
+      const bool known =
+          std::any_of(macro.params.begin(), macro.params.end(), [&](const auto& p) { return p.first == k; });
       if (!known) {
         return absl::InvalidArgumentError(Cat("macro '", macro.name, "' has no argument '", k, "'"));
       }

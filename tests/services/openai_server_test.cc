@@ -321,6 +321,21 @@ TEST(OpenAiServerTest, TheAuthorizerGuardsTheApiButNotHealth) {
   EXPECT_EQ(health->status, 200);
 }
 
+TEST(OpenAiServerTest, TheServersLimitsAreCheckedBeforeSubmit) {
+  OpenAiServerOptions options;
+  options.check_limits = [](const runtime::GenerateRequest& request) {
+    return request.sampling.max_tokens > 3 ? absl::InvalidArgumentError("max_tokens: 4 tokens exceed the limit of 3")
+                                           : absl::OkStatus();
+  };
+  HttpTestServer server(TinyEngineOptions(), options);
+  int status = 0;
+  json body = Post(server.Client(), "/v1/completions", GreedyCompletion(4), &status);
+  EXPECT_EQ(status, 400) << body.dump();
+  EXPECT_EQ(body["error"]["param"], "max_tokens");
+  body = Post(server.Client(), "/v1/completions", GreedyCompletion(3), &status);
+  EXPECT_EQ(status, 200) << body.dump();
+}
+
 TEST(OpenAiServerTest, HealthAndGenerationWaitForTheModel) {
   HttpTestServer server(TinyEngineOptions(), {}, /*load=*/false);
   auto health = server.Client().Get("/health");

@@ -72,6 +72,43 @@ TEST(RequestLimitsTest, EachFieldBeyondItsLimitIsNamed) {
   ExpectRefused(CheckDetokenizeRequest(detokenize, Small()), "tokens", "--max-prompt-tokens");
 }
 
+TEST(RequestLimitsTest, HttpAndChatRequestsMeetTheSameLimitsNamedAsTheirApisNameThem) {
+  runtime::GenerateRequest ok;
+  ok.prompt = "0123456789";
+  ok.sampling.max_tokens = 50;
+  ok.sampling.stop = {"abcd", "x"};
+  ok.sampling.top_logprobs = 5;
+  EXPECT_TRUE(CheckHttpRequest(ok, Small()).ok());
+  runtime::GenerateRequest r = ok;
+  r.prompt += "a";
+  ExpectRefused(CheckHttpRequest(r, Small()), "prompt", "--max-prompt-bytes");
+  r = ok;
+  r.prompt_tokens = {1, 2, 3, 4};
+  ExpectRefused(CheckHttpRequest(r, Small()), "prompt", "--max-prompt-tokens");
+  r = ok;
+  r.sampling.max_tokens = 51;
+  ExpectRefused(CheckHttpRequest(r, Small()), "max_tokens", "--max-tokens-limit");
+  r = ok;
+  r.sampling.stop = {"a", "b", "c"};
+  ExpectRefused(CheckHttpRequest(r, Small()), "stop", "--max-stop-strings");
+  r = ok;
+  r.sampling.stop = {"abcde"};
+  ExpectRefused(CheckHttpRequest(r, Small()), "stop[0]", "--max-stop-bytes");
+  r = ok;
+  r.sampling.top_logprobs = 6;
+  ExpectRefused(CheckHttpRequest(r, Small()), "logprobs", "--max-top-logprobs");
+
+  v1::ChatRequest chat;
+  chat.set_system_prompt("01234");
+  chat.add_messages()->set_content("56789");
+  EXPECT_TRUE(CheckChatRequest(chat, Small()).ok());
+  chat.add_messages()->set_content("a");
+  ExpectRefused(CheckChatRequest(chat, Small()), "messages", "--max-prompt-bytes");
+  chat.mutable_messages()->RemoveLast();
+  chat.mutable_sampling()->set_max_tokens(51);
+  ExpectRefused(CheckChatRequest(chat, Small()), "sampling.max_tokens", "--max-tokens-limit");
+}
+
 TEST(RequestLimitsTest, LimitsOutsideTheirRangeNameTheFlag) {
   EXPECT_TRUE(CheckRequestLimits(RequestLimits()).ok());
   RequestLimits zero = Small();
