@@ -89,7 +89,8 @@ def main():
         request.enable_thinking = args.thinking == "true"
 
     give_up = time.monotonic() + args.wait
-    with grpc.insecure_channel(args.server) as channel:
+    # dns:///name:port targets resolve to every replica: balance the calls over them like generate.py does.
+    with grpc.insecure_channel(args.server, options=[("grpc.lb_policy_name", "round_robin")]) as channel:
         stub = inference_pb2_grpc.InferenceStub(channel)
         if args.messages:
             for i, text in enumerate(args.messages):
