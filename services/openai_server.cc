@@ -211,6 +211,15 @@ void OpenAiServer::HandleGeneration(OpenAiEndpoint endpoint, const httplib::Requ
     SetOpenAiError(OpenAiErrorFromStatus(status), response);
   };
   if (absl::Status status = Authorize(request); !status.ok()) return refuse(status);
+  std::shared_ptr<void> admission;  // held until the generation ends
+  if (options_.admit) {
+    const bool v6 = request.remote_addr.find(':') != std::string::npos;
+    const std::string peer = v6 ? absl::StrCat("ipv6:[", request.remote_addr, "]:", request.remote_port)
+                                : absl::StrCat("ipv4:", request.remote_addr, ":", request.remote_port);
+    absl::StatusOr<std::shared_ptr<void>> admitted = options_.admit(peer, request.get_header_value("Authorization"));
+    if (!admitted.ok()) return refuse(admitted.status());
+    admission = *std::move(admitted);
+  }
   runtime::Engine* engine = engine_();
   if (engine == nullptr) return refuse(NotLoaded());
   absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(endpoint, request.body);
@@ -361,10 +370,11 @@ void OpenAiServer::HandleGeneration(OpenAiEndpoint endpoint, const httplib::Requ
         if (ok) sink.done();
         return ok;
       },
-      [this, generation](bool success) {
+      [this, generation, admission](bool success) mutable {
         // The stream ended: on a failed write or a server stop mid-stream the generation is still running.
         if (!success) generation->CancelFor(Generation::Cancel::kClient);
         Track(generation, false);
+        admission.reset();
       });
 }
 

@@ -52,6 +52,10 @@ struct OpenAiServerOptions {
   ChatRenderer render_chat;            // null: /v1/chat/completions answers that no template is available
   // The server's request limits, checked before Submit (INVALID_ARGUMENT naming the field); null: none.
   std::function<absl::Status(const runtime::GenerateRequest&)> check_limits;
+  // Admits a generation request before any work, given the caller's peer ("ipv4:10.0.0.7:41234") and its
+  // Authorization header: the gRPC API's CallGate (draining, tokens, the per-client limit). The holder it
+  // returns is kept until the generation ends. Null: every request is admitted.
+  std::function<absl::StatusOr<std::shared_ptr<void>>(std::string_view peer, std::string_view authorization)> admit;
 };
 
 class OpenAiServer {

@@ -155,7 +155,8 @@ void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtim
 // Starts the listeners --http-listen and --metrics-listen ask for (their addresses are checked already).
 absl::Status StartHttp(const strata::runtime::EngineOptions& options, strata::services::InferenceServiceImpl& service,
                        strata::services::InferenceMetrics* metrics, strata::services::MetricsRegistry* registry,
-                       const strata::services::AuthTokens* tokens, const strata::services::RequestLimits& limits,
+                       const strata::services::AuthTokens* tokens, strata::services::CallGate* gate,
+                       const strata::services::RequestLimits& limits,
                        std::unique_ptr<strata::services::OpenAiServer>* http_api,
                        std::unique_ptr<strata::services::HttpListener>* http_listener,
                        std::unique_ptr<strata::services::HttpListener>* metrics_listener) {
@@ -176,6 +177,15 @@ absl::Status StartHttp(const strata::runtime::EngineOptions& options, strata::se
         return tokens->Allows(std::string_view(authorization.data(), authorization.size()))
                    ? absl::OkStatus()
                    : absl::UnauthenticatedError("a valid bearer token is required (Authorization: Bearer ...)");
+      };
+    }
+    // The gRPC API's gate: draining, tokens and the per-client limit count HTTP generations too.
+    if (gate != nullptr) {
+      http_options.admit = [gate](std::string_view peer,
+                                  std::string_view authorization) -> absl::StatusOr<std::shared_ptr<void>> {
+        absl::StatusOr<strata::services::CallGate::Ticket> ticket = gate->Admit(peer, authorization);
+        if (!ticket.ok()) return ticket.status();
+        return std::shared_ptr<void>(std::make_shared<strata::services::CallGate::Ticket>(*std::move(ticket)));
       };
     }
     // The same request limits as the gRPC API.
@@ -342,7 +352,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<strata::services::OpenAiServer> http_api;
   std::unique_ptr<strata::services::HttpListener> http_listener, metrics_listener;
   if (absl::Status status = StartHttp(options, *service, &metrics, &metrics_registry, access->tokens.get(),
-                                      service_options.limits, &http_api, &http_listener, &metrics_listener);
+                                      access->gate.get(), service_options.limits, &http_api, &http_listener, &metrics_listener);
       !status.ok()) {
     spdlog::error("{}", std::string(status.message()));
     server->Shutdown();
@@ -384,10 +394,14 @@ int main(int argc, char** argv) {
   spdlog::info("serving strata.v1.Inference on {} (port {})", config.listen_address, started->port);
 
   g_stop.WaitForNotification();
+  // HTTP generations pass the same gate, so the drain waits for them too; past the drain time both kinds end.
+  strata::services::DrainAndShutdown(server, access->gate.get(), absl::Seconds(drain_seconds),
+                                     [&](const std::string& reason) {
+                                       service->CancelGenerations(reason);
+                                       if (http_api != nullptr) http_api->Shutdown();
+                                     });
   if (http_api != nullptr) http_api->Shutdown();
   if (http_listener != nullptr) http_listener->Stop();
-  strata::services::DrainAndShutdown(server, access->gate.get(), absl::Seconds(drain_seconds),
-                                     [&](const std::string& reason) { service->CancelGenerations(reason); });
   started->server.reset();
   if (metrics_listener != nullptr) metrics_listener->Stop();
   service.reset();

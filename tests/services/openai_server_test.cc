@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <memory>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -334,6 +335,36 @@ TEST(OpenAiServerTest, TheServersLimitsAreCheckedBeforeSubmit) {
   EXPECT_EQ(body["error"]["param"], "max_tokens");
   body = Post(server.Client(), "/v1/completions", GreedyCompletion(3), &status);
   EXPECT_EQ(status, 200) << body.dump();
+}
+
+TEST(OpenAiServerTest, TheAdmissionIsAskedFirstAndHeldUntilTheGenerationEnds) {
+  auto held = std::make_shared<std::atomic<int>>(0);
+  auto peers = std::make_shared<std::vector<std::string>>();
+  bool refuse = false;
+  OpenAiServerOptions options;
+  options.admit = [held, peers, &refuse](std::string_view peer,
+                                         std::string_view authorization) -> absl::StatusOr<std::shared_ptr<void>> {
+    if (refuse) return absl::ResourceExhaustedError("this client already has 1 call running (--max-calls-per-client)");
+    peers->push_back(std::string(peer));
+    held->fetch_add(1);
+    return std::shared_ptr<void>(nullptr, [held](void*) { held->fetch_sub(1); });
+  };
+  HttpTestServer server(TinyEngineOptions(), options);
+  int status = 0;
+  json body = Post(server.Client(), "/v1/completions", GreedyCompletion(3), &status);
+  EXPECT_EQ(status, 200) << body.dump();
+  json stream = GreedyCompletion(3);
+  stream["stream"] = true;
+  auto streamed = server.Client().Post("/v1/completions", stream.dump(), "application/json");
+  ASSERT_TRUE(streamed);
+  EXPECT_EQ(streamed->status, 200);
+  ASSERT_EQ(peers->size(), 2u);
+  EXPECT_EQ((*peers)[0].rfind("ipv4:127.0.0.1:", 0), 0u) << (*peers)[0];
+  for (int i = 0; i < 200 && held->load() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(held->load(), 0) << "an admission outlived its generation";
+  refuse = true;
+  body = Post(server.Client(), "/v1/completions", GreedyCompletion(3), &status);
+  EXPECT_EQ(status, 429) << body.dump();
 }
 
 TEST(OpenAiServerTest, HealthAndGenerationWaitForTheModel) {
