@@ -5,6 +5,7 @@ with the model's own chat template and streams the reply.
     python3 chat.py --stubs BUILD/services/python [--server 127.0.0.1:50051] [--system "..."] "message" \
         ["reply" "message" ...]     # one reply to the conversation the arguments spell (user first)
     python3 chat.py --stubs BUILD/services/python                 # one user message per line of stdin
+    python3 chat.py ... --tls-ca ca.pem [--tls-cert client.pem --tls-key client.key] [--auth-token T] "message"
 
 Needs Debian's python3-grpcio and python3-protobuf, and the stubs the build generates from
 proto/strata/v1/inference.proto into BUILD/services/python (or any directory on PYTHONPATH).
@@ -14,6 +15,8 @@ Exit codes: 0 ok, 1 the server refused or failed the request (or could not be re
 import argparse
 import sys
 import time
+
+from generate import add_access_flags, make_channel  # the same TLS, token and round-robin handling
 
 
 def parse_args():
@@ -31,6 +34,7 @@ def parse_args():
     p.add_argument("--timeout", type=float, default=120.0, help="deadline of each call in seconds")
     p.add_argument("--wait", type=float, default=0.0,
                    help="seconds to keep retrying while the server is unreachable or still loading")
+    add_access_flags(p)
     args = p.parse_args()
     if args.messages and len(args.messages) % 2 == 0:
         p.error("messages alternate user, assistant, user, ... and end with the user's (an odd number)")
@@ -44,7 +48,8 @@ def reply(stub, inference_pb2, request, args, give_up):
         last = None
         printed = ""
         try:
-            for message in stub.Chat(request, timeout=args.timeout):
+            metadata = [("authorization", "Bearer " + args.auth_token)] if args.auth_token else None
+            for message in stub.Chat(request, timeout=args.timeout, metadata=metadata):
                 if message.text:
                     sys.stdout.write(message.text)
                     sys.stdout.flush()
@@ -89,8 +94,12 @@ def main():
         request.enable_thinking = args.thinking == "true"
 
     give_up = time.monotonic() + args.wait
-    # dns:///name:port targets resolve to every replica: balance the calls over them like generate.py does.
-    with grpc.insecure_channel(args.server, options=[("grpc.lb_policy_name", "round_robin")]) as channel:
+    try:
+        channel = make_channel(grpc, args)  # dns:///name:port targets are balanced round-robin
+    except SystemExit as e:
+        print(str(e).replace("generate.py", "chat.py"), file=sys.stderr)
+        return 2
+    with channel:
         stub = inference_pb2_grpc.InferenceStub(channel)
         if args.messages:
             for i, text in enumerate(args.messages):

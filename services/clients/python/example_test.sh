@@ -123,6 +123,13 @@ STRATA_AUTH_TOKEN=example-token-0123456789 timeout 90 "$python" "$here/generate.
 grep -q '8 tokens (length)' "$work/err.txt" || fail "generate.py over mutual TLS printed no summary"
 
 rc=0
+STRATA_AUTH_TOKEN=example-token-0123456789 timeout 90 "$python" "$here/chat.py" --stubs "$stubs" \
+  --server "127.0.0.1:$port" --wait 30 "${tls[@]}" --max-tokens 8 --temperature 0 --ignore-eos "Hello" \
+  >"$work/out.txt" 2>"$work/err.txt" || rc=$?
+[ "$rc" -eq 0 ] || { cat "$work/err.txt" >&2; fail "chat.py over mutual TLS with a token exited with $rc"; }
+grep -q '8 tokens (length)' "$work/err.txt" || fail "chat.py over mutual TLS printed no summary"
+
+rc=0
 timeout 60 "$python" "$here/generate.py" --stubs "$stubs" --server "127.0.0.1:$port" "${tls[@]}" \
   --auth-token wrong-token-0123456789 "Once upon" >"$work/out.txt" 2>"$work/err.txt" || rc=$?
 [ "$rc" -eq 1 ] && grep -q UNAUTHENTICATED "$work/err.txt" || fail "a wrong token was not refused (exit $rc)"

@@ -28,6 +28,12 @@ def parse_args():
     p.add_argument("--timeout", type=float, default=120.0, help="deadline of the call in seconds")
     p.add_argument("--wait", type=float, default=0.0,
                    help="seconds to keep retrying while the server is unreachable or still loading")
+    add_access_flags(p)
+    return p.parse_args()
+
+
+def add_access_flags(p):
+    """The TLS and bearer-token flags (chat.py takes them too)."""
     p.add_argument("--tls", action="store_true", help="TLS with the system's roots (implied by --tls-*)")
     p.add_argument("--tls-ca", default="", help="PEM file of the CA that signs the server's certificate")
     p.add_argument("--tls-cert", default="", help="mutual TLS: PEM file of this client's certificate")
@@ -35,7 +41,6 @@ def parse_args():
     p.add_argument("--tls-server-name", default="", help="name the server's certificate must carry")
     p.add_argument("--auth-token", default=os.environ.get("STRATA_AUTH_TOKEN", ""),
                    help="bearer token (default: the STRATA_AUTH_TOKEN environment variable)")
-    return p.parse_args()
 
 
 def read_pem(path, flag):
