@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "engine/log.h"
+#include "engine/model/expert_cache_policy.h"
 #include "services/cli_flags.h"
 #include "services/run_cli.h"
 #include "services/sampling_flags.h"
@@ -121,8 +122,9 @@ int main(int argc, char** argv) {
     std::cerr << "strata-run: --vram-experts: must be -1 (auto) or a count\n";
     return 2;
   }
-  if (const std::string& p = o.engine.device.cache_policy; p != "lru" && p != "lfu-decay" && p != "static") {
-    std::cerr << "strata-run: --cache-policy: '" << p << "' is not lru, lfu-decay or static\n";
+  if (absl::StatusOr<strata::model::CachePolicy> p = strata::model::ParseCachePolicy(o.engine.device.cache_policy);
+      !p.ok()) {
+    std::cerr << "strata-run: --cache-policy: " << p.status().message() << "\n";
     return 2;
   }
   strata::runtime::SamplingParams& s = o.sampling;

@@ -29,6 +29,7 @@
 #include "absl/flags/usage.h"
 #include "absl/synchronization/notification.h"
 #include "engine/log.h"
+#include "engine/model/expert_cache_policy.h"
 #include "engine/runtime/engine.h"
 #include "engine/exec/thread_pool.h"
 #include "services/cli_flags.h"
@@ -278,9 +279,9 @@ int main(int argc, char** argv) {
   }
   if (!(options.device.vram_gib >= 0)) return UsageError("--vram-gib: must be a number >= 0");
   if (options.device.vram_experts < -1) return UsageError("--vram-experts: must be -1 (auto) or a count");
-  const std::string& policy = options.device.cache_policy;
-  if (policy != "lru" && policy != "lfu-decay" && policy != "static") {
-    return UsageError("--cache-policy: '" + policy + "' is not lru, lfu-decay or static");
+  if (absl::StatusOr<strata::model::CachePolicy> policy = strata::model::ParseCachePolicy(options.device.cache_policy);
+      !policy.ok()) {
+    return UsageError("--cache-policy: " + std::string(policy.status().message()));
   }
   if (options.experts.kind != "arena" && options.experts.kind != "mmap") {
     return UsageError("--expert-source: '" + options.experts.kind + "' is not arena or mmap");

@@ -243,6 +243,8 @@ TEST(ServerFlagsTest, BadAccessAndLimitFlagsAreUsageErrorsNamingTheFlag) {
       {STRATA_SERVER_BINARY, {"--pack", pack, "--max-top-logprobs", "21"}, "--max-top-logprobs: 21 is not in 1..20"},
       {STRATA_SERVER_BINARY, {"--pack", pack, "--drain-seconds", "-1"}, "--drain-seconds: must be in 0..86400"},
       {STRATA_SERVER_BINARY, {"--pack", pack, "--max-calls-per-client", "-2"}, "--max-calls-per-client: -2 is negative"},
+      {STRATA_SERVER_BINARY, {"--pack", pack, "--cache-policy", "fifo"},
+       "--cache-policy: 'fifo' is not a cache policy (lru, lfu-decay, static)"},
       {STRATA_PACKD_BINARY, {"--data-root", dir.path(), "--tls-client-ca", dir.Join("ca.pem")},
        "--tls-client-ca: needs --tls-cert and --tls-key"},
       {STRATA_PACKD_BINARY, {"--data-root", dir.path(), "--drain-seconds", "nan"}, "--drain-seconds: must be in 0..86400"},
