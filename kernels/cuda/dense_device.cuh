@@ -195,20 +195,6 @@ inline absl::Status Misaligned(absl::string_view function, absl::string_view wha
                                                  " bytes past a 16-byte boundary) must be 16-byte aligned"));
 }
 
-inline const char* DenseTypeName(DenseType type) {
-  switch (type) {
-    case DenseType::kF32:
-      return "F32";
-    case DenseType::kF16:
-      return "F16";
-    case DenseType::kBF16:
-      return "BF16";
-    case DenseType::kQ8_0:
-      return "Q8_0";
-  }
-  return "unknown";
-}
-
 // Columns must fill whole chunks (and whole Q8_0 blocks).
 inline absl::Status CheckColumns(absl::string_view function, absl::string_view what, DenseType type, int64_t cols) {
   const int64_t multiple = type == DenseType::kQ8_0 ? 32 : 8;

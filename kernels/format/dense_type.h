@@ -26,6 +26,21 @@ inline uint64_t DenseRowBytes(DenseType type, int64_t cols) {
   return 0;
 }
 
+// "F32", "F16", "BF16" or "Q8_0" (ggml's names), for messages.
+inline const char* DenseTypeName(DenseType type) {
+  switch (type) {
+    case DenseType::kF32:
+      return "F32";
+    case DenseType::kF16:
+      return "F16";
+    case DenseType::kBF16:
+      return "BF16";
+    case DenseType::kQ8_0:
+      return "Q8_0";
+  }
+  return "unknown";
+}
+
 }  // namespace strata::kernels
 
 #endif  // STRATA_KERNELS_FORMAT_DENSE_TYPE_H_

@@ -15,7 +15,7 @@ constexpr int64_t kDequantElements = int64_t{4096} * 4096;
 void RunMatmul(MatmulContext& ctx, cudaStream_t stream, DenseType type, int64_t rows, int64_t cols, int n_tokens,
                bool accumulate, int64_t x_pad, int64_t y_pad) {
   const uint64_t seed = NextSeed();
-  SCOPED_TRACE(absl::StrCat(TypeName(type), " ", rows, "x", cols, " n_tokens ", n_tokens, " accumulate ", accumulate,
+  SCOPED_TRACE(absl::StrCat(DenseTypeName(type), " ", rows, "x", cols, " n_tokens ", n_tokens, " accumulate ", accumulate,
                             " x_pad ", x_pad, " y_pad ", y_pad, " seed ", seed));
   Random rng(seed);
   const int64_t x_stride = cols + x_pad, y_stride = rows + y_pad;
@@ -102,7 +102,7 @@ void RunMatmulGroup(MatmulContext& ctx, cudaStream_t stream, DenseType type, int
                     const std::vector<int64_t>& rows, int n_tokens) {
   const uint64_t seed = NextSeed();
   SCOPED_TRACE(
-      absl::StrCat(TypeName(type), " cols ", cols, " outputs ", rows.size(), " n_tokens ", n_tokens, " seed ", seed));
+      absl::StrCat(DenseTypeName(type), " cols ", cols, " outputs ", rows.size(), " n_tokens ", n_tokens, " seed ", seed));
   Random rng(seed);
   const int64_t x_stride = cols;
   const std::vector<float> x = RandomFloats(static_cast<size_t>(n_tokens) * x_stride, -1.0f, 1.0f, rng);
@@ -275,7 +275,7 @@ TEST_F(DenseKernelsTest, EmbedRowsWidensTheTokensRows) {
   cases.push_back({DenseType::kQ8_0, 151936, 2080});
   for (const Case& c : cases) {
     const uint64_t seed = NextSeed();
-    SCOPED_TRACE(absl::StrCat(TypeName(c.type), " vocab ", c.vocab, " n ", c.n, " seed ", seed));
+    SCOPED_TRACE(absl::StrCat(DenseTypeName(c.type), " vocab ", c.vocab, " n ", c.n, " seed ", seed));
     Random rng(seed);
     std::vector<int> tokens = {0, static_cast<int>(c.vocab - 1), static_cast<int>(c.vocab / 2),
                                3 % static_cast<int>(c.vocab)};

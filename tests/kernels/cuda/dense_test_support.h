@@ -154,20 +154,6 @@ inline void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& 
   for (std::thread& t : pool) t.join();
 }
 
-inline const char* TypeName(DenseType type) {
-  switch (type) {
-    case DenseType::kF32:
-      return "F32";
-    case DenseType::kF16:
-      return "F16";
-    case DenseType::kBF16:
-      return "BF16";
-    case DenseType::kQ8_0:
-      return "Q8_0";
-  }
-  return "?";
-}
-
 constexpr DenseType kAllTypes[] = {DenseType::kF32, DenseType::kF16, DenseType::kBF16, DenseType::kQ8_0};
 
 // A rows x cols matrix in `type` with random values (Q8_0: random scales and every int8 code).
