@@ -7,14 +7,19 @@
 //
 //   strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32]
 //                           [--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0]
-//                           [--vram-experts -1,0,6144] [--cache-policy lfu-decay]
-// With --vram-experts below the expert count the experts not in VRAM are read over PCIe from the
-// page-locked arena, and the bound printed is the slower of HBM and PCIe at the hit rate seen.
+//                           [--vram-experts -1,0,6144] [--cache-policy lfu-decay] [--miss-path both]
+// With --vram-experts below the expert count the experts not in VRAM (misses) are computed by the host's
+// threads from the arena and/or read over PCIe by the GPU (--miss-path cpu, gpu or both). The decode bound
+// printed is the slower of the HBM time (dense + hits) and the miss time: miss bytes over the bandwidth of
+// the paths used, each measured in the run (PCIe: a page-locked host-to-device copy; CPU: a DRAM read over
+// the engine's threads); with both paths, over their sum. Prefill is bound by copying every expert once a
+// prompt over PCIe.
 
 #include <algorithm>
 #include <filesystem>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -77,7 +82,7 @@ int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
                              "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
                              "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
-                             "[--vram-experts -1] [--cache-policy lfu-decay] [--preset seed --scheme s2 (to make --pack when "
+                             "[--vram-experts -1] [--cache-policy lfu-decay] [--miss-path both] [--preset seed --scheme s2 (to make --pack when "
                              "it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
@@ -89,6 +94,7 @@ int main(int argc, char** argv) {
   const int threads = static_cast<int>(flags.Int("threads", 0));
   const std::vector<int64_t> vram_experts = flags.IntList("vram-experts", {-1});
   const std::string cache_policy = flags.String("cache-policy", "lfu-decay");
+  const std::string miss_path = flags.String("miss-path", "both");
   const std::string flags_preset = flags.String("preset", "seed");
   const std::string flags_scheme = flags.String("scheme", "s2");
   flags.CheckNoUnknown();
@@ -119,8 +125,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bandwidth probe: %s\n", std::string((hbm.ok() ? pcie : hbm).status().message()).c_str());
     return 1;
   }
-  std::printf("HBM copy bandwidth %.0f GB/s (read + write); PCIe host-to-device %.1f GB/s (page-locked)\n", *hbm,
-              *pcie);
+  const int host_threads = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  double dram = 0;
+  {
+    strata::bench::DramProbe probe(2048, host_threads);
+    dram = probe.ReadGBps(host_threads);
+  }
+  std::printf("HBM copy bandwidth %.0f GB/s (read + write); PCIe host-to-device %.1f GB/s (page-locked); DRAM read "
+              "%.1f GB/s (%d threads)\n",
+              *hbm, *pcie, dram, host_threads);
+  const double miss_gbps = miss_path == "gpu" ? *pcie : miss_path == "cpu" ? dram : *pcie + dram;
   int64_t max_seqs = 1;
   for (int64_t n : concurrency) max_seqs = std::max(max_seqs, n);
   int64_t longest = 0;
@@ -136,6 +150,7 @@ int main(int argc, char** argv) {
     eo.device.vram_gib = vram_gib;
     eo.device.vram_experts = slots;
     eo.device.cache_policy = cache_policy;
+    eo.device.miss_path = miss_path;
     strata::bench::Timer load;
     auto engine = Engine::Create(eo);
     if (!engine.ok()) {
@@ -154,8 +169,9 @@ int main(int argc, char** argv) {
                 info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
                 slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
                 cache_policy.c_str());
-    // Batch 1: hits from HBM, misses over PCIe; at a hit rate h the bound is
-    // 1 / max(dense/HBM + h*experts/HBM, (1-h)*experts/PCIe) (the GPU reads both at once).
+    if (!info.device_note.empty()) std::printf("note: %s\n", info.device_note.c_str());
+    // Batch 1: hits from HBM, misses by the miss paths; at a hit rate h the bound is
+    // 1 / max(dense/HBM + h*experts/HBM, (1-h)*experts/miss bandwidth) (both run at once).
     std::printf("bytes per decoded token (batch 1): experts %.1f MB + dense %.1f MB = %.1f MB -> HBM bound %.0f "
                 "tokens/s\n",
                 info.expert_bytes_per_token / 1e6, info.dense_bytes_per_token / 1e6, bytes_per_token / 1e6,
@@ -163,20 +179,38 @@ int main(int argc, char** argv) {
     RunConcurrent(**engine, 1, 8, 8);  // warm up: graphs captured, buffers touched
     for (int64_t n : concurrency) {
       RunConcurrent(**engine, static_cast<int>(n), prompt_len, 4);  // capture this batch size's graphs
+      const strata::model::CacheReport before = (*engine)->stats().cache;
       const RunResult r = RunConcurrent(**engine, static_cast<int>(n), prompt_len, tokens);
+      const strata::model::CacheReport after = (*engine)->stats().cache;
+      if (after.host_requests > before.host_requests) {
+        const double requests = static_cast<double>(after.host_requests - before.host_requests);
+        const double busy = after.host_busy_seconds - before.host_busy_seconds;
+        const double experts = static_cast<double>(after.host_experts - before.host_experts);
+        std::printf("  host: %.0f layer shares, %.1f experts and %.1f us each, %.1f GB/s of expert weights\n",
+                    requests, experts / requests, busy / requests * 1e6,
+                    experts * static_cast<double>(info.expert_bytes_per_token) /
+                        (info.config.n_layer * info.config.n_expert_used) / busy / 1e9);
+      }
       const double h = r.hit_rate;
       const double t_hbm = (info.dense_bytes_per_token + h * info.expert_bytes_per_token) / (*hbm * 1e9);
-      const double t_pcie = (1 - h) * info.expert_bytes_per_token / (*pcie * 1e9);
-      const double bound = 1.0 / std::max(t_hbm, t_pcie);
-      std::printf("decode batch %2lld: %8.1f tokens/s in all (%.1f per sequence), hit rate %.3f\n", (long long)n,
-                  r.decode_tps, r.decode_tps / n, h);
-      if (n == 1) strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", bound, "HBM+PCIe bound");
+      const double t_miss = (1 - h) * info.expert_bytes_per_token / (miss_gbps * 1e9);
+      const double bound = 1.0 / std::max(t_hbm, t_miss);
+      const strata::model::CacheReport cache = (*engine)->stats().cache;
+      std::printf("decode batch %2lld: %8.1f tokens/s in all (%.1f per sequence), hit rate %.3f, host share of "
+                  "misses %.2f\n",
+                  (long long)n, r.decode_tps, r.decode_tps / n, h, cache.host_share);
+      if (n == 1) strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", bound, "HBM+miss bound");
     }
     for (int64_t p : prefill) {
       RunConcurrent(**engine, 1, static_cast<int>(p), 1);  // warm up this prompt length
       const RunResult r = RunConcurrent(**engine, 1, static_cast<int>(p), 1);
-      std::printf("prefill %5lld tokens: %9.1f tokens/s (chunks of %d)\n", (long long)p, r.prefill_tps,
-                  prefill_chunk);
+      // Every expert not in VRAM crosses PCIe once per prefill step of up to prefill_chunk tokens.
+      const double chunk = static_cast<double>(std::min<int64_t>(p, prefill_chunk));
+      const double in_vram = slots < 0 ? 1.0 : static_cast<double>(slots) / static_cast<double>(n_blobs);
+      const double copy_seconds = (1 - in_vram) * static_cast<double>(info.experts_bytes) / (*pcie * 1e9);
+      std::printf("prefill %5lld tokens: %9.1f tokens/s (chunks of %d", (long long)p, r.prefill_tps, prefill_chunk);
+      if (copy_seconds > 0) std::printf("; PCIe bound %.0f tokens/s", chunk / copy_seconds);
+      std::printf(")\n");
     }
   }
   return 0;

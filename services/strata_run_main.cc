@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/log.h"
 #include "engine/model/expert_cache_policy.h"
+#include "engine/model/miss_path.h"
 #include "services/cli_flags.h"
 #include "services/run_cli.h"
 #include "services/sampling_flags.h"
@@ -38,6 +39,9 @@ ABSL_FLAG(int64_t, vram_experts, -1,
           "experts kept in VRAM; -1: all of them when they fit, else as many as fit (the rest are read from the "
           "page-locked arena over PCIe)");
 ABSL_FLAG(std::string, cache_policy, "lfu-decay", "VRAM expert cache policy: lru, lfu-decay or static");
+ABSL_FLAG(std::string, miss_path, "both",
+          "where experts not in VRAM are computed: gpu (read over PCIe), cpu (host threads) or both at once");
+ABSL_FLAG(bool, pin_arena, true, "page-lock the expert arena for the GPU (--nopin-arena: as if locking were refused)");
 // Sampling defaults: the engine's one set (runtime::SamplingParams), as the server and strata use.
 ABSL_FLAG(int, max_tokens, strata::runtime::SamplingParams().max_tokens, "tokens to generate at most");
 ABSL_FLAG(double, temperature, strata::runtime::SamplingParams().temperature, "sampling temperature; 0 = greedy");
@@ -110,6 +114,8 @@ int main(int argc, char** argv) {
   o.engine.device.vram_gib = absl::GetFlag(FLAGS_vram_gib);
   o.engine.device.vram_experts = absl::GetFlag(FLAGS_vram_experts);
   o.engine.device.cache_policy = absl::GetFlag(FLAGS_cache_policy);
+  o.engine.device.miss_path = absl::GetFlag(FLAGS_miss_path);
+  o.engine.device.pin_arena = absl::GetFlag(FLAGS_pin_arena);
   if (o.engine.device.device != "auto" && o.engine.device.device != "cpu" && o.engine.device.device != "cuda") {
     std::cerr << "strata-run: --device: '" << o.engine.device.device << "' is not auto, cpu or cuda\n";
     return 2;
@@ -125,6 +131,10 @@ int main(int argc, char** argv) {
   if (absl::StatusOr<strata::model::CachePolicy> p = strata::model::ParseCachePolicy(o.engine.device.cache_policy);
       !p.ok()) {
     std::cerr << "strata-run: --cache-policy: " << p.status().message() << "\n";
+    return 2;
+  }
+  if (absl::StatusOr<strata::model::MissPath> p = strata::model::ParseMissPath(o.engine.device.miss_path); !p.ok()) {
+    std::cerr << "strata-run: --miss-path: " << p.status().message() << "\n";
     return 2;
   }
   strata::runtime::SamplingParams& s = o.sampling;

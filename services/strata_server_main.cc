@@ -30,6 +30,7 @@
 #include "absl/synchronization/notification.h"
 #include "engine/log.h"
 #include "engine/model/expert_cache_policy.h"
+#include "engine/model/miss_path.h"
 #include "engine/runtime/engine.h"
 #include "engine/exec/thread_pool.h"
 #include "services/cli_flags.h"
@@ -63,6 +64,9 @@ ABSL_FLAG(int64_t, vram_experts, -1,
           "experts kept in VRAM; -1: all of them when they fit, else as many as fit (the rest are read from the "
           "page-locked arena over PCIe)");
 ABSL_FLAG(std::string, cache_policy, "lfu-decay", "VRAM expert cache policy: lru, lfu-decay or static");
+ABSL_FLAG(std::string, miss_path, "both",
+          "where experts not in VRAM are computed: gpu (read over PCIe), cpu (host threads) or both at once");
+ABSL_FLAG(bool, pin_arena, true, "page-lock the expert arena for the GPU (--nopin-arena: as if locking were refused)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
 ABSL_FLAG(std::string, chat_template_file, "",
           "a Jinja chat template used by Chat instead of the model's tokenizer.chat_template");
@@ -229,7 +233,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "strata-server --pack DIR [--listen HOST:PORT] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N] "
       "[--expert-source arena|mmap] [--verify] [--device auto|cpu|cuda] [--vram-gib X] [--vram-experts N] "
-      "[--cache-policy lru|lfu-decay|static] [--chat-template-file FILE] "
+      "[--cache-policy lru|lfu-decay|static] [--miss-path gpu|cpu|both] [--nopin-arena] "
+      "[--chat-template-file FILE] "
       "[--network-priority auto|idle|normal] [--http-listen HOST:PORT] [--metrics-listen HOST:PORT] "
       "[--served-model-name NAME] [--tls-cert F --tls-key F [--tls-client-ca F]] "
       "[--auth-tokens-file F] [--max-calls-per-client N] [--drain-seconds S] [--max-prompt-bytes N] "
@@ -259,6 +264,8 @@ int main(int argc, char** argv) {
   options.device.vram_gib = absl::GetFlag(FLAGS_vram_gib);
   options.device.vram_experts = absl::GetFlag(FLAGS_vram_experts);
   options.device.cache_policy = absl::GetFlag(FLAGS_cache_policy);
+  options.device.miss_path = absl::GetFlag(FLAGS_miss_path);
+  options.device.pin_arena = absl::GetFlag(FLAGS_pin_arena);
   // Loading a large pack shows in the log (nothing for one loaded within a second).
   options.experts.on_load_progress = [progress = std::make_shared<strata::services::CountProgress>(
                                           "loading experts", strata::services::CountProgress::Unit::kBytes,
@@ -282,6 +289,10 @@ int main(int argc, char** argv) {
   if (absl::StatusOr<strata::model::CachePolicy> policy = strata::model::ParseCachePolicy(options.device.cache_policy);
       !policy.ok()) {
     return UsageError("--cache-policy: " + std::string(policy.status().message()));
+  }
+  if (absl::StatusOr<strata::model::MissPath> path = strata::model::ParseMissPath(options.device.miss_path);
+      !path.ok()) {
+    return UsageError("--miss-path: " + std::string(path.status().message()));
   }
   if (options.experts.kind != "arena" && options.experts.kind != "mmap") {
     return UsageError("--expert-source: '" + options.experts.kind + "' is not arena or mmap");

@@ -1,5 +1,8 @@
 #include "engine/gpu/cuda_model.h"
 
+#include <algorithm>
+#include <bit>
+
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
@@ -98,11 +101,15 @@ absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, cons
     backend->set_graphs(dispatch->capturable());
     parts.dispatch = std::move(dispatch);
   } else {
-    CacheOptions cache;
-    cache.slots = plan.slots;
-    ASSIGN_OR_RETURN(cache.policy, ParseCachePolicy(options.cache_policy));
-    ASSIGN_OR_RETURN(std::unique_ptr<OffloadMoeDispatch> dispatch,
-                     OffloadMoeDispatch::Create(pack, arena, cache, max_tokens));
+    OffloadOptions offload;
+    offload.cache.slots = plan.slots;
+    ASSIGN_OR_RETURN(offload.cache.policy, ParseCachePolicy(options.cache_policy));
+    ASSIGN_OR_RETURN(offload.miss_path, model::ParseMissPath(options.miss_path));
+    offload.max_tokens = max_tokens;
+    offload.max_decode = static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(1, options.max_batch))));
+    // One core stays with the scheduler thread, which waits on the GPU while the host computes.
+    offload.host_threads = pool != nullptr ? std::max(1, pool->num_threads() - 1) : 1;
+    ASSIGN_OR_RETURN(std::unique_ptr<OffloadMoeDispatch> dispatch, OffloadMoeDispatch::Create(pack, arena, offload));
     backend->add_memory_used(dispatch->device_bytes());
     backend->set_graphs(dispatch->capturable());
     parts.dispatch = std::move(dispatch);

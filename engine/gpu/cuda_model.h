@@ -32,6 +32,7 @@ struct CudaModelOptions {
   bool verify = false;       // check each blob's xxh3 as the experts are uploaded
   int64_t vram_experts = -1;  // expert slots in VRAM; -1: every expert when they fit, else as many as fit
   std::string cache_policy = "lfu-decay";  // of the VRAM expert cache when not every expert is in VRAM
+  std::string miss_path = "both";          // where experts not in VRAM are computed (model/miss_path.h)
 };
 
 // Where the experts will live, from the sizes alone.
@@ -53,8 +54,9 @@ struct CudaModelParts {
 // Uploads the dense weights and, when they all fit, every expert of `pack` (read from experts.bin through
 // page-locked staging, filled by `pool`'s threads); DATA_LOSS naming the blob when verification finds a
 // bad checksum; UNAVAILABLE without a device.
-// `plan` from PlanVram. When not every expert fits, `arena` (page-locked, mapped) holds them and the VRAM
-// cache sits in front of it.
+// `plan` from PlanVram. When not every expert fits, `arena` holds them and the VRAM cache sits in front of
+// it; the host's share of the misses runs on as many threads as `pool` has. An arena that is not
+// page-locked needs miss path cpu.
 absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, const model::ModelConfig& config,
                                                     const model::ModelWeights& weights,
                                                     const CudaModelOptions& options, const VramPlan& plan,

@@ -7,6 +7,7 @@
 #include "engine/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/expert_kernels.h"
+#include "kernels/cuda/offload_kernels.h"
 
 namespace strata::gpu {
 
@@ -14,46 +15,135 @@ using kernels::cuda::CudaStatus;
 using kernels::cuda::DeviceBuffer;
 using kernels::cuda::PinnedBuffer;
 
+namespace {
+
+constexpr uint64_t kStagingBytes = uint64_t{1} << 30;  // at most, for the ring of staging slots
+constexpr float kInitialHostShare = 0.6f;             // both paths: the host's share before balancing
+constexpr double kShareGain = 0.05;                   // share change a step per unit of imbalance
+
+struct StagingPlan {
+  int chunk_experts = 0;  // 0: no streaming (the steps are never long enough)
+  int ring = 0;
+};
+
+StagingPlan PlanStaging(const pack::Pack& pack, int max_tokens, bool always = false) {
+  const pack::v1::Geometry& g = pack.manifest().geometry();
+  const int64_t n_expert = static_cast<int64_t>(g.n_expert());
+  StagingPlan p;
+  if (!always && int64_t{max_tokens} * static_cast<int64_t>(g.n_expert_used()) <
+      OffloadMoeDispatch::kStreamPairsPerExpert * n_expert) {
+    return p;
+  }
+  p.chunk_experts = static_cast<int>(std::clamp<int64_t>(n_expert / 4, 1, 32));
+  const uint64_t chunk_bytes = static_cast<uint64_t>(p.chunk_experts) * pack.manifest().blob_bytes();
+  p.ring = static_cast<int>(std::max<int64_t>(
+      2, std::min<int64_t>(n_expert / p.chunk_experts, static_cast<int64_t>(kStagingBytes / chunk_bytes))));
+  return p;
+}
+
+// host_state_: gpu ids, host ids (max_pairs int32 each), the request counter, the host's pair count, its
+// share.
+struct HostState {
+  size_t host_ids, sequence, host_pairs, share, total;
+};
+HostState PlanHostState(int max_pairs) {
+  HostState h;
+  const size_t ids = (static_cast<size_t>(max_pairs) * sizeof(int32_t) + 15) / 16 * 16;
+  h.host_ids = ids;
+  h.sequence = 2 * ids;
+  h.host_pairs = h.sequence + sizeof(int64_t);
+  h.share = h.host_pairs + sizeof(int32_t);
+  h.total = h.share + sizeof(float);
+  return h;
+}
+
+}  // namespace
+
 uint64_t OffloadMoeDispatch::FixedDeviceBytes(const pack::Pack& pack, int max_tokens) {
   const pack::v1::Geometry& g = pack.manifest().geometry();
+  const int k = static_cast<int>(g.n_expert_used()), n_expert = static_cast<int>(g.n_expert());
+  const StagingPlan staging = PlanStaging(pack, max_tokens);
+  const uint64_t staged_blobs = static_cast<uint64_t>(staging.chunk_experts) * staging.ring;
   return pack.n_blobs() * sizeof(void*) +
-         kernels::cuda::ExpertFfnWorkspaceBytes(pack.layout(), max_tokens, static_cast<int>(g.n_expert_used()),
-                                                static_cast<int>(g.n_expert()));
+         kernels::cuda::ExpertFfnWorkspaceBytes(pack.layout(), max_tokens, k, n_expert) +
+         staged_blobs * pack.manifest().blob_bytes() + static_cast<uint64_t>(staging.ring) * n_expert * sizeof(void*) +
+         static_cast<uint64_t>(max_tokens) * k * sizeof(int32_t) + PlanHostState(max_tokens * k).total;
 }
 
 absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(const pack::Pack& pack,
                                                                                pack::ExpertSource* arena,
-                                                                               const CacheOptions& options,
-                                                                               int max_tokens) {
-  if (arena == nullptr || !arena->pinned()) {
+                                                                               const OffloadOptions& options) {
+  if (arena == nullptr) return absl::InvalidArgumentError("the offload dispatch needs the expert arena");
+  if (!arena->pinned() && options.miss_path == model::MissPath::kGpu) {
     return absl::FailedPreconditionError(
-        "the expert arena is not page-locked, so the GPU cannot read misses in place");
+        "the expert arena is not page-locked, so the GPU cannot read misses in place (miss path gpu)");
   }
   std::unique_ptr<OffloadMoeDispatch> d(new OffloadMoeDispatch());
   const pack::v1::Geometry& g = pack.manifest().geometry();
+  const int max_tokens = std::max(options.max_tokens, options.max_decode);
+  d->options_ = options;
+  d->pinned_ = arena->pinned();
+  if (!d->pinned_) d->options_.miss_path = model::MissPath::kCpu;
   d->pack_ = &pack;
   d->layout_ = pack.layout();
   d->n_expert_ = g.n_expert();
   d->n_blobs_ = pack.n_blobs();
-  d->policy_ = std::make_unique<model::ExpertCachePolicy>(options, static_cast<int64_t>(g.n_moe_layers()),
+  d->policy_ = std::make_unique<model::ExpertCachePolicy>(options.cache, static_cast<int64_t>(g.n_moe_layers()),
                                                         d->n_expert_);
   d->n_slots_ = d->policy_->n_slots();
   d->counter_ = model::RoutingCounter(d->n_expert_);
   ASSIGN_OR_RETURN(const uint8_t* first, arena->Blob(0, 0));
-  void* device_arena = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&device_arena, const_cast<uint8_t*>(first), 0),
-                       "mapping the expert arena for the GPU");
-  d->arena_ = static_cast<const uint8_t*>(device_arena);
-  d->arena_host_ = first;
+  // Unpinned, the table's miss entries hold host addresses: they only mark misses, never read by the GPU.
+  void* device_arena = const_cast<uint8_t*>(first);
+  if (d->pinned_) {
+    CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&device_arena, const_cast<uint8_t*>(first), 0),
+                         "mapping the expert arena for the GPU");
+  }
   const uint64_t blob_bytes = pack.manifest().blob_bytes();
+  d->arena_ = static_cast<const uint8_t*>(device_arena);
+  d->arena_end_ = d->arena_ + d->n_blobs_ * blob_bytes;
+  d->arena_host_ = first;
   ASSIGN_OR_RETURN(d->slots_, DeviceBuffer::Allocate(static_cast<size_t>(d->n_slots_) * blob_bytes));
   ASSIGN_OR_RETURN(d->table_, DeviceBuffer::Allocate(d->n_blobs_ * sizeof(void*)));
   ASSIGN_OR_RETURN(d->table_host_, PinnedBuffer::Allocate(d->n_blobs_ * sizeof(void*)));
   const int k = static_cast<int>(g.n_expert_used());
   ASSIGN_OR_RETURN(d->workspace_, DeviceBuffer::Allocate(kernels::cuda::ExpertFfnWorkspaceBytes(
                                       d->layout_, max_tokens, k, static_cast<int>(d->n_expert_))));
+  ASSIGN_OR_RETURN(d->select_ids_, DeviceBuffer::Allocate(static_cast<size_t>(max_tokens) * k * sizeof(int32_t)));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&d->copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&d->compute_done_, cudaEventDisableTiming), "cudaEventCreate");
+
+  const StagingPlan staging = PlanStaging(pack, max_tokens, /*always=*/!d->pinned_);
+  d->chunk_experts_ = staging.chunk_experts;
+  d->ring_ = staging.ring;
+  if (d->ring_ > 0) {
+    ASSIGN_OR_RETURN(d->staging_, DeviceBuffer::Allocate(static_cast<size_t>(d->ring_) * d->chunk_experts_ *
+                                                         blob_bytes));
+    const size_t tables_bytes = static_cast<size_t>(d->ring_) * d->n_expert_ * sizeof(void*);
+    ASSIGN_OR_RETURN(d->stage_tables_, DeviceBuffer::Allocate(tables_bytes));
+    CUDA_RETURN_IF_ERROR(cudaMemset(d->stage_tables_.data(), 0, tables_bytes), "clearing the staging tables");
+    for (int r = 0; r < d->ring_; ++r) {
+      cudaEvent_t staged = nullptr, freed = nullptr;
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staged, cudaEventDisableTiming), "cudaEventCreate");
+      d->staged_.push_back(staged);
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&freed, cudaEventDisableTiming), "cudaEventCreate");
+      d->freed_.push_back(freed);
+    }
+  }
+
+  if (d->options_.miss_path != model::MissPath::kGpu && options.max_decode > 0) {
+    ASSIGN_OR_RETURN(d->host_, HostExpertServer::Create(arena, d->layout_, d->n_expert_, options.max_decode, k,
+                                                        std::max(1, options.host_threads)));
+    const HostState h = PlanHostState(options.max_decode * k);
+    ASSIGN_OR_RETURN(d->host_state_, DeviceBuffer::Allocate(h.total));
+    CUDA_RETURN_IF_ERROR(cudaMemset(d->host_state_.data(), 0, h.total), "clearing the host path's state");
+    ASSIGN_OR_RETURN(d->host_share_host_, PinnedBuffer::Allocate(sizeof(float)));
+    d->host_share_ = d->options_.miss_path == model::MissPath::kCpu ? 1.0f : kInitialHostShare;
+    *d->host_share_host_.as<float>() = d->host_share_;
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(d->host_state_.as<uint8_t>() + h.share, d->host_share_host_.data(),
+                                    sizeof(float), cudaMemcpyHostToDevice),
+                         "setting the host's share");
+  }
 
   const uint8_t** table = d->table_host_.as<const uint8_t*>();
   for (uint64_t b = 0; b < d->n_blobs_; ++b) table[b] = d->arena_ + b * blob_bytes;
@@ -75,6 +165,10 @@ OffloadMoeDispatch::~OffloadMoeDispatch() {
   if (copy_stream_ != nullptr) cudaStreamSynchronize(copy_stream_);
   for (const PendingFill& f : pending_) cudaEventDestroy(f.done);
   for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  host_.reset();
+  for (cudaEvent_t e : staged_) cudaEventDestroy(e);
+  for (cudaEvent_t e : freed_) cudaEventDestroy(e);
   if (compute_done_ != nullptr) cudaEventDestroy(compute_done_);
   if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
 }
@@ -85,9 +179,105 @@ absl::Status OffloadMoeDispatch::Run(const model::MoeBatch& batch) {
   }
   stream_ = static_cast<cudaStream_t>(batch.stream);
   const auto* table = table_.as<const uint8_t* const>() + batch.moe_layer * n_expert_;
+  if (Streams(batch)) return RunStreamed(batch, table);
+  if (host_ != nullptr && batch.n_tokens <= host_->max_tokens()) return RunWithHost(batch, table);
+  if (!pinned_) return absl::InternalError("a step the unpinned arena's paths do not cover reached the GPU path");
   return kernels::cuda::ExpertFfn(layout_, table, static_cast<int>(n_expert_), batch.ids_device, batch.n_tokens,
                                   batch.k, batch.x_device, batch.parts_device, workspace_.data(), workspace_.bytes(),
                                   stream_);
+}
+
+bool OffloadMoeDispatch::Streams(const model::MoeBatch& batch) const {
+  if (ring_ == 0) return false;
+  // Unpinned, every step the host path does not take streams.
+  const bool long_enough = int64_t{batch.n_tokens} * batch.k >= kStreamPairsPerExpert * n_expert_ ||
+                           (!pinned_ && (host_ == nullptr || batch.n_tokens > host_->max_tokens()));
+  if (!long_enough) return false;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  // A graph holds a fixed set of copies; long prompts are never captured, so this only guards the rule.
+  return cudaStreamIsCapturing(stream_, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusNone;
+}
+
+absl::Status OffloadMoeDispatch::RunStreamed(const model::MoeBatch& batch, const uint8_t* const* table) {
+  const uint64_t blob_bytes = pack_->manifest().blob_bytes();
+  const uint64_t first_blob = static_cast<uint64_t>(batch.moe_layer) * n_expert_;
+  const uint8_t* const* mirror = table_host_.as<const uint8_t* const>() + first_blob;
+  misses_.clear();
+  for (int64_t e = 0; e < n_expert_; ++e) {
+    if (mirror[e] >= arena_ && mirror[e] < arena_end_) misses_.push_back(static_cast<int32_t>(e));
+  }
+  const int n_pairs = batch.n_tokens * batch.k;
+  const int n_expert = static_cast<int>(n_expert_);
+  int32_t* ids = select_ids_.as<int32_t>();
+  auto compute = [&](const uint8_t* const* blobs, const int32_t* pair_ids) {
+    return kernels::cuda::ExpertFfn(layout_, blobs, n_expert, pair_ids, batch.n_tokens, batch.k, batch.x_device,
+                                    batch.parts_device, workspace_.data(), workspace_.bytes(), stream_);
+  };
+  if (misses_.size() < static_cast<size_t>(n_expert_)) {  // some experts are in VRAM
+    RETURN_IF_ERROR(
+        kernels::cuda::SelectResidentPairs(batch.ids_device, n_pairs, table, n_expert, arena_, arena_end_, ids, stream_));
+    RETURN_IF_ERROR(compute(table, ids));
+  }
+  for (size_t c0 = 0; c0 < misses_.size(); c0 += static_cast<size_t>(chunk_experts_)) {
+    kernels::cuda::StagedChunk chunk;
+    chunk.count = static_cast<int>(std::min(misses_.size() - c0, static_cast<size_t>(chunk_experts_)));
+    std::copy_n(misses_.begin() + static_cast<std::ptrdiff_t>(c0), chunk.count, chunk.experts);
+    const int r = static_cast<int>(ring_next_++ % ring_);
+    uint8_t* staging = staging_.as<uint8_t>() + static_cast<uint64_t>(r) * chunk_experts_ * blob_bytes;
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream_, freed_[r], 0), "ordering a staging copy");
+    for (int j = 0; j < chunk.count;) {  // runs of consecutive experts are one copy
+      int run = 1;
+      while (j + run < chunk.count && chunk.experts[j + run] == chunk.experts[j] + run) ++run;
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + static_cast<uint64_t>(j) * blob_bytes,
+                                           arena_host_ + (first_blob + chunk.experts[j]) * blob_bytes,
+                                           static_cast<uint64_t>(run) * blob_bytes, cudaMemcpyHostToDevice,
+                                           copy_stream_),
+                           "staging experts in VRAM");
+      j += run;
+    }
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(staged_[r], copy_stream_), "cudaEventRecord");
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, staged_[r], 0), "waiting for staged experts");
+    const uint8_t** stage_table = stage_tables_.as<const uint8_t*>() + static_cast<int64_t>(r) * n_expert_;
+    RETURN_IF_ERROR(kernels::cuda::SelectStagedPairs(batch.ids_device, n_pairs, chunk, staging, blob_bytes,
+                                                     stage_table, n_expert, ids, stream_));
+    RETURN_IF_ERROR(compute(stage_table, ids));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(freed_[r], stream_), "cudaEventRecord");
+  }
+  pcie_bytes_.fetch_add(misses_.size() * blob_bytes, std::memory_order_relaxed);
+  streamed_step_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status OffloadMoeDispatch::RunWithHost(const model::MoeBatch& batch, const uint8_t* const* table) {
+  const int n_pairs = batch.n_tokens * batch.k;
+  const HostState h = PlanHostState(host_->max_tokens() * batch.k);
+  uint8_t* state = host_state_.as<uint8_t>();
+  kernels::cuda::HostSplitArgs a;
+  a.ids = batch.ids_device;
+  a.n_tokens = batch.n_tokens;
+  a.k = batch.k;
+  a.blobs = table;
+  a.n_expert = static_cast<int>(n_expert_);
+  a.host_begin = arena_;
+  a.host_end = arena_end_;
+  a.moe_layer = static_cast<int>(batch.moe_layer);
+  a.x = batch.x_device;
+  a.n_embd = layout_.n_embd;
+  a.host_share = reinterpret_cast<const float*>(state + h.share);
+  a.gpu_ids = reinterpret_cast<int32_t*>(state);
+  a.host_ids = reinterpret_cast<int32_t*>(state + h.host_ids);
+  a.sequence = reinterpret_cast<int64_t*>(state + h.sequence);
+  a.host_pairs = reinterpret_cast<int32_t*>(state + h.host_pairs);
+  a.mailbox = host_->mailbox();
+  a.mailbox_ids = host_->ids();
+  a.mailbox_x = host_->x();
+  RETURN_IF_ERROR(kernels::cuda::SplitForHost(a, stream_));
+  RETURN_IF_ERROR(kernels::cuda::ExpertFfn(layout_, table, a.n_expert, a.gpu_ids, batch.n_tokens, batch.k,
+                                           batch.x_device, batch.parts_device, workspace_.data(), workspace_.bytes(),
+                                           stream_));
+  return kernels::cuda::CollectFromHost(a.host_ids, n_pairs, a.sequence, a.host_pairs, host_->mailbox(),
+                                        host_->parts(), layout_.n_embd, options_.host_timeout_ns,
+                                        batch.parts_device, stream_);
 }
 
 void OffloadMoeDispatch::Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k,
@@ -110,6 +300,13 @@ model::CacheReport OffloadMoeDispatch::cache() const {
   r.admissions = admissions_.load(std::memory_order_relaxed);
   r.evictions = evictions_.load(std::memory_order_relaxed);
   r.pcie_bytes = pcie_bytes_.load(std::memory_order_relaxed);
+  r.host_share = host_share_;
+  if (host_ != nullptr) {
+    const HostExpertServer::Stats h = host_->stats();
+    r.host_experts = h.experts;
+    r.host_requests = h.requests;
+    r.host_busy_seconds = h.busy_seconds;
+  }
   return r;
 }
 
@@ -137,7 +334,30 @@ absl::Status OffloadMoeDispatch::BeforeStep() {
     pending_[i] = pending_.back();
     pending_.pop_back();
   }
+  streamed_step_ = false;
+  if (host_ != nullptr) {
+    if (stream_ != nullptr) {
+      *host_share_host_.as<float>() = host_share_;  // the last step's copy has run: every step ends with a sync
+      const HostState h = PlanHostState(host_->max_tokens() * static_cast<int>(pack_->manifest().geometry().n_expert_used()));
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_state_.as<uint8_t>() + h.share, host_share_host_.data(), sizeof(float),
+                                           cudaMemcpyHostToDevice, stream_),
+                           "setting the host's share");
+    }
+    host_->Arm();
+  }
   return absl::OkStatus();
+}
+
+void OffloadMoeDispatch::BalanceHostShare() {
+  const kernels::cuda::HostMailbox* m = host_->mailbox();
+  const int64_t posted = m->posted, waited = m->waited;
+  const int64_t new_posts = posted - last_posted_, new_waits = waited - last_waited_;
+  last_posted_ = posted;
+  last_waited_ = waited;
+  if (options_.miss_path != model::MissPath::kBoth || new_posts == 0) return;
+  // Balanced when the GPU waits for the host in about half the layers: less share when it waits more.
+  const double waited_fraction = static_cast<double>(new_waits) / static_cast<double>(new_posts);
+  host_share_ = static_cast<float>(std::clamp(host_share_ + kShareGain * (0.5 - waited_fraction), 0.0, 1.0));
 }
 
 void OffloadMoeDispatch::Fill(const model::ExpertCachePolicy::Admission& admission) {
@@ -160,17 +380,30 @@ void OffloadMoeDispatch::Fill(const model::ExpertCachePolicy::Admission& admissi
   pcie_bytes_.fetch_add(blob_bytes, std::memory_order_relaxed);
 }
 
-void OffloadMoeDispatch::AfterStep(int64_t n_moe_layers, const int32_t* const* ids, int n_tokens, int k) {
-  if (stream_ == nullptr) return;
+absl::Status OffloadMoeDispatch::AfterStep(int64_t n_moe_layers, const int32_t* const* ids, int n_tokens, int k) {
+  if (stream_ == nullptr) return absl::OkStatus();
+  uint64_t host_bytes = 0;
+  if (host_ != nullptr) {
+    host_->Disarm();
+    RETURN_IF_ERROR(host_->TakeError());
+    BalanceHostShare();
+    const uint64_t total = host_->stats().bytes;
+    host_bytes = total - last_host_bytes_;
+    last_host_bytes_ = total;
+  }
   const uint64_t blob_bytes = pack_->manifest().blob_bytes();
   std::vector<uint64_t> missed;
   const std::vector<model::ExpertCachePolicy::Admission> admissions =
       policy_->Observe(n_moe_layers, ids, n_tokens, k, &missed);
-  // A missed expert's weights crossed PCIe once this step.
-  pcie_bytes_.fetch_add(missed.size() * layout_.weight_bytes(), std::memory_order_relaxed);
+  // A missed expert's weights crossed PCIe once this step, unless the host computed it or the step streamed
+  // (counted in RunStreamed).
+  const uint64_t missed_bytes = missed.size() * layout_.weight_bytes();
+  if (!streamed_step_ && missed_bytes > host_bytes) {
+    pcie_bytes_.fetch_add(missed_bytes - host_bytes, std::memory_order_relaxed);
+  }
   for (const model::ExpertCachePolicy::Admission& a : admissions) Fill(a);
   const int fills = static_cast<int>(admissions.size());
-  if (fills == 0) return;
+  if (fills == 0) return absl::OkStatus();
   // The fills wait for the victims' entries to point at the arena (and for the step that read them).
   cudaEventRecord(compute_done_, stream_);
   cudaStreamWaitEvent(copy_stream_, compute_done_, 0);
@@ -180,6 +413,7 @@ void OffloadMoeDispatch::AfterStep(int64_t n_moe_layers, const int32_t* const* i
                     arena_host_ + f.blob * blob_bytes, blob_bytes, cudaMemcpyHostToDevice, copy_stream_);
     cudaEventRecord(f.done, copy_stream_);
   }
+  return absl::OkStatus();
 }
 
 }  // namespace strata::gpu

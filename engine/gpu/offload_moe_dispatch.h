@@ -2,10 +2,17 @@
 #define STRATA_ENGINE_GPU_OFFLOAD_MOE_DISPATCH_H_
 
 // Experts that do not all fit in VRAM: a VRAM cache of expert slots in front of the page-locked, mapped
-// arena (the only host copy). A layer's routed experts run as one grouped launch (kernels/cuda ExpertFfn)
-// over a device table of blob pointers: a hit's entry points at its VRAM slot, a miss's at the arena, which
-// the kernel reads in place over PCIe (zero-copy). The same kernel reads both, so an expert's output is the
-// same bits whether it was a hit or a miss. Run only enqueues, so a decode step stays one CUDA graph.
+// arena (the only host copy). A layer's experts in VRAM (hits) run as one grouped launch (kernels/cuda
+// ExpertFfn) over a device table of blob pointers; the others (misses) take one of three paths:
+//  - a long prompt (at least kStreamPairsPerExpert routed pairs per expert) streams the layer's misses
+//    through VRAM: chunks of blobs copied by the copy engine into a ring of staging slots, each chunk
+//    computed by the same kernel once its copy landed while the next chunks' copies run;
+//  - a decode step's misses are read in place over PCIe by the same kernel (zero-copy; miss path gpu), or
+//    computed by host threads from the arena (cpu), or shared between both at once (both), the host's share
+//    balanced step by step so that neither waits long for the other (HostExpertServer; the split and the
+//    answer go through mapped memory, so a decode step stays one CUDA graph without a host round trip).
+// Results: a GPU-computed expert gives the same bits from VRAM, staging or the arena; host-computed ones
+// agree with them as the CPU engine does.
 //
 // The cache learns between steps (AfterStep, from the step's routing on the host); which experts it holds
 // is decided by model::ExpertCachePolicy (lru, lfu-decay, static), which this class executes.
@@ -25,7 +32,9 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/cpu_moe_dispatch.h"
+#include "engine/gpu/host_expert_server.h"
 #include "engine/model/expert_cache_policy.h"
+#include "engine/model/miss_path.h"
 #include "engine/model/moe_dispatch.h"
 #include "engine/pack/expert_source.h"
 #include "engine/pack/pack.h"
@@ -38,13 +47,27 @@ using model::CacheOptions;
 using model::CachePolicy;
 using model::ParseCachePolicy;
 
+struct OffloadOptions {
+  CacheOptions cache;
+  model::MissPath miss_path = model::MissPath::kBoth;
+  int max_tokens = 1;       // tokens a step at most (prefill included)
+  int max_decode = 1;       // tokens of a decode step at most (the host's mailbox holds that many)
+  int host_threads = 1;     // the host's expert threads, its serving thread included (paths cpu and both)
+  uint64_t host_timeout_ns = 10'000'000'000;  // how long the GPU waits for the host's share of a layer
+};
+
 class OffloadMoeDispatch : public model::MoeDispatch {
  public:
-  // `arena` must be pinned (page-locked and mapped; ExpertSource::pinned) and outlive the dispatch.
+  // Pairs per expert from which a step streams its layers' misses through VRAM.
+  static constexpr int kStreamPairsPerExpert = 4;
+
+  // `arena` must outlive the dispatch. Unless it is pinned (page-locked and mapped; ExpertSource::pinned),
+  // the miss path is cpu whatever the options say, and every step too long for the host's mailbox streams.
   // The slots start filled round-robin over the layers (expert 0 of every layer, then expert 1, ...).
-  // FAILED_PRECONDITION when the arena is not pinned; RESOURCE_EXHAUSTED when the slots do not fit.
+  // FAILED_PRECONDITION when the arena is not pinned and the miss path is gpu; RESOURCE_EXHAUSTED when the
+  // slots do not fit.
   static absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> Create(const pack::Pack& pack, pack::ExpertSource* arena,
-                                                                    const CacheOptions& options, int max_tokens);
+                                                                    const OffloadOptions& options);
   ~OffloadMoeDispatch() override;
 
   // Device bytes Create takes besides the slots.
@@ -56,10 +79,13 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   void Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k,
                model::DispatchStats* stats) const override;
   absl::Status BeforeStep() override;
-  void AfterStep(int64_t n_moe_layers, const int32_t* const* ids, int n_tokens, int k) override;
+  absl::Status AfterStep(int64_t n_moe_layers, const int32_t* const* ids, int n_tokens, int k) override;
 
   model::CacheReport cache() const override;
-  uint64_t device_bytes() const { return slots_.bytes() + table_.bytes() + workspace_.bytes(); }
+  uint64_t device_bytes() const {
+    return slots_.bytes() + table_.bytes() + workspace_.bytes() + staging_.bytes() + stage_tables_.bytes() +
+           select_ids_.bytes() + host_state_.bytes();
+  }
   int64_t n_slots() const { return n_slots_; }
   // Whether a blob is in VRAM for the next step (tests).
   bool resident(uint64_t blob) const { return policy_->resident(blob); }
@@ -68,13 +94,20 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   OffloadMoeDispatch() = default;
   void SetEntry(uint64_t blob, const uint8_t* ptr);  // mirror and enqueue the 8-byte update on stream_
   void Fill(const model::ExpertCachePolicy::Admission& admission);
+  bool Streams(const model::MoeBatch& batch) const;
+  absl::Status RunStreamed(const model::MoeBatch& batch, const uint8_t* const* table);
+  absl::Status RunWithHost(const model::MoeBatch& batch, const uint8_t* const* table);
+  void BalanceHostShare();
 
   const pack::Pack* pack_ = nullptr;
   kernels::ExpertLayout layout_;
   int64_t n_expert_ = 0;
   uint64_t n_blobs_ = 0;
   const uint8_t* arena_ = nullptr;       // device address of the mapped arena
+  const uint8_t* arena_end_ = nullptr;   // the end of the mapped arena's device range
   const uint8_t* arena_host_ = nullptr;  // its host address (the source of fills)
+  OffloadOptions options_;
+  bool pinned_ = true;  // else the host computes every decode miss and other steps stream
   std::unique_ptr<model::ExpertCachePolicy> policy_;
   int64_t n_slots_ = 0;
   mutable model::RoutingCounter counter_{1};
@@ -94,6 +127,27 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   };
   std::vector<PendingFill> pending_;
   std::vector<cudaEvent_t> spare_events_;
+
+  // Streaming: a ring of ring_ chunks of chunk_experts_ staging slots, each with its own blob table; the
+  // copy of chunk r waits for freed_[r] (its last compute), its compute for staged_[r].
+  int chunk_experts_ = 0;
+  int ring_ = 0;
+  int64_t ring_next_ = 0;
+  kernels::cuda::DeviceBuffer staging_;
+  kernels::cuda::DeviceBuffer stage_tables_;
+  kernels::cuda::DeviceBuffer select_ids_;  // max_tokens x k: the pairs of one call
+  std::vector<cudaEvent_t> staged_, freed_;
+  std::vector<int32_t> misses_;  // scratch: a layer's experts not in VRAM
+  bool streamed_step_ = false;
+
+  // The host path: its server, and on the device the gpu/host ids of the layer, the request counter, the
+  // host's pair count and its share (host_state_), the share's pinned mirror.
+  std::unique_ptr<HostExpertServer> host_;
+  kernels::cuda::DeviceBuffer host_state_;
+  kernels::cuda::PinnedBuffer host_share_host_;
+  float host_share_ = 0;
+  int64_t last_posted_ = 0, last_waited_ = 0;
+  uint64_t last_host_bytes_ = 0;
   // Read by cache() from any thread.
   std::atomic<uint64_t> admissions_{0}, evictions_{0}, pcie_bytes_{0};
 };

@@ -93,7 +93,7 @@ absl::Status Model::Forward(std::span<const ForwardToken> tokens, float* logits,
   }
   routing_.resize(static_cast<size_t>(config_.n_layer));
   for (int64_t l = 0; l < config_.n_layer; ++l) routing_[moe_index_[l]] = backend_->routing(l);
-  dispatch_->AfterStep(config_.n_layer, routing_.data(), n, k);
+  RETURN_IF_ERROR(dispatch_->AfterStep(config_.n_layer, routing_.data(), n, k));
   return absl::OkStatus();
 }
 

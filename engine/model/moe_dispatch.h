@@ -29,7 +29,9 @@ struct DispatchStats {
 
 // One layer's work, with the views of whichever memory the dense backend keeps it in: host views for the
 // CPU backend, device views (and the CUDA stream) for the CUDA backend; the views of the other side are null.
-// x: n_tokens x n_embd; ids: n_tokens x k; parts: n_tokens x k x n_embd (overwritten).
+// x: n_tokens x n_embd; ids: n_tokens x k; parts: n_tokens x k x n_embd (overwritten). A pair whose id is
+// -1 is computed elsewhere (the offload tier splits a layer between the GPU and the host): its parts row is
+// left as it is.
 struct MoeBatch {
   int64_t moe_layer = 0;
   int n_tokens = 0;
@@ -49,7 +51,11 @@ struct CacheReport {
   std::string policy;
   uint64_t admissions = 0;
   uint64_t evictions = 0;
-  uint64_t pcie_bytes = 0;  // misses read in place plus fills
+  uint64_t pcie_bytes = 0;  // misses read in place or streamed, plus fills
+  double host_share = 0;    // the share of a decode step's misses computed by host threads now
+  uint64_t host_experts = 0;  // expert computations done by host threads so far
+  uint64_t host_requests = 0;  // layers whose share the host computed
+  double host_busy_seconds = 0;  // the host's time computing them
 };
 
 class MoeDispatch {
@@ -75,7 +81,11 @@ class MoeDispatch {
   virtual absl::Status BeforeStep() { return absl::OkStatus(); }
   // May be called from any thread.
   virtual CacheReport cache() const { return {}; }
-  virtual void AfterStep(int64_t n_moe_layers, const int32_t* const* ids, int n_tokens, int k) {}
+  // Returns an error when the step's results must not be used (a share of a layer computed elsewhere
+  // failed or never arrived).
+  virtual absl::Status AfterStep(int64_t n_moe_layers, const int32_t* const* ids, int n_tokens, int k) {
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace strata::model

@@ -171,6 +171,37 @@ EngineStats Engine::stats() const {
 }
 
 absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(GenerateRequest request, GenerateCallbacks callbacks) {
+  std::vector<Submission> one;
+  one.push_back({std::move(request), std::move(callbacks)});
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<RequestHandle>> handles, SubmitAll(std::move(one)));
+  return handles[0];
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<RequestHandle>>> Engine::SubmitAll(std::vector<Submission> submissions) {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (size_t i = 0; i < submissions.size(); ++i) {
+    absl::StatusOr<std::unique_ptr<Sequence>> seq =
+        NewSequence(std::move(submissions[i].request), std::move(submissions[i].callbacks));
+    if (!seq.ok()) {
+      if (submissions.size() == 1) return seq.status();
+      return absl::Status(seq.status().code(), absl::StrCat("request ", i, ": ", seq.status().message()));
+    }
+    handles.push_back((*seq)->handle);
+    seqs.push_back(*std::move(seq));
+  }
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the engine is shutting down");
+  const int waiting_room = options_.max_queue + std::max(0, options_.max_seqs - active_count_);
+  if (static_cast<int>(queue_.size() + seqs.size()) > waiting_room) {
+    return absl::ResourceExhaustedError(absl::StrCat("the request queue is full (", queue_.size(), " waiting, ",
+                                                     active_count_, " running)"));
+  }
+  for (auto& seq : seqs) queue_.push_back(std::move(seq));
+  return handles;
+}
+
+absl::StatusOr<std::unique_ptr<Engine::Sequence>> Engine::NewSequence(GenerateRequest request, GenerateCallbacks callbacks) {
   auto seq = std::make_unique<Sequence>();
   seq->id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
   const int64_t n_vocab = model_->config().n_vocab;
@@ -211,16 +242,7 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(GenerateRequest re
   seq->submitted = Clock::now();
   seq->result.usage.prompt_tokens = n_prompt;
   seq->result.usage.seed = *seq->request.sampling.seed;
-  std::shared_ptr<RequestHandle> handle = seq->handle;
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return absl::UnavailableError("the engine is shutting down");
-  const int waiting_room = options_.max_queue + std::max(0, options_.max_seqs - active_count_);
-  if (static_cast<int>(queue_.size()) >= waiting_room) {
-    return absl::ResourceExhaustedError(absl::StrCat("the request queue is full (", queue_.size(), " waiting, ",
-                                                     active_count_, " running)"));
-  }
-  queue_.push_back(std::move(seq));
-  return handle;
+  return seq;
 }
 
 absl::StatusOr<Engine::Completion> Engine::Generate(GenerateRequest request) {

@@ -106,6 +106,15 @@ class Engine {
   // On success the callbacks will be called, on_done exactly once.
   absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerateRequest request, GenerateCallbacks callbacks);
 
+  // Checks every request, then queues them all at once (so the scheduler admits them in one step when
+  // there is room) or none: the first bad request's error, prefixed "request i: ", or RESOURCE_EXHAUSTED when
+  // they do not all fit in the queue. Handles in order.
+  struct Submission {
+    GenerateRequest request;
+    GenerateCallbacks callbacks;
+  };
+  absl::StatusOr<std::vector<std::shared_ptr<RequestHandle>>> SubmitAll(std::vector<Submission> submissions);
+
   // Submits and waits; collects all tokens and text.
   struct Completion {
     GenerationResult result;
@@ -136,6 +145,8 @@ class Engine {
  private:
   struct Sequence;
   Engine() = default;
+  // A checked request as a sequence ready to queue (Submit's checks and errors).
+  absl::StatusOr<std::unique_ptr<Sequence>> NewSequence(GenerateRequest request, GenerateCallbacks callbacks);
   void SchedulerLoop();
   // One step over the active sequences; false when there was nothing to do.
   bool Step();

@@ -4,6 +4,7 @@
 #include "engine/model/cpu_dense_backend.h"
 #include "engine/model/cpu_moe_dispatch.h"
 #include "engine/model/expert_cache_policy.h"
+#include "engine/model/miss_path.h"
 #include "engine/status_macros.h"
 #if STRATA_HAVE_CUDA
 #include "engine/gpu/cuda_model.h"
@@ -35,6 +36,9 @@ absl::Status CheckDeviceOptions(const DeviceOptions& options) {
   }
   if (absl::StatusOr<model::CachePolicy> policy = model::ParseCachePolicy(options.cache_policy); !policy.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cache_policy: ", policy.status().message()));
+  }
+  if (absl::StatusOr<model::MissPath> path = model::ParseMissPath(options.miss_path); !path.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("miss_path: ", path.status().message()));
   }
   return absl::OkStatus();
 }
@@ -68,26 +72,35 @@ absl::StatusOr<LoadedModel> LoadModel(
     o.verify = experts.verify;
     o.vram_experts = options.vram_experts;
     o.cache_policy = options.cache_policy;
+    o.miss_path = options.miss_path;
     ASSIGN_OR_RETURN(const gpu::VramPlan plan, gpu::PlanVram(pack, m.config(), m.weights(), o));
     if (!plan.all_experts) {
       // The experts stay in the arena, page-locked and mapped; the VRAM cache sits in front of it.
       pack::ExpertSourceOptions arena = experts;
       arena.kind = "arena";
-      arena.pinner = gpu::CudaHostPinner();
+      arena.pinner = options.pin_arena ? gpu::CudaHostPinner() : nullptr;
       ASSIGN_OR_RETURN(loaded.source, pack::OpenExpertSource(pack, arena, source_stats));
+      if (!loaded.source->pinned()) {
+        // The GPU cannot read misses in place: the host computes them and long prompts are copied through
+        // VRAM from pageable memory (slower). Say why.
+        const std::string why = !options.pin_arena ? std::string("page-locking is turned off")
+                                : source_stats != nullptr ? source_stats->pin_note
+                                                          : std::string("unknown");
+        if (options.miss_path == "gpu") {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "miss path gpu needs the expert arena page-locked, which failed (", why, "); use --miss-path cpu"));
+        }
+        o.miss_path = "cpu";
+        loaded.note = absl::StrCat("the expert arena could not be page-locked (", why,
+                                   "): experts not in VRAM are computed by the CPU, long prompts copied from "
+                                   "pageable memory");
+      }
     }
-    if (plan.all_experts || loaded.source->pinned()) {
-      ASSIGN_OR_RETURN(gpu::CudaModelParts parts,
-                       gpu::CreateCudaModelParts(pack, m.config(), m.weights(), o, plan, loaded.source.get(), pool));
-      m.Attach(std::move(parts.backend), std::move(parts.dispatch));
-      loaded.device = "cuda";
-      return loaded;
-    }
-    // Without page-locked memory the GPU cannot read misses in place: run on the CPU, and say why.
-    loaded.note = absl::StrCat("the experts do not fit in VRAM and the arena could not be page-locked (",
-                               source_stats != nullptr ? source_stats->pin_note : std::string("unknown"),
-                               "): running on the CPU");
-    attach_cpu();
+    ASSIGN_OR_RETURN(gpu::CudaModelParts parts,
+                     gpu::CreateCudaModelParts(pack, m.config(), m.weights(), o, plan, loaded.source.get(), pool));
+    m.Attach(std::move(parts.backend), std::move(parts.dispatch));
+    loaded.device = "cuda";
+    return loaded;
     return loaded;
 #endif
   }

@@ -22,9 +22,11 @@ struct DeviceOptions {
   int max_prefill = 512;        // tokens of one prefill step
   int64_t vram_experts = -1;    // expert slots in VRAM; -1: every expert when they fit, else as many as fit
   std::string cache_policy = "lfu-decay";  // the VRAM expert cache's: lru, lfu-decay or static
+  std::string miss_path = "both";  // where experts not in VRAM are computed: gpu, cpu or both (model/miss_path.h)
+  bool pin_arena = true;           // page-lock the expert arena for the GPU (false: as if locking were refused)
 };
 
-// OK when the options name a known device and cache policy, vram_gib is a finite number >= 0 (at most
+// OK when the options name a known device, cache policy and miss path, vram_gib is a finite number >= 0 (at most
 // 2^20) and vram_experts is -1 or a count; otherwise INVALID_ARGUMENT naming the field. LoadModel checks
 // them first; the engine checks them before it opens the pack.
 absl::Status CheckDeviceOptions(const DeviceOptions& options);

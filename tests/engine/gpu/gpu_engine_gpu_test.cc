@@ -56,16 +56,26 @@ class Packs {
   }
 };
 
-EngineOptions Options(const std::string& pack, const std::string& device, int max_seqs,
-                      int64_t vram_experts = -1, const std::string& policy = "lfu-decay") {
+// Where the experts live on the GPU engine: every one in VRAM (-1) or that many VRAM slots in front of the
+// arena, with the cache's policy and the misses' path.
+struct Offload {
+  int64_t vram_experts = -1;
+  std::string policy = "lfu-decay";
+  std::string miss_path = "gpu";
+  bool pin_arena = true;
+};
+
+EngineOptions Options(const std::string& pack, const std::string& device, int max_seqs, const Offload& offload = {}) {
   EngineOptions o;
   o.pack_dir = pack;
   o.threads = 0;
   o.max_seqs = max_seqs;
   o.max_ctx = 512;
   o.device.device = device;
-  o.device.vram_experts = vram_experts;
-  o.device.cache_policy = policy;
+  o.device.vram_experts = offload.vram_experts;
+  o.device.cache_policy = offload.policy;
+  o.device.miss_path = offload.miss_path;
+  o.device.pin_arena = offload.pin_arena;
   return o;
 }
 
@@ -89,6 +99,8 @@ std::vector<GenerationResult> RunAll(Engine& engine, const std::vector<std::vect
                                      bool prompt_logits) {
   std::vector<GenerationResult> results(prompts.size());
   std::vector<absl::Notification> done(prompts.size());
+  // Queued together, so that every run batches its steps alike (logits depend on a step's batch size).
+  std::vector<Engine::Submission> all;
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateRequest r;
     r.prompt_tokens = prompts[i];
@@ -101,8 +113,9 @@ std::vector<GenerationResult> RunAll(Engine& engine, const std::vector<std::vect
       results[i] = g;
       done[i].Notify();
     };
-    EXPECT_TRUE(engine.Submit(r, cb).ok());
+    all.push_back({r, cb});
   }
+  EXPECT_TRUE(engine.SubmitAll(std::move(all)).ok());
   for (auto& d : done) {
     EXPECT_TRUE(d.WaitForNotificationWithTimeout(absl::Minutes(5))) << "a generation did not finish";
   }
@@ -120,9 +133,9 @@ struct Agreement {
 // Generates on the GPU, then checks each sequence (prompt + GPU tokens) position by position against the
 // CPU engine's logits for that same sequence.
 Agreement CheckAgainstCpu(const std::string& pack, int n_seqs, int prompt_len, int tokens, double bound,
-                          int64_t vram_experts = -1, const std::string& policy = "lfu-decay") {
+                          const Offload& offload = {}) {
   Agreement a;
-  auto gpu = Engine::Create(Options(pack, "cuda", n_seqs, vram_experts, policy));
+  auto gpu = Engine::Create(Options(pack, "cuda", n_seqs, offload));
   EXPECT_TRUE(gpu.ok()) << gpu.status();
   if (!gpu.ok()) return a;
   EXPECT_EQ((*gpu)->info().backend.device, "cuda");
@@ -252,7 +265,7 @@ TEST(GpuEngineErrorsTest, APackLargerThanTheVramAllowedIsRefusedWithBothNumbers)
 }
 
 TEST(GpuEngineErrorsTest, MoreVramExpertsThanFitAreRefusedWithBothNumbers) {
-  EngineOptions o = Options(Packs::Get().Pack("qwen3moe", "small", kernels::Scheme::kS4), "cuda", 4, 250);
+  EngineOptions o = Options(Packs::Get().Pack("qwen3moe", "small", kernels::Scheme::kS4), "cuda", 4, {250});
   o.device.vram_gib = 0.15;
   auto engine = Engine::Create(o);
   ASSERT_FALSE(engine.ok());
@@ -273,7 +286,7 @@ TEST(GpuEngineErrorsTest, ACorruptBlobIsDataLossNamingItWithVerify) {
     ::strata::testing::WriteFileBytes(bad + "/experts.bin", bytes);
   }
   for (int64_t slots : {-1, 0}) {
-    EngineOptions o = Options(bad, "cuda", 1, slots);
+    EngineOptions o = Options(bad, "cuda", 1, {slots});
     o.experts.verify = true;
     auto engine = Engine::Create(o);
     ASSERT_FALSE(engine.ok()) << "slots " << slots;
@@ -302,7 +315,7 @@ TEST_P(GpuOffloadTest, EveryCacheSizeAndPolicyGivesTheSameBitsAsAllInVram) {
     EXPECT_DOUBLE_EQ(all.hit_rate, 1.0);
     for (const char* policy : {"lru", "lfu-decay", "static"}) {
       for (int64_t slots : {int64_t{0}, int64_t{1}, n_blobs / 2, n_blobs}) {
-        const Agreement a = CheckAgainstCpu(pack, n_seqs, 8, 10, bound, slots, policy);
+        const Agreement a = CheckAgainstCpu(pack, n_seqs, 8, 10, bound, {slots, policy, "gpu"});
         EXPECT_EQ(a.gpu_logits, all.gpu_logits) << policy << " with " << slots << " slots, " << n_seqs << " sequences";
         if (slots == 0) {
           EXPECT_EQ(a.hit_rate, 0.0);
@@ -331,10 +344,50 @@ INSTANTIATE_TEST_SUITE_P(Packs, GpuOffloadTest, ::testing::ValuesIn(OffloadCases
 TEST(GpuOffloadSmallTest, HalfTheExpertsInVramAgreesWithTheCpuOnTheSmallPacks) {
   for (const char* arch : {"qwen3moe", "mixtral"}) {
     const std::string pack = Packs::Get().Pack(arch, "small", kernels::Scheme::kS2);
-    const Agreement a = CheckAgainstCpu(pack, 16, 9, 12, 5e-3, 8 * 32 / 2, "lfu-decay");
-    EXPECT_GT(a.hit_rate, 0.0);
-    EXPECT_LT(a.hit_rate, 1.0);
+    for (const char* path : {"gpu", "cpu", "both"}) {
+      const Agreement a = CheckAgainstCpu(pack, 16, 9, 12, 5e-3, {8 * 32 / 2, "lfu-decay", path});
+      EXPECT_GT(a.hit_rate, 0.0) << path;
+      EXPECT_LT(a.hit_rate, 1.0) << path;
+    }
   }
+}
+
+// The host's share of the misses (miss paths cpu and both): every scheme and both architectures agree with
+// the CPU engine as the GPU engine does, with no expert or a few in VRAM, one sequence and 16. Each path
+// agreeing with the CPU's greedy tokens (near-ties aside) is each path giving the same tokens.
+TEST_P(GpuOffloadTest, HostMissPathsAgreeWithTheCpu) {
+  const OffloadCase& c = GetParam();
+  const std::string pack = Packs::Get().Pack(c.arch, "tiny", c.scheme);
+  const double bound = c.scheme == kernels::Scheme::kF16 ? 1e-3 : 5e-3;
+  for (const char* path : {"cpu", "both"}) {
+    for (int n_seqs : {1, 16}) {
+      for (int64_t slots : {int64_t{0}, int64_t{5}}) {
+        const Agreement a = CheckAgainstCpu(pack, n_seqs, 8, 10, bound, {slots, "lfu-decay", path});
+        if (slots == 0) {
+          EXPECT_EQ(a.hit_rate, 0.0) << path;
+        }
+      }
+    }
+  }
+}
+
+// Page-locking refused: the engine still runs on the GPU, says why, computes the misses on the host and
+// copies long prompts' experts from pageable memory; miss path gpu, which needs the lock, is refused.
+TEST(GpuOffloadPinTest, WithoutPageLockingTheHostComputesTheMissesAndGpuIsRefused) {
+  const std::string pack = Packs::Get().Pack("qwen3moe", "tiny", kernels::Scheme::kS4);
+  auto engine = Engine::Create(Options(pack, "cuda", 4, {4, "lfu-decay", "both", /*pin_arena=*/false}));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->info().backend.device, "cuda");
+  EXPECT_NE((*engine)->info().device_note.find("could not be page-locked (page-locking is turned off)"),
+            std::string::npos)
+      << (*engine)->info().device_note;
+  engine->reset();
+  CheckAgainstCpu(pack, 4, 40, 10, 5e-3, {4, "lfu-decay", "both", false});
+  CheckAgainstCpu(pack, 1, 8, 10, 5e-3, {0, "lfu-decay", "cpu", false});
+  auto gpu_path = Engine::Create(Options(pack, "cuda", 1, {0, "lfu-decay", "gpu", false}));
+  ASSERT_FALSE(gpu_path.ok());
+  EXPECT_EQ(gpu_path.status().code(), absl::StatusCode::kFailedPrecondition) << gpu_path.status();
+  EXPECT_NE(gpu_path.status().message().find("--miss-path cpu"), std::string::npos) << gpu_path.status();
 }
 
 TEST(GpuEngineErrorsTest, CudaWithoutAVisibleDeviceIsUnavailable) {

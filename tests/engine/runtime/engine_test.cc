@@ -734,6 +734,42 @@ TEST_F(EngineTest, CallbacksOfARequestRunOneAtATimeInOrderAndAllBeforeTheEngineI
   }
 }
 
+// SubmitAll queues its requests together: they join the first step as one batch, without a gate holding
+// the scheduler; one bad request refuses them all, naming which.
+TEST_F(EngineTest, SubmitAllQueuesTogetherOrNotAtAll) {
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {200, 100, 50, 25}, {7}, {90, 91, 92, 93, 94, 95}};
+  auto engine = Engine::Create(Options(*pack_, 4));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<Engine::Submission> bad;
+  for (const auto& p : prompts) bad.push_back({Greedy(p, 10), {}});
+  bad[2].request.prompt_tokens = {1, 999999};
+  EXPECT_THAT((*engine)->SubmitAll(std::move(bad)).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "request 2: prompt_tokens[1]"));
+  EXPECT_EQ((*engine)->stats().queued, 0);
+  EXPECT_EQ((*engine)->stats().steps, 0u);
+
+  std::vector<GenerationResult> results(prompts.size());
+  std::vector<absl::Notification> done(prompts.size());
+  std::vector<Engine::Submission> good;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateCallbacks cb;
+    cb.on_done = [&, i](const GenerationResult& r) {
+      results[i] = r;
+      done[i].Notify();
+    };
+    good.push_back({Greedy(prompts[i], 10), cb});
+  }
+  auto handles = (*engine)->SubmitAll(std::move(good));
+  ASSERT_TRUE(handles.ok()) << handles.status();
+  EXPECT_EQ(handles->size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(done[i].WaitForNotificationWithTimeout(kHangDeadline)) << "prompt " << i << " never finished";
+    EXPECT_EQ(results[i].tokens.size(), 10u);
+  }
+  // One prefill step for all four, then 9 decode steps: never a step that held only some of them.
+  EXPECT_EQ((*engine)->stats().steps, 10u);
+}
+
 TEST_F(EngineTest, FullQueueIsResourceExhausted) {
   ForwardGate gate;
   EngineOptions o = Options(*pack_, 1);

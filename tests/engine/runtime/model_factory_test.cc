@@ -62,6 +62,10 @@ TEST(ModelFactoryTest, BadDeviceOptionsAreRefusedByFieldBeforeThePackIsRead) {
   o = ok;
   o.cache_policy = "fifo";
   EXPECT_THAT(CheckDeviceOptions(o), StatusIsWith(absl::StatusCode::kInvalidArgument, "cache_policy: 'fifo'"));
+  o = ok;
+  o.miss_path = "disk";
+  EXPECT_THAT(CheckDeviceOptions(o),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "miss_path: 'disk' is not a miss path (gpu, cpu or both)"));
   // The engine refuses them before it opens the pack: a missing pack is not what gets reported.
   EngineOptions e = Options("/nonexistent/pack", "cpu");
   e.device.cache_policy = "fifo";

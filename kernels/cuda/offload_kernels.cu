@@ -1,0 +1,228 @@
+// Pair selection and the host mailbox of the offload tier (offload_kernels.h).
+
+#include "kernels/cuda/offload_kernels.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace strata::kernels::cuda {
+namespace {
+
+constexpr int kSelectThreads = 256;
+constexpr int kSplitThreads = 1024;
+constexpr int kCollectThreads = 256;
+constexpr int kMaxSplitExperts = 8192;
+constexpr int kMaxSplitPairs = 65536;
+
+__device__ __forceinline__ bool OnHost(const uint8_t* blob, const uint8_t* begin, const uint8_t* end) {
+  return blob >= begin && blob < end;
+}
+
+__device__ __forceinline__ uint64_t GlobalNanoseconds() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void SelectResidentKernel(const int32_t* ids, int n_pairs, const uint8_t* const* blobs, int n_expert,
+                                     const uint8_t* host_begin, const uint8_t* host_end, int32_t* out) {
+  const int p = blockIdx.x * blockDim.x + threadIdx.x;
+  if (p >= n_pairs) return;
+  const int32_t e = ids[p];
+  out[p] = e >= 0 && e < n_expert && !OnHost(blobs[e], host_begin, host_end) ? e : -1;
+}
+
+__global__ void SelectStagedKernel(const int32_t* ids, int n_pairs, const StagedChunk chunk, const uint8_t* staging,
+                                   uint64_t blob_bytes, const uint8_t** table, int32_t* out) {
+  const int p = blockIdx.x * blockDim.x + threadIdx.x;
+  if (blockIdx.x == 0 && threadIdx.x < chunk.count) {
+    table[chunk.experts[threadIdx.x]] = staging + threadIdx.x * blob_bytes;
+  }
+  if (p >= n_pairs) return;
+  const int32_t e = ids[p];
+  bool staged = false;
+  for (int j = 0; j < chunk.count; ++j) staged |= chunk.experts[j] == e;
+  out[p] = staged ? e : -1;
+}
+
+// One block. flag[e] (shared): 0 for experts not missed by this layer's pairs, else 1 + the expert's rank
+// among the missed experts in expert order.
+__global__ void __launch_bounds__(kSplitThreads) SplitForHostKernel(const HostSplitArgs a) {
+  extern __shared__ int32_t flag[];
+  __shared__ int32_t scan[kSplitThreads];
+  __shared__ int32_t s_host_pairs;
+  const int tid = threadIdx.x;
+  const int n_pairs = a.n_tokens * a.k;
+  for (int e = tid; e < a.n_expert; e += kSplitThreads) flag[e] = 0;
+  if (tid == 0) s_host_pairs = 0;
+  __syncthreads();
+  for (int p = tid; p < n_pairs; p += kSplitThreads) {
+    const int32_t e = a.ids[p];
+    if (e >= 0 && e < a.n_expert && OnHost(a.blobs[e], a.host_begin, a.host_end)) flag[e] = 1;
+  }
+  __syncthreads();
+  // Ranks: each thread owns a contiguous range of experts; an inclusive scan over the threads' counts.
+  const int per_thread = (a.n_expert + kSplitThreads - 1) / kSplitThreads;
+  const int e_begin = min(tid * per_thread, a.n_expert), e_end = min(e_begin + per_thread, a.n_expert);
+  int mine = 0;
+  for (int e = e_begin; e < e_end; ++e) mine += flag[e];
+  scan[tid] = mine;
+  __syncthreads();
+  for (int offset = 1; offset < kSplitThreads; offset <<= 1) {
+    const int add = tid >= offset ? scan[tid - offset] : 0;
+    __syncthreads();
+    scan[tid] += add;
+    __syncthreads();
+  }
+  const int misses = scan[kSplitThreads - 1];
+  int rank = scan[tid] - mine;
+  for (int e = e_begin; e < e_end; ++e) {
+    if (flag[e] != 0) flag[e] = 1 + rank++;
+  }
+  __syncthreads();
+  const float share = fminf(fmaxf(*a.host_share, 0.0f), 1.0f);
+  const int host_experts = static_cast<int>(share * static_cast<float>(misses) + 0.5f);
+  for (int p = tid; p < n_pairs; p += kSplitThreads) {
+    const int32_t e = a.ids[p];
+    const bool valid = e >= 0 && e < a.n_expert;
+    const bool to_host = valid && flag[e] != 0 && flag[e] <= host_experts;
+    a.gpu_ids[p] = valid && !to_host ? e : -1;
+    a.host_ids[p] = to_host ? e : -1;
+    a.mailbox_ids[p] = to_host ? e : -1;
+    if (to_host) atomicAdd(&s_host_pairs, 1);
+  }
+  __syncthreads();
+  const int host_pairs = s_host_pairs;
+  if (tid == 0) *a.host_pairs = host_pairs;
+  if (host_pairs == 0) return;
+  const int64_t n_x = static_cast<int64_t>(a.n_tokens) * a.n_embd;
+  for (int64_t i = tid; i < n_x; i += kSplitThreads) a.mailbox_x[i] = a.x[i];
+  // Every thread's mailbox writes are visible to the host before the request number is.
+  __threadfence_system();
+  __syncthreads();
+  if (tid == 0) {
+    a.mailbox->moe_layer = a.moe_layer;
+    a.mailbox->n_tokens = a.n_tokens;
+    a.mailbox->k = a.k;
+    a.mailbox->posted = a.mailbox->posted + 1;
+    const int64_t request = *a.sequence + 1;
+    *a.sequence = request;
+    __threadfence_system();
+    a.mailbox->request = request;
+  }
+}
+
+// A block per pair; the host's pairs' blocks wait for the answer and copy their row.
+__global__ void __launch_bounds__(kCollectThreads)
+    CollectFromHostKernel(const int32_t* host_ids, int n_pairs, const int64_t* sequence, const int32_t* host_pairs,
+                          HostMailbox* mailbox, const float* mailbox_parts, int64_t n_embd, uint64_t timeout_ns,
+                          float* parts) {
+  __shared__ bool s_answered;
+  const int p = blockIdx.x;
+  if (*host_pairs == 0 || host_ids[p] < 0) return;
+  if (threadIdx.x == 0) {
+    const int64_t request = *sequence;
+    bool waited = false;
+    const uint64_t start = GlobalNanoseconds();
+    bool answered = true;
+    while (mailbox->done < request) {
+      waited = true;
+      if (mailbox->timed_out != 0 || GlobalNanoseconds() - start > timeout_ns) {
+        mailbox->timed_out = 1;
+        answered = false;
+        break;
+      }
+      __nanosleep(200);
+    }
+    // The first of the host's pairs keeps the count of requests the GPU waited for.
+    bool first = true;
+    for (int q = 0; q < p && first; ++q) first = host_ids[q] < 0;
+    if (first && waited) mailbox->waited = mailbox->waited + 1;
+    s_answered = answered;
+    __threadfence_system();
+  }
+  __syncthreads();
+  if (!s_answered) return;
+  const float* row = mailbox_parts + static_cast<int64_t>(p) * n_embd;
+  float* out = parts + static_cast<int64_t>(p) * n_embd;
+  for (int64_t i = threadIdx.x; i < n_embd; i += kCollectThreads) out[i] = __ldcv(row + i);
+}
+
+unsigned Blocks(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+}  // namespace
+
+absl::Status SelectResidentPairs(const int32_t* ids, int n_pairs, const uint8_t* const* blobs, int n_expert,
+                                 const uint8_t* host_begin, const uint8_t* host_end, int32_t* out,
+                                 cudaStream_t stream) {
+  if (ids == nullptr || blobs == nullptr || out == nullptr) {
+    return absl::InvalidArgumentError("SelectResidentPairs: ids, blobs and out must be device pointers");
+  }
+  if (n_pairs < 0 || n_expert < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SelectResidentPairs: n_pairs ", n_pairs, " and n_expert ", n_expert, " must be >= 0 and >= 1"));
+  }
+  if (n_pairs == 0) return absl::OkStatus();
+  SelectResidentKernel<<<Blocks(n_pairs, kSelectThreads), kSelectThreads, 0, stream>>>(ids, n_pairs, blobs, n_expert,
+                                                                                       host_begin, host_end, out);
+  return LaunchStatus("SelectResidentKernel");
+}
+
+absl::Status SelectStagedPairs(const int32_t* ids, int n_pairs, const StagedChunk& chunk, const uint8_t* staging,
+                               uint64_t blob_bytes, const uint8_t** table, int n_expert, int32_t* out,
+                               cudaStream_t stream) {
+  if (ids == nullptr || staging == nullptr || table == nullptr || out == nullptr) {
+    return absl::InvalidArgumentError("SelectStagedPairs: ids, staging, table and out must be device pointers");
+  }
+  if (chunk.count < 1 || chunk.count > kMaxStagedExperts || n_pairs < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("SelectStagedPairs: chunk.count ", chunk.count, " must be in [1, ",
+                                                   kMaxStagedExperts, "] and n_pairs ", n_pairs, " >= 0"));
+  }
+  for (int j = 0; j < chunk.count; ++j) {
+    if (chunk.experts[j] < 0 || chunk.experts[j] >= n_expert) {
+      return absl::InvalidArgumentError(absl::StrCat("SelectStagedPairs: chunk.experts[", j, "] = ", chunk.experts[j],
+                                                     " is not an expert of ", n_expert));
+    }
+  }
+  const unsigned blocks = n_pairs == 0 ? 1 : Blocks(n_pairs, kSelectThreads);
+  SelectStagedKernel<<<blocks, kSelectThreads, 0, stream>>>(ids, n_pairs, chunk, staging, blob_bytes, table, out);
+  return LaunchStatus("SelectStagedKernel");
+}
+
+absl::Status SplitForHost(const HostSplitArgs& a, cudaStream_t stream) {
+  const void* required[] = {a.ids,     a.blobs,    a.x,          a.host_share, a.gpu_ids,     a.host_ids,
+                            a.sequence, a.host_pairs, a.mailbox, a.mailbox_ids, a.mailbox_x};
+  for (const void* p : required) {
+    if (p == nullptr) return absl::InvalidArgumentError("SplitForHost: a required pointer is null");
+  }
+  if (a.n_expert < 1 || a.n_expert > kMaxSplitExperts || a.n_tokens < 0 || a.k < 1 ||
+      int64_t{a.n_tokens} * a.k > kMaxSplitPairs || a.n_embd < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("SplitForHost: n_expert ", a.n_expert, " (1..", kMaxSplitExperts,
+                                                   "), n_tokens ", a.n_tokens, " x k ", a.k, " (at most ",
+                                                   kMaxSplitPairs, " pairs) or n_embd ", a.n_embd, " out of range"));
+  }
+  if (a.n_tokens == 0) return absl::OkStatus();
+  SplitForHostKernel<<<1, kSplitThreads, static_cast<size_t>(a.n_expert) * sizeof(int32_t), stream>>>(a);
+  return LaunchStatus("SplitForHostKernel");
+}
+
+absl::Status CollectFromHost(const int32_t* host_ids, int n_pairs, const int64_t* sequence,
+                             const int32_t* host_pairs, HostMailbox* mailbox, const float* mailbox_parts,
+                             int64_t n_embd, uint64_t timeout_ns, float* parts, cudaStream_t stream) {
+  if (host_ids == nullptr || sequence == nullptr || host_pairs == nullptr || mailbox == nullptr ||
+      mailbox_parts == nullptr || parts == nullptr) {
+    return absl::InvalidArgumentError("CollectFromHost: a required pointer is null");
+  }
+  if (n_pairs < 0 || n_pairs > kMaxSplitPairs || n_embd < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CollectFromHost: n_pairs ", n_pairs, " or n_embd ", n_embd, " out of range"));
+  }
+  if (n_pairs == 0) return absl::OkStatus();
+  CollectFromHostKernel<<<static_cast<unsigned>(n_pairs), kCollectThreads, 0, stream>>>(
+      host_ids, n_pairs, sequence, host_pairs, mailbox, mailbox_parts, n_embd, timeout_ns, parts);
+  return LaunchStatus("CollectFromHostKernel");
+}
+
+}  // namespace strata::kernels::cuda
