@@ -189,12 +189,17 @@ absl::Status CudaDenseBackend::AllocateBuffers() {
     memory_used_ += need.bytes;
   }
   ASSIGN_OR_RETURN(router_ws_, DeviceBuffer::Allocate(kernels::cuda::RouterWorkspaceBytes(max_tokens_, c.n_expert)));
-  CUDA_RETURN_IF_ERROR(cudaMemset(router_ws_.data(), 0, router_ws_.bytes()), "clearing the router workspace");
+  // On the compute stream: it does not wait for the legacy stream's work, cudaMemset's included.
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(router_ws_.data(), 0, router_ws_.bytes(), stream_),
+                       "clearing the router workspace");
   ASSIGN_OR_RETURN(pad_cache_, DeviceBuffer::Allocate(2 * c.n_layer * kv_dim * sizeof(float)));
   ASSIGN_OR_RETURN(slots_host_, PinnedBuffer::Allocate(n * sizeof(TokenSlot)));
   ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::Allocate(n * c.n_vocab * 4));
   ASSIGN_OR_RETURN(ids_host_, PinnedBuffer::Allocate(c.n_layer * n * k * 4));
-  return EnsureAttentionWorkspace(PositionsBound(1));
+  RETURN_IF_ERROR(EnsureAttentionWorkspace(PositionsBound(1)));
+  // Uploads from pageable memory may return before their DMA lands; the compute stream does not wait for it.
+  CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "uploading the dense weights");
+  return absl::OkStatus();
 }
 
 absl::Status CudaDenseBackend::EnsureAttentionWorkspace(int max_positions) {
@@ -209,7 +214,7 @@ absl::Status CudaDenseBackend::EnsureAttentionWorkspace(int max_positions) {
   memory_used_ -= attention_ws_.bytes();
   attention_ws_ = DeviceBuffer();
   ASSIGN_OR_RETURN(attention_ws_, DeviceBuffer::Allocate(bytes));
-  CUDA_RETURN_IF_ERROR(cudaMemset(attention_ws_.data(), 0, bytes), "clearing the attention workspace");
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attention_ws_.data(), 0, bytes, stream_), "clearing the attention workspace");
   memory_used_ += bytes;
   attention_positions_ = positions;
   return absl::OkStatus();

@@ -119,6 +119,8 @@ absl::StatusOr<std::unique_ptr<GpuMoeDispatch>> GpuMoeDispatch::Create(const pac
   ASSIGN_OR_RETURN(d->table_, DeviceBuffer::Allocate(table.size() * sizeof(void*)));
   CUDA_RETURN_IF_ERROR(cudaMemcpy(d->table_.data(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice),
                        "uploading the blob table");
+  // A pageable upload may return before its DMA lands; the compute stream does not wait for it.
+  CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "uploading the blob table");
   const int k = static_cast<int>(m.geometry().n_expert_used());
   ASSIGN_OR_RETURN(d->workspace_, DeviceBuffer::Allocate(kernels::cuda::ExpertFfnWorkspaceBytes(
                                       d->layout_, max_tokens, k, static_cast<int>(n_expert))));

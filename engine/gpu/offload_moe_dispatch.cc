@@ -158,6 +158,8 @@ absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(c
   RETURN_IF_ERROR(d->policy_->Place(warm, {}));
   CUDA_RETURN_IF_ERROR(cudaMemcpy(d->table_.data(), table, d->n_blobs_ * sizeof(void*), cudaMemcpyHostToDevice),
                        "uploading the blob table");
+  // The memsets and pageable copies above are on the legacy stream, which the compute stream does not wait for.
+  CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize(), "setting up the VRAM expert cache");
   return d;
 }
 

@@ -83,6 +83,7 @@ class DeviceArray {
                        cudaMemcpyHostToDevice),
             "poison");
     }
+    Landed();
   }
   T* get() const { return reinterpret_cast<T*>(static_cast<char*>(buffer_.data()) + kGuardBytes); }
   size_t size() const { return n_; }
@@ -90,9 +91,11 @@ class DeviceArray {
   void Upload(const std::vector<T>& v) {
     if (v.size() != n_) throw std::runtime_error("upload of the wrong size");
     Check(cudaMemcpy(get(), v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    Landed();
   }
   void UploadAt(size_t offset, const T* v, size_t count) {
     Check(cudaMemcpy(get() + offset, v, count * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    Landed();
   }
   std::vector<T> Download() const {
     std::vector<T> v(n_);
@@ -112,6 +115,10 @@ class DeviceArray {
   }
 
  private:
+  // cudaMemcpy from pageable memory may return before its DMA has landed, and the kernels under test run on a
+  // non-blocking stream that does not wait for the legacy stream's copies: wait for them here.
+  static void Landed() { Check(cudaDeviceSynchronize(), "upload"); }
+
   size_t n_;
   size_t words_;
   DeviceBuffer buffer_;

@@ -99,6 +99,8 @@ DeviceBuffer Upload(const std::vector<T>& v) {
   if (!b.ok()) return DeviceBuffer();
   if (!v.empty()) {
     EXPECT_TRUE(CudaOk(cudaMemcpy(b->data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice)));
+    // A pageable upload may return before its DMA lands, and the kernels run on a non-blocking stream.
+    EXPECT_TRUE(CudaOk(cudaDeviceSynchronize()));
   }
   return *std::move(b);
 }
@@ -430,6 +432,7 @@ class ExpertFfnGpuTest : public ::testing::TestWithParam<Scheme> {
     GuardedBuffer parts = GuardedBuffer::Make(parts_count * sizeof(float));
     EXPECT_TRUE(CudaOk(cudaMemcpy(parts.as<float>(), std::vector<float>(parts_count, PoisonFloat()).data(),
                                   parts_count * sizeof(float), cudaMemcpyHostToDevice)));
+    EXPECT_TRUE(CudaOk(cudaDeviceSynchronize()));
     const size_t ws_bytes = ExpertFfnWorkspaceBytes(layer.layout, n_tokens, k, n_expert);
     EXPECT_GT(ws_bytes, 0u);
     GuardedBuffer ws = GuardedBuffer::Make(ws_bytes);
@@ -634,6 +637,7 @@ TEST_P(ExpertFfnGpuTest, CapturedGraphReplaysForAnyRouting) {
     ASSERT_TRUE(CudaOk(cudaMemcpy(d_ids.data(), routings[i].data(), routings[i].size() * 4, cudaMemcpyHostToDevice)));
     ASSERT_TRUE(CudaOk(cudaMemcpy(parts.data(), std::vector<float>(parts_count, PoisonFloat()).data(),
                                   parts_count * sizeof(float), cudaMemcpyHostToDevice)));
+    ASSERT_TRUE(CudaOk(cudaDeviceSynchronize()));
     ASSERT_TRUE(CudaOk(cudaGraphLaunch(exec, stream_)));
     ASSERT_TRUE(CudaOk(cudaStreamSynchronize(stream_)));
     Check(layer, n_expert, routings[i], n_tokens, k, x, Download<float>(parts.data(), parts_count),
