@@ -19,7 +19,6 @@ namespace {
 
 constexpr uint64_t kStagingBytes = uint64_t{1} << 30;  // at most, for the ring of staging slots
 constexpr float kInitialHostShare = 0.6f;             // both paths: the host's share before balancing
-constexpr double kShareGain = 0.05;                   // share change a step per unit of imbalance
 
 struct StagingPlan {
   int chunk_experts = 0;  // 0: no streaming (the steps are never long enough)
@@ -356,10 +355,8 @@ void OffloadMoeDispatch::BalanceHostShare() {
   const int64_t new_posts = posted - last_posted_, new_waits = waited - last_waited_;
   last_posted_ = posted;
   last_waited_ = waited;
-  if (options_.miss_path != model::MissPath::kBoth || new_posts == 0) return;
-  // Balanced when the GPU waits for the host in about half the layers: less share when it waits more.
-  const double waited_fraction = static_cast<double>(new_waits) / static_cast<double>(new_posts);
-  host_share_ = static_cast<float>(std::clamp(host_share_ + kShareGain * (0.5 - waited_fraction), 0.0, 1.0));
+  if (options_.miss_path != model::MissPath::kBoth) return;
+  host_share_ = model::NextHostShare(host_share_, new_posts, new_waits);
 }
 
 void OffloadMoeDispatch::Fill(const model::ExpertCachePolicy::Admission& admission) {

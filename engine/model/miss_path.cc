@@ -1,5 +1,7 @@
 #include "engine/model/miss_path.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace strata::model {
@@ -21,6 +23,12 @@ absl::string_view MissPathName(MissPath path) {
       return "both";
   }
   return "?";
+}
+
+float NextHostShare(float share, int64_t posted, int64_t waited, double gain) {
+  if (posted <= 0) return share;
+  const double waited_fraction = std::clamp(static_cast<double>(waited) / static_cast<double>(posted), 0.0, 1.0);
+  return static_cast<float>(std::clamp(share + gain * (0.5 - waited_fraction), 0.0, 1.0));
 }
 
 }  // namespace strata::model

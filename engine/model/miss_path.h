@@ -8,13 +8,20 @@
 //          while serving so that neither side waits for the other.
 // Long prompts always stream their layers' misses through VRAM, whatever the path.
 
-#include "absl/strings/string_view.h"
+#include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace strata::model {
 
 enum class MissPath { kGpu, kCpu, kBoth };
+
+// Path both: the host's next share of a step's misses from the last step's layers, `posted` of which gave the
+// host a share, the GPU having had to wait for `waited` of those. Balanced when the GPU waits in about half
+// of them: the share falls when it waits more, rises when it waits less, by at most `gain` a step, within
+// [0, 1]. No posted layers: unchanged.
+float NextHostShare(float share, int64_t posted, int64_t waited, double gain = 0.05);
 
 // INVALID_ARGUMENT naming the accepted values for anything else.
 absl::StatusOr<MissPath> ParseMissPath(absl::string_view name);
