@@ -292,6 +292,8 @@ int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const std::sh
     out << absl::StrFormat("vram cache         %d slots (%s), %d admissions, %d evictions, %s over PCIe\n",
                            s.vram_expert_slots(), s.cache_policy(), s.cache_admissions(), s.cache_evictions(),
                            FormatBytes(s.pcie_bytes()));
+    out << absl::StrFormat("host misses        %.0f%% of a decode step's misses now, %d expert computations so far\n",
+                           100.0 * s.host_share(), s.host_experts());
   }
   return kExitOk;
 }

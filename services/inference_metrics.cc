@@ -69,6 +69,12 @@ InferenceMetrics::InferenceMetrics(MetricsRegistry* registry, std::function<cons
                                stat([](const Stats& s) { return static_cast<double>(s.expert_bytes); }));
   registry->AddCounterFunction("strata_pcie_bytes_total", "Bytes copied from host to device over PCIe",
                                stat([](const Stats& s) { return static_cast<double>(s.cache.pcie_bytes); }));
+  registry->AddGaugeFunction("strata_host_miss_share",
+                             "Share of a decode step's VRAM misses the host's threads compute (GPU offload)",
+                             stat([](const Stats& s) { return s.cache.host_share; }));
+  registry->AddCounterFunction("strata_host_expert_computations_total",
+                               "Expert computations the host's threads did for the GPU (offload misses)",
+                               stat([](const Stats& s) { return static_cast<double>(s.cache.host_experts); }));
   registry->AddGaugeFunction("strata_kv_cache_bytes", "KV cache bytes in use",
                              stat([](const Stats& s) { return static_cast<double>(s.kv_bytes_in_use); }));
   registry->AddGaugeFunction("strata_kv_cache_budget_bytes", "KV cache bytes available in all",

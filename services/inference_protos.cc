@@ -197,6 +197,8 @@ v1::EngineStats EngineStatsToProto(const runtime::EngineStats& stats) {
   proto.set_cache_admissions(stats.cache.admissions);
   proto.set_cache_evictions(stats.cache.evictions);
   proto.set_pcie_bytes(stats.cache.pcie_bytes);
+  proto.set_host_share(stats.cache.host_share);
+  proto.set_host_experts(stats.cache.host_experts);
   return proto;
 }
 

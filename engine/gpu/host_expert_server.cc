@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
@@ -12,6 +13,9 @@ namespace {
 // Pool workers keep spinning this long after a layer's work, so the next layer's (about 100 us later in a
 // decode step) finds them awake.
 constexpr int kPoolSpinMicros = 2000;
+// Armed, the serving thread spins this long after its last request, then polls every kIdlePoll.
+constexpr std::chrono::milliseconds kSpinBeforeSleeping{5};
+constexpr std::chrono::microseconds kIdlePoll{50};
 
 void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -104,13 +108,18 @@ void HostExpertServer::Loop() {
           +[](HostExpertServer* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return s->armed_ || s->stopping_; }, this));
       if (stopping_) return;
     }
+    auto last_work = std::chrono::steady_clock::now();
     while (armed_flag_.load(std::memory_order_acquire)) {
       const int64_t request = mailbox_->request;
       if (request > served_) {
         std::atomic_thread_fence(std::memory_order_acquire);  // the request's fields after its number
         Serve(request);
-      } else {
+        last_work = std::chrono::steady_clock::now();
+      } else if (std::chrono::steady_clock::now() - last_work < kSpinBeforeSleeping) {
         CpuRelax();
+      } else {
+        // A step with no share for the host (a long prompt's, or one that failed before Disarm): poll gently.
+        std::this_thread::sleep_for(kIdlePoll);
       }
     }
   }

@@ -7,9 +7,10 @@
 // the CPU expert kernels (model::CpuMoeDispatch over a thread pool of its own), writes their rows into the
 // mailbox and answers. No CUDA call is made on this path: the GPU polls the answer.
 //
-// Between Arm and Disarm (a step) the thread spins on the mailbox; otherwise it sleeps. Owns the mailbox,
-// the thread and the pool; the arena must outlive it. Arm, Disarm, TakeError and stats may be called from
-// the scheduler thread (one at a time); the device views are read by the GPU.
+// Between Arm and Disarm (a step) the thread spins on the mailbox, polling every 50 us once 5 ms pass
+// without a request; otherwise it sleeps. Owns the mailbox, the thread and the pool; the arena must outlive
+// it. Arm, Disarm, TakeError and stats may be called from the scheduler thread (one at a time); the device
+// views are read by the GPU.
 
 #include <atomic>
 #include <cstdint>
