@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "engine/chat/chat_template.h"
 #include "engine/exec/thread_pool.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/model.h"
@@ -116,12 +117,32 @@ absl::StatusOr<ProfileResult> ProfilePack(const ProfileOptions& options,
                                                    " tokens but the model's vocabulary is ", c.n_vocab));
   }
 
+  std::unique_ptr<chat::ChatTemplate> chat_template;
+  if (options.chat) {
+    ASSIGN_OR_RETURN(chat_template, chat::LoadChatTemplate(pack->dense().metadata(), *tokenizer, ""));
+    if (chat_template == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(options.pack_dir, ": the model has no chat template (",
+                                                        chat::kChatTemplateKey,
+                                                        " is absent from dense.gguf); profile the prompts as "
+                                                        "they are, without chat"));
+    }
+  }
+
   // Every prompt is tokenized and checked before any is run.
   const int64_t n_ctx = std::max<int64_t>(1, c.n_ctx_train);
   std::vector<std::vector<int32_t>> tokens(prompts.size());
   for (size_t p = 0; p < prompts.size(); ++p) {
-    tokens[p] = tokenizer->Encode(prompts[p].text, {.add_special = true, .parse_special = false});
     const std::string where = absl::StrCat(options.prompts_path, " line ", prompts[p].line, ": ");
+    if (chat_template != nullptr) {
+      // As a server sends a one-message conversation (Engine::PrepareChat).
+      const chat::ChatMessage message{"user", prompts[p].text};
+      absl::StatusOr<std::string> rendered = chat_template->Render({&message, 1}, chat::ChatOptions());
+      if (!rendered.ok()) return absl::InvalidArgumentError(absl::StrCat(where, rendered.status().message()));
+      tokens[p] = tokenizer->Encode(
+          *rendered, {.add_special = chat::AddSpecialToRendered(*rendered, *tokenizer), .parse_special = true});
+    } else {
+      tokens[p] = tokenizer->Encode(prompts[p].text, {.add_special = true, .parse_special = false});
+    }
     if (tokens[p].empty()) return absl::InvalidArgumentError(absl::StrCat(where, "the prompt makes no token"));
     if (static_cast<int64_t>(tokens[p].size()) > n_ctx) {
       return absl::InvalidArgumentError(absl::StrCat(where, "the prompt is ", tokens[p].size(),

@@ -23,6 +23,7 @@ struct ProfileOptions {
   std::string pack_dir;
   std::string prompts_path;     // text, one prompt a line (see ReadPrompts)
   int64_t decode_tokens = 32;   // generated after each prompt, and counted (0: the prompts only)
+  bool chat = false;            // each prompt is a user message, rendered by the model's chat template
   int threads = 0;              // compute threads; 0 = one per core this process may use
   const std::atomic<bool>* cancel = nullptr;  // when it turns true (any thread), ProfilePack stops: CANCELLED
 };
@@ -58,7 +59,9 @@ struct ProfileResult {
 // (pack::WriteRoutingProfile: atomically, replacing any earlier profile, even a malformed one). `progress`
 // (may be empty) is called on the calling thread after each step of the model. Errors: the options'
 // (INVALID_ARGUMENT), the prompts file's, the pack's, INVALID_ARGUMENT naming the file and line of a prompt
-// longer than the model's context (or with no token), CANCELLED (the pack is left as it was).
+// longer than the model's context (or with no token) or that the chat template refuses,
+// FAILED_PRECONDITION for `chat` with a model without a chat template, CANCELLED (the pack is left as it
+// was).
 absl::StatusOr<ProfileResult> ProfilePack(const ProfileOptions& options,
                                           const std::function<void(const ProfileProgress&)>& progress);
 

@@ -49,11 +49,12 @@ commands:
       Checks a pack; --quick skips the per-expert checksums. Exit status 1 when it finds problems.
   inspect DIR|FILE.gguf
       Describes a pack or a GGUF file.
-  profile DIR --prompts FILE [--tokens N] [--threads N]
+  profile DIR --prompts FILE [--tokens N] [--chat] [--threads N]
       Runs each prompt of FILE (one a line; blank lines skipped) through the pack's model on the CPU, then
       --tokens N tokens generated greedily (default 32), counts how often the router picks each expert of
       each layer, and stores the counts in the pack (DIR/routing_profile.bin, replacing any earlier
-      profile, atomically), for a VRAM expert cache to start with the experts it found hottest.
+      profile, atomically), for a VRAM expert cache to start with the experts it found hottest. --chat
+      sends each prompt as a user message through the model's chat template, as a chat client would.
       Local only.
 
 --server ADDR runs convert, validate and inspect on a strata-packd; paths are then relative to its data root.
@@ -259,6 +260,7 @@ int RunProfile(const std::vector<std::string>& args, const PackCliOptions& optio
   profile.pack_dir = args[1];
   profile.prompts_path = options.prompts;
   profile.decode_tokens = options.tokens;
+  profile.chat = options.chat;
   profile.threads = options.threads;
   profile.cancel = io.cancel;
   // A progress line at most every 2 s; none for a run shorter than that.

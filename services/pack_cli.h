@@ -48,6 +48,7 @@ struct PackCliOptions {
   // profile
   std::string prompts;        // text file, one prompt a line
   int64_t tokens = 32;        // generated after each prompt
+  bool chat = false;          // each prompt a user message through the model's chat template
 };
 
 struct CliIo {

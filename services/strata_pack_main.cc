@@ -43,6 +43,7 @@ ABSL_FLAG(std::string, dense_type, "keep", "convert: type of the dense weight ma
 ABSL_FLAG(bool, quick, false, "validate: skip the per-expert checksums");
 ABSL_FLAG(std::string, prompts, "", "profile: text file of prompts, one a line");
 ABSL_FLAG(int64_t, tokens, 32, "profile: tokens generated (greedily) after each prompt and profiled too");
+ABSL_FLAG(bool, chat, false, "profile: run each prompt as a user message through the model's chat template");
 ABSL_FLAG(bool, exact_quantize, false,
           "synth --pack-only: make f32 weights and quantize them (slow; reports the quantization error) instead "
           "of writing random codes and scales directly");
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
   options.exact_quantize = absl::GetFlag(FLAGS_exact_quantize);
   options.prompts = absl::GetFlag(FLAGS_prompts);
   options.tokens = absl::GetFlag(FLAGS_tokens);
+  options.chat = absl::GetFlag(FLAGS_chat);
 
   strata::services::CliIo io;
   io.out = &std::cout;

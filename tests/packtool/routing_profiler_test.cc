@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/chat/chat_template.h"
 #include "engine/pack/pack.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
@@ -126,6 +127,51 @@ TEST_F(RoutingProfilerTest, GeneratedTokensAreCountedTooAndTheProfileIsDetermini
   auto second = ProfilePack(Options(5), nullptr);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->profile, first->profile);
+}
+
+TEST_F(RoutingProfilerTest, WithChatEachPromptIsAUserMessageThroughTheChatTemplate) {
+  ProfileOptions o = Options(0);
+  o.chat = true;
+  auto result = ProfilePack(o, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectLayerSums(result->profile);
+
+  auto pack = pack::Pack::Open(pack_);
+  ASSERT_TRUE(pack.ok()) << pack.status();
+  auto tokenizer = tokenizer::Tokenizer::FromMetadata((*pack)->dense().metadata());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  auto chat_template = chat::LoadChatTemplate((*pack)->dense().metadata(), **tokenizer, "");
+  ASSERT_TRUE(chat_template.ok()) << chat_template.status();
+  ASSERT_NE(*chat_template, nullptr);
+  uint64_t expected = 0;
+  for (const char* p : {"The capital of France is", "Once upon a time", "fn main() { println!(\"hi\"); }"}) {
+    const chat::ChatMessage message{"user", p};
+    auto rendered = (*chat_template)->Render({&message, 1}, {});
+    ASSERT_TRUE(rendered.ok()) << rendered.status();
+    EXPECT_THAT(*rendered, HasSubstr("<|im_start|>user"));
+    expected += (*tokenizer)->Encode(*rendered, {.add_special = true, .parse_special = true}).size();
+  }
+  EXPECT_EQ(result->profile.tokens, expected);
+  EXPECT_GT(result->profile.tokens, PromptTokens());
+}
+
+TEST_F(RoutingProfilerTest, WithChatAModelWithoutAChatTemplateIsRefused) {
+  SynthOptions o;
+  o.geometry = *PresetGeometry("qwen3moe", "tiny");
+  o.pack_scheme = kernels::Scheme::kS4;
+  o.vocab_path = strata::testing::TestDataFile("vocab/ggml-vocab-gpt-2.gguf.gz");  // no chat template
+  o.output = scratch_.Join("no-template");
+  o.threads = 2;
+  ASSERT_TRUE(SynthesizePack(o, nullptr, nullptr).ok());
+  ProfileOptions options = Options(0);
+  options.pack_dir = o.output;
+  options.chat = true;
+  EXPECT_THAT(ProfilePack(options, nullptr).status(),
+              StatusIsWith(absl::StatusCode::kFailedPrecondition,
+                           o.output + ": the model has no chat template (tokenizer.chat_template is absent"));
+  EXPECT_FALSE(fs::exists(o.output + "/routing_profile.bin"));
+  options.chat = false;
+  EXPECT_TRUE(ProfilePack(options, nullptr).ok());
 }
 
 TEST_F(RoutingProfilerTest, AMalformedEarlierProfileIsReplaced) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/pack/pack.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/packtool_backend.h"
@@ -249,6 +250,13 @@ TEST_F(PackCliTest, ProfileStoresTheRoutingCountsAndValidateAcceptsThem) {
   run = RunCli({"validate", root_ + "/tiny-pack"});
   ASSERT_EQ(run.code, kExitOk) << run.err;
   EXPECT_THAT(run.out, HasSubstr("valid pack"));
+  const uint64_t plain_tokens = pack::Pack::Open(root_ + "/tiny-pack").value()->routing_profile()->tokens;
+
+  // Through the chat template: more tokens (the template's), same prompts.
+  options.chat = true;
+  run = RunCli({"profile", root_ + "/tiny-pack"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_GT(pack::Pack::Open(root_ + "/tiny-pack").value()->routing_profile()->tokens, plain_tokens);
 
   // A corrupted profile fails validation, naming the file.
   std::fstream file(root_ + "/tiny-pack/routing_profile.bin", std::ios::in | std::ios::out | std::ios::binary);
