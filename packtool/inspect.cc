@@ -2,13 +2,17 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/pack/pack_format.h"
+#include "engine/pack/routing_profile.h"
 #include "engine/status_macros.h"
+#include "packtool/routing_profiler.h"
 
 namespace strata::packtool {
 namespace {
@@ -33,6 +37,18 @@ std::string HumanBytes(uint64_t b) {
   return u == 0 ? absl::StrCat(b, " B") : absl::StrFormat("%.2f %s", v, units[u]);
 }
 
+// A malformed profile is described, not an error: inspect shows what is there.
+std::string DescribeRoutingProfile(const std::string& pack_dir, const pack::v1::Manifest& m) {
+  absl::StatusOr<std::optional<pack::RoutingProfile>> profile = pack::ReadRoutingProfile(pack_dir, m);
+  // The file is named relative to the pack: a strata-packd does not show its own paths.
+  if (!profile.ok()) return absl::StrCat("invalid: ", absl::StripPrefix(profile.status().message(), pack_dir + "/"));
+  if (!profile->has_value()) return "none (strata-pack profile makes one)";
+  const pack::RoutingProfile& p = **profile;
+  const ProfileSkew skew = MeasureSkew(p);
+  return absl::StrFormat("%u tokens of %u prompts; hottest expert %.2fx its layer's mean, %u of %u never picked",
+                         p.tokens, p.prompts, skew.hottest_over_mean, skew.never_picked, p.counts.size());
+}
+
 }  // namespace
 
 absl::StatusOr<Inspection> Inspect(const std::string& path) {
@@ -49,6 +65,7 @@ absl::StatusOr<Inspection> Inspect(const std::string& path) {
     DescribeGguf(dense->metadata(), dense->tensors(), &out);
     out.architecture = m.architecture();
     out.total_bytes = m.experts_bytes() + dense->file_size();
+    out.routing_profile = DescribeRoutingProfile(path, m);
     return out;
   }
   out.kind = "gguf";
@@ -84,6 +101,7 @@ std::string FormatInspection(const Inspection& in) {
   absl::StrAppend(&s, "  size           ", HumanBytes(in.total_bytes), " (", in.total_bytes, " bytes)\n");
   absl::StrAppend(&s, "  tokenizer      ", in.tokenizer_model.empty() ? "(none)" : in.tokenizer_model, ", ",
                   in.vocab_size, " tokens\n");
+  if (in.kind == "pack") absl::StrAppend(&s, "  profile        ", in.routing_profile, "\n");
   absl::StrAppend(&s, "  tensors        ", in.tensors.size(), in.kind == "pack" ? " in dense.gguf" : "", "\n");
   for (const TensorSummary& t : in.tensors) {
     absl::StrAppend(&s, absl::StrFormat("    %-36s %-6s [%s] %s\n", t.name, t.type, absl::StrJoin(t.shape, ", "),

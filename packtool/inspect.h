@@ -28,11 +28,14 @@ struct Inspection {
   std::string tokenizer_model;
   uint64_t vocab_size = 0;
   std::vector<TensorSummary> tensors;  // a pack lists dense.gguf's tensors
+  // Packs only: its routing profile in one line (tokens, prompts, skew), "none", or "invalid: why".
+  std::string routing_profile;
 };
 
 absl::StatusOr<Inspection> Inspect(const std::string& path);
 
-// Several lines of text: architecture, geometry, scheme, sizes, tokenizer, then one line per tensor.
+// Several lines of text: architecture, geometry, scheme, sizes, tokenizer, routing profile (packs), then one
+// line per tensor.
 std::string FormatInspection(const Inspection& inspection);
 
 }  // namespace strata::packtool

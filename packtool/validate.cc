@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/model_config.h"
 #include "engine/pack/pack_format.h"
+#include "engine/pack/routing_profile.h"
 #include "engine/status_macros.h"
 #include "packtool/pack_writer.h"
 
@@ -185,6 +188,23 @@ bool CheckDense(const std::string& path, const pack::v1::Manifest& m, bool quick
   return true;
 }
 
+// routing_profile.bin, when the pack has one: what Pack::Open checks (ParseRoutingProfile).
+void CheckProfileFile(const std::string& pack_dir, const pack::v1::Manifest& m, Reporter* out) {
+  const std::string path = absl::StrCat(pack_dir, "/", pack::kRoutingProfileFile);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  if (in) bytes << in.rdbuf();
+  if (!in || in.bad()) {
+    out->Add(pack::kRoutingProfileFile, absl::StrCat("cannot read: ", std::strerror(errno)));
+    return;
+  }
+  if (auto profile = pack::ParseRoutingProfile(bytes.view(), m); !profile.ok()) {
+    out->Add(pack::kRoutingProfileFile, std::string(profile.status().message()));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ValidationReport> ValidatePack(const std::string& pack_dir, const ValidateOptions& options) {
@@ -211,6 +231,7 @@ absl::StatusOr<ValidationReport> ValidatePack(const std::string& pack_dir, const
     out.Add(manifest_name, std::string(s.message()));
     return report;
   }
+  CheckProfileFile(pack_dir, *manifest, &out);
   const std::string experts_path = absl::StrCat(pack_dir, "/", pack::kExpertsFile);
   bool experts_size_ok = false;
   if (fs::is_regular_file(experts_path, ec)) {

@@ -20,7 +20,7 @@ struct ValidateOptions {
 };
 
 struct ValidationProblem {
-  std::string file;     // "manifest.json", "experts.bin", "dense.gguf" or the directory
+  std::string file;     // "manifest.json", "experts.bin", "dense.gguf", "routing_profile.bin" or the directory
   std::string message;  // one line: what is wrong, with expected and actual values
 };
 
@@ -35,7 +35,8 @@ struct ValidationReport {
 
 // Checks that the files are present, the manifest is known and consistent, experts.bin has exactly
 // n_moe_layers x n_expert x blob_bytes bytes, every blob's checksum (unless quick; in parallel), and that
-// dense.gguf parses and agrees with the manifest's architecture and geometry. Only a directory that cannot be
+// dense.gguf parses and agrees with the manifest's architecture and geometry, and the routing profile (when
+// there is one) as Pack::Open reads it. Only a directory that cannot be
 // read at all (or a cancelled validation) is an error status; everything else is a problem in the report.
 absl::StatusOr<ValidationReport> ValidatePack(const std::string& pack_dir, const ValidateOptions& options);
 

@@ -1,5 +1,6 @@
 #include "services/pack_cli.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <system_error>
@@ -11,7 +12,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "kernels/format/scheme.h"
+#include "engine/pack/routing_profile.h"
 #include "packtool/pack_writer.h"
+#include "packtool/routing_profiler.h"
 #include "packtool/source_scheme.h"
 #include "packtool/synth.h"
 #include "services/packtool_backend.h"
@@ -46,6 +49,13 @@ commands:
       Checks a pack; --quick skips the per-expert checksums. Exit status 1 when it finds problems.
   inspect DIR|FILE.gguf
       Describes a pack or a GGUF file.
+  profile DIR --prompts FILE [--tokens N] [--chat] [--threads N]
+      Runs each prompt of FILE (one a line; blank lines skipped) through the pack's model on the CPU, then
+      --tokens N tokens generated greedily (default 32), counts how often the router picks each expert of
+      each layer, and stores the counts in the pack (DIR/routing_profile.bin, replacing any earlier
+      profile, atomically), for a VRAM expert cache to start with the experts it found hottest. --chat
+      sends each prompt as a user message through the model's chat template, as a chat client would.
+      Local only.
 
 --server ADDR runs convert, validate and inspect on a strata-packd; paths are then relative to its data root.
 )";
@@ -237,12 +247,53 @@ int RunInspect(const std::vector<std::string>& args, const PackCliOptions& optio
   return kExitOk;
 }
 
+int RunProfile(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
+  int exit_code = kExitOk;
+  if (!CheckArity(args, 1, "the pack directory", io, &exit_code)) return exit_code;
+  if (!options.server.empty()) return UsageError(io, "profile runs in this process only; drop --server");
+  if (options.prompts.empty()) return UsageError(io, "profile: missing --prompts FILE (one prompt a line)");
+  if (options.tokens < 0 || options.tokens > packtool::kMaxDecodeTokens) {
+    return UsageError(io, absl::StrCat("--tokens: ", options.tokens, " is not in 0 .. ", packtool::kMaxDecodeTokens));
+  }
+  if (absl::Status s = packtool::CheckThreads(options.threads, "--threads"); !s.ok()) return UsageError(io, std::string(s.message()));
+  packtool::ProfileOptions profile;
+  profile.pack_dir = args[1];
+  profile.prompts_path = options.prompts;
+  profile.decode_tokens = options.tokens;
+  profile.chat = options.chat;
+  profile.threads = options.threads;
+  profile.cancel = io.cancel;
+  // A progress line at most every 2 s; none for a run shorter than that.
+  absl::Time last_line = absl::Now();
+  absl::StatusOr<packtool::ProfileResult> result =
+      packtool::ProfilePack(profile, [&](const packtool::ProfileProgress& p) {
+        if (absl::Now() - last_line < absl::Seconds(2)) return;
+        last_line = absl::Now();
+        *io.err << absl::StrFormat("profile: prompt %u of %u, %u tokens, %.1f tokens/s\n",
+                                   std::min(p.prompts_done + 1, p.prompts), p.prompts, p.tokens,
+                                   p.seconds > 0 ? static_cast<double>(p.tokens) / p.seconds : 0.0)
+                << std::flush;
+      });
+  if (!result.ok()) return Fail(io, kExitFailure, result.status().message());
+  const pack::RoutingProfile& counts = result->profile;
+  const packtool::ProfileSkew skew = packtool::MeasureSkew(counts);
+  *io.out << absl::StrFormat(
+      "profiled %u tokens of %u prompts in %.2f s (%.1f tokens/s; model loaded in %.2f s)\n", counts.tokens,
+      counts.prompts, result->seconds, result->seconds > 0 ? static_cast<double>(counts.tokens) / result->seconds : 0.0,
+      result->load_seconds);
+  *io.out << absl::StrFormat("  hottest expert %.2fx its layer's mean (moe layer %u, expert %u); %u of %u never picked\n",
+                             skew.hottest_over_mean, skew.hottest_layer, skew.hottest_expert, skew.never_picked,
+                             counts.counts.size());
+  *io.out << "wrote " << args[1] << "/" << pack::kRoutingProfileFile << '\n';
+  return kExitOk;
+}
+
 }  // namespace
 
 std::string PackCliUsage() { return HelpText(kUsage, {kPackCliFlagFile}); }
 
 int RunPackCli(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
-  if (args.empty()) return UsageError(io, "missing command: synth, convert, validate or inspect");
+  if (args.empty()) return UsageError(io, "missing command: synth, convert, validate, inspect or profile");
   const std::string& command = args[0];
   int code = kExitOk;
   if (command == "synth") {
@@ -253,11 +304,13 @@ int RunPackCli(const std::vector<std::string>& args, const PackCliOptions& optio
     code = RunValidate(args, options, io);
   } else if (command == "inspect") {
     code = RunInspect(args, options, io);
+  } else if (command == "profile") {
+    code = RunProfile(args, options, io);
   } else if (command == "help") {
     *io.out << PackCliUsage();
   } else {
     code =
-        UsageError(io, absl::StrCat("unknown command '", command, "'; expected synth, convert, validate or inspect"));
+        UsageError(io, absl::StrCat("unknown command '", command, "'; expected synth, convert, validate, inspect or profile"));
   }
   io.out->flush();
   return code;

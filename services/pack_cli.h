@@ -1,8 +1,8 @@
 #ifndef STRATA_SERVICES_PACK_CLI_H_
 #define STRATA_SERVICES_PACK_CLI_H_
 
-// The strata-pack command line: synth, convert, validate and inspect, in-process or (except synth) as a
-// client of a strata-packd. main() parses the flags into PackCliOptions and calls RunPackCli, which prints
+// The strata-pack command line: synth, convert, validate, inspect and profile, in-process or (except synth
+// and profile) as a client of a strata-packd. main() parses the flags into PackCliOptions and calls RunPackCli, which prints
 // results on `out`, progress and errors on `err` (an error is one line, "strata-pack: error: ...") and
 // returns the exit code. One thread calls it.
 
@@ -44,6 +44,11 @@ struct PackCliOptions {
 
   // validate
   bool quick = false;
+
+  // profile
+  std::string prompts;        // text file, one prompt a line
+  int64_t tokens = 32;        // generated after each prompt
+  bool chat = false;          // each prompt a user message through the model's chat template
 };
 
 struct CliIo {

@@ -1,4 +1,4 @@
-// strata-pack: synthesizes, converts, validates and inspects packs (see services/pack_cli.h).
+// strata-pack: synthesizes, converts, validates, inspects and profiles packs (see services/pack_cli.h).
 
 #include <unistd.h>
 
@@ -41,12 +41,15 @@ ABSL_FLAG(std::string, scheme, "auto",
 ABSL_FLAG(int, threads, 0, "worker threads; 0: all cores (or the server's default)");
 ABSL_FLAG(std::string, dense_type, "keep", "convert: type of the dense weight matrices (keep, f16, bf16 or q8_0)");
 ABSL_FLAG(bool, quick, false, "validate: skip the per-expert checksums");
+ABSL_FLAG(std::string, prompts, "", "profile: text file of prompts, one a line");
+ABSL_FLAG(int64_t, tokens, 32, "profile: tokens generated (greedily) after each prompt and profiled too");
+ABSL_FLAG(bool, chat, false, "profile: run each prompt as a user message through the model's chat template");
 ABSL_FLAG(bool, exact_quantize, false,
           "synth --pack-only: make f32 weights and quantize them (slow; reports the quantization error) instead "
           "of writing random codes and scales directly");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("strata-pack <synth|convert|validate|inspect> [arguments] [flags]");
+  absl::SetProgramUsageMessage("strata-pack <synth|convert|validate|inspect|profile> [arguments] [flags]");
   std::vector<std::string> args(argv, argv + argc);
   if (strata::services::WantsHelp(args)) {
     std::cout << strata::services::PackCliUsage();
@@ -89,6 +92,9 @@ int main(int argc, char** argv) {
   options.dense_type = absl::GetFlag(FLAGS_dense_type);
   options.quick = absl::GetFlag(FLAGS_quick);
   options.exact_quantize = absl::GetFlag(FLAGS_exact_quantize);
+  options.prompts = absl::GetFlag(FLAGS_prompts);
+  options.tokens = absl::GetFlag(FLAGS_tokens);
+  options.chat = absl::GetFlag(FLAGS_chat);
 
   strata::services::CliIo io;
   io.out = &std::cout;

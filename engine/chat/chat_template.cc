@@ -115,4 +115,9 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const gguf::Metad
   return t;
 }
 
+bool AddSpecialToRendered(std::string_view prompt, const tokenizer::Tokenizer& tokenizer) {
+  const std::string_view bos = tokenizer.bos() >= 0 ? tokenizer.TokenText(tokenizer.bos()) : "";
+  return bos.empty() || !prompt.starts_with(bos);
+}
+
 }  // namespace strata::chat

@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "engine/chat/jinja_ast.h"
@@ -74,6 +75,10 @@ class ChatTemplate {
 absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const gguf::Metadata& metadata,
                                                                const tokenizer::Tokenizer& tokenizer,
                                                                const std::string& override_source);
+
+// Whether a rendered conversation is tokenized with the vocabulary's special tokens added (BOS, as it asks):
+// not when the template already wrote BOS itself (DeepSeek, Mistral), which must not appear twice.
+bool AddSpecialToRendered(std::string_view prompt, const tokenizer::Tokenizer& tokenizer);
 
 }  // namespace strata::chat
 

@@ -37,6 +37,9 @@ struct CacheOptions {
   CachePolicy policy = CachePolicy::kLfuDecay;
   int64_t decay_tokens = 256;   // lfu-decay: counts halve after this many tokens
   int max_fills_per_step = 32;  // admissions planned after one step
+  // A routing profile to start warm from (WarmStart's and Place's counts): one score per blob, index
+  // moe_layer * n_expert + expert; empty: none (the warm start is round robin over the layers).
+  std::vector<double> warm_counts;
 };
 
 class ExpertCachePolicy {

@@ -8,7 +8,7 @@
 
 namespace strata::pack {
 
-absl::StatusOr<std::unique_ptr<Pack>> Pack::Open(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<Pack>> Pack::Open(const std::string& dir, const PackOpenOptions& options) {
   std::unique_ptr<Pack> p(new Pack());
   p->dir_ = dir;
   ASSIGN_OR_RETURN(p->manifest_, ReadManifest(dir));
@@ -34,6 +34,15 @@ absl::StatusOr<std::unique_ptr<Pack>> Pack::Open(const std::string& dir) {
   }
   p->blob_hashes_.reserve(p->manifest_.blob_xxh3_size());
   for (const std::string& h : p->manifest_.blob_xxh3()) p->blob_hashes_.push_back(*ParseHashHex(h));
+  if (!options.ignore_routing_profile) {
+    absl::StatusOr<std::optional<RoutingProfile>> profile = ReadRoutingProfile(dir, p->manifest_);
+    if (!profile.ok()) {
+      return absl::Status(profile.status().code(),
+                          absl::StrCat(profile.status().message(),
+                                       " (strata-pack profile writes a new one; or delete the file)"));
+    }
+    p->routing_profile_ = *std::move(profile);
+  }
   return p;
 }
 

@@ -142,9 +142,7 @@ absl::StatusOr<GenerateRequest> Engine::PrepareChat(const ChatRequest& request) 
   messages.insert(messages.end(), request.messages.begin(), request.messages.end());
   ASSIGN_OR_RETURN(std::string prompt, RenderChat(messages, request.options));
   GenerateRequest out;
-  const std::string_view bos = tokenizer_->bos() >= 0 ? tokenizer_->TokenText(tokenizer_->bos()) : "";
-  // Templates that write bos_token themselves (DeepSeek, Mistral) must not get a second one.
-  out.add_special = bos.empty() || prompt.compare(0, bos.size(), bos) != 0;
+  out.add_special = chat::AddSpecialToRendered(prompt, *tokenizer_);
   out.parse_special = true;
   out.prompt = std::move(prompt);
   out.sampling = request.sampling;

@@ -43,6 +43,22 @@ absl::Status CheckDeviceOptions(const DeviceOptions& options) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<model::CacheOptions> ExpertCacheOptions(const pack::Pack& pack, const DeviceOptions& options,
+                                                       int64_t slots) {
+  model::CacheOptions cache;
+  cache.slots = slots;
+  absl::StatusOr<model::CachePolicy> policy = model::ParseCachePolicy(options.cache_policy);
+  if (!policy.ok()) return absl::InvalidArgumentError(absl::StrCat("cache_policy: ", policy.status().message()));
+  cache.policy = *policy;
+  if (const pack::RoutingProfile* profile = pack.routing_profile(); profile != nullptr) {
+    // Pack::Open checked the profile: tokens > 0 and one count per blob.
+    const double scale = static_cast<double>(cache.decay_tokens) / static_cast<double>(profile->tokens);
+    cache.warm_counts.reserve(profile->counts.size());
+    for (uint64_t count : profile->counts) cache.warm_counts.push_back(static_cast<double>(count) * scale);
+  }
+  return cache;
+}
+
 absl::StatusOr<LoadedModel> LoadModel(
     const pack::Pack& pack, const DeviceOptions& options, const pack::ExpertSourceOptions& experts,
     const std::function<std::unique_ptr<pack::ExpertSource>(const pack::Pack&)>& source_factory,

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/exec/thread_pool.h"
+#include "engine/model/expert_cache_policy.h"
 #include "engine/model/model.h"
 #include "engine/pack/expert_source.h"
 #include "engine/pack/pack.h"
@@ -30,6 +31,13 @@ struct DeviceOptions {
 // 2^20) and vram_experts is -1 or a count; otherwise INVALID_ARGUMENT naming the field. LoadModel checks
 // them first; the engine checks them before it opens the pack.
 absl::Status CheckDeviceOptions(const DeviceOptions& options);
+
+// The VRAM expert cache's options for `pack` with `slots` slots: the policy `options.cache_policy` names
+// and, when the pack has a routing profile, its counts as warm_counts, scaled to picks per decay_tokens
+// tokens (the scale of lfu-decay's scores, so that the profile orders the warm start without outweighing
+// the routing seen while serving for long). INVALID_ARGUMENT naming cache_policy for an unknown policy.
+absl::StatusOr<model::CacheOptions> ExpertCacheOptions(const pack::Pack& pack, const DeviceOptions& options,
+                                                       int64_t slots);
 
 // Whether this build has CUDA and a device is visible; `why` says what was found, for logs.
 bool CudaDeviceAvailable(std::string* why);

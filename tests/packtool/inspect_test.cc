@@ -1,5 +1,6 @@
 #include "packtool/inspect.h"
 
+#include "engine/pack/routing_profile.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/packtool/packtool_test_util.h"
@@ -37,6 +38,29 @@ TEST(InspectTest, DescribesAPack) {
   EXPECT_EQ(in->geometry.n_expert_used(), 2u);
   for (const TensorSummary& t : in->tensors) EXPECT_EQ(t.name.find("_exps"), std::string::npos);
   EXPECT_THAT(FormatInspection(*in), HasSubstr("scheme         s2"));
+  EXPECT_THAT(FormatInspection(*in), HasSubstr("profile        none (strata-pack profile makes one)"));
+}
+
+TEST(InspectTest, DescribesAPacksRoutingProfileOrWhyItIsInvalid) {
+  strata::testing::ScratchDir dir;
+  const pack::v1::Manifest m = testing::MakeTinyPack(dir.Join("m.gguf"), dir.Join("pack"));
+  // 4 tokens, top-2 of 8 experts: layer 0 picks experts 0 and 1 every time (4 = 4x its mean of 1), layer 1
+  // spreads over all 8.
+  pack::RoutingProfile profile = pack::EmptyRoutingProfile(m);
+  profile.tokens = 4;
+  profile.prompts = 2;
+  profile.counts = {4, 4, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+  ASSERT_THAT(pack::WriteRoutingProfile(profile, m, dir.Join("pack")), IsOk());
+  auto in = Inspect(dir.Join("pack"));
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(in->routing_profile, "4 tokens of 2 prompts; hottest expert 4.00x its layer's mean, 6 of 16 never picked");
+
+  std::vector<uint8_t> bytes = strata::testing::ReadFileBytes(dir.Join("pack/routing_profile.bin"));
+  bytes.pop_back();
+  strata::testing::WriteFileBytes(dir.Join("pack/routing_profile.bin"), bytes);
+  in = Inspect(dir.Join("pack"));
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_THAT(FormatInspection(*in), HasSubstr("profile        invalid: routing_profile.bin: truncated: "));
 }
 
 TEST(InspectTest, NamesWhatIsWrong) {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "engine/pack/pack_format.h"
+#include "engine/pack/routing_profile.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/packtool/packtool_test_util.h"
@@ -138,6 +139,49 @@ TEST_F(ValidateTest, APackOfAnArchitectureTheEngineCannotRunIsAProblem) {
   EXPECT_THAT(r.problems,
               ::testing::Contains(ProblemIn("dense.gguf", "general.architecture 'qwen2moe' is not supported")));
   EXPECT_THAT(r.problems, ::testing::Not(::testing::Contains(ProblemIn("dense.gguf", "manifest says"))));
+}
+
+// A consistent profile of the tiny pack (2 MoE layers x 8 experts, top-2): 3 tokens.
+pack::RoutingProfile TinyProfile(const pack::v1::Manifest& m) {
+  pack::RoutingProfile p = pack::EmptyRoutingProfile(m);
+  p.tokens = 3;
+  p.prompts = 1;
+  p.counts[0] = p.counts[1] = 3;
+  p.counts[8 + 6] = 2;
+  p.counts[8 + 7] = 4;
+  return p;
+}
+
+TEST_F(ValidateTest, AProfiledPackIsValid) {
+  const std::string p = CopyPack();
+  ASSERT_THAT(pack::WriteRoutingProfile(TinyProfile(*manifest_), *manifest_, p), IsOk());
+  EXPECT_THAT(Validate(p).problems, SizeIs(0));
+  EXPECT_THAT(Validate(p, /*quick=*/true).problems, SizeIs(0));
+}
+
+TEST_F(ValidateTest, CorruptionOfTheRoutingProfileIsNamedInQuickModeToo) {
+  const std::string p = CopyPack();
+  std::string bytes = pack::SerializeRoutingProfile(TinyProfile(*manifest_));
+  bytes[40 + 3 * 8] ^= 0x04;  // a count
+  WriteFileBytes(p + "/routing_profile.bin", std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  for (const bool quick : {false, true}) {
+    const ValidationReport r = Validate(p, quick);
+    ASSERT_THAT(r.problems, SizeIs(1));
+    EXPECT_THAT(r.problems[0], ProblemIn("routing_profile.bin", "field 'xxh3'"));
+  }
+  bytes.resize(30);
+  WriteFileBytes(p + "/routing_profile.bin", std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  EXPECT_THAT(Validate(p).problems, ::testing::Contains(ProblemIn("routing_profile.bin", "truncated: 30 bytes")));
+
+  // A profile of another geometry, well formed.
+  pack::v1::Manifest other = *manifest_;
+  other.mutable_geometry()->set_n_expert_used(1);
+  pack::RoutingProfile p1 = pack::EmptyRoutingProfile(other);
+  p1.tokens = 2;
+  p1.counts[0] = p1.counts[9] = 2;
+  ASSERT_THAT(pack::WriteRoutingProfile(p1, other, p), IsOk());
+  EXPECT_THAT(Validate(p).problems,
+              ::testing::Contains(ProblemIn("routing_profile.bin", "field 'n_expert_used': 1, the pack's manifest says 2")));
 }
 
 TEST_F(ValidateTest, CorruptionEachMissingFileIsNamed) {

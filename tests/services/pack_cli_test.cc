@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/pack/pack.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/packtool_backend.h"
@@ -231,6 +232,74 @@ TEST_F(PackCliTest, ValidateReportsEachProblemAndExitsOne) {
   run = RunCli({"validate", root_ + "/no-such-pack"});
   EXPECT_EQ(run.code, kExitFailure);
   ExpectOneErrorLine(run, "no-such-pack");
+}
+
+TEST_F(PackCliTest, ProfileStoresTheRoutingCountsAndValidateAcceptsThem) {
+  const std::string prompts = root_ + "/prompts.txt";
+  std::ofstream(prompts) << "Hello there\nWhat is a mixture of experts?\n";
+  PackCliOptions options;
+  options.prompts = prompts;
+  options.tokens = 4;
+  options.threads = 2;
+  CliRun run = RunCli({"profile", root_ + "/tiny-pack"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr(" tokens of 2 prompts in "));
+  EXPECT_THAT(run.out, HasSubstr("x its layer's mean"));
+  EXPECT_THAT(run.out, HasSubstr("wrote " + root_ + "/tiny-pack/routing_profile.bin"));
+  EXPECT_TRUE(fs::exists(root_ + "/tiny-pack/routing_profile.bin"));
+  run = RunCli({"validate", root_ + "/tiny-pack"});
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("valid pack"));
+  const uint64_t plain_tokens = pack::Pack::Open(root_ + "/tiny-pack").value()->routing_profile()->tokens;
+
+  // Through the chat template: more tokens (the template's), same prompts.
+  options.chat = true;
+  run = RunCli({"profile", root_ + "/tiny-pack"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_GT(pack::Pack::Open(root_ + "/tiny-pack").value()->routing_profile()->tokens, plain_tokens);
+
+  // A corrupted profile fails validation, naming the file.
+  std::fstream file(root_ + "/tiny-pack/routing_profile.bin", std::ios::in | std::ios::out | std::ios::binary);
+  file.seekp(44);
+  file.put('\x7f');
+  file.close();
+  for (const bool quick : {false, true}) {
+    PackCliOptions validate;
+    validate.quick = quick;
+    run = RunCli({"validate", root_ + "/tiny-pack"}, validate);
+    EXPECT_EQ(run.code, kExitFailure);
+    EXPECT_THAT(run.out, HasSubstr("routing_profile.bin: field 'xxh3'"));
+    ExpectOneErrorLine(run, "invalid pack, 1 problem");
+  }
+}
+
+TEST_F(PackCliTest, ProfileErrors) {
+  CliRun run = RunCli({"profile", root_ + "/tiny-pack"});
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "profile: missing --prompts FILE");
+  run = RunCli({"profile"});
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "profile: missing the pack directory");
+
+  const std::string prompts = root_ + "/prompts.txt";
+  std::ofstream(prompts) << "\n\n";
+  PackCliOptions options;
+  options.prompts = prompts;
+  options.tokens = -1;
+  run = RunCli({"profile", root_ + "/tiny-pack"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "--tokens: -1 is not in 0 .. ");
+  options.tokens = 0;
+  options.server = "127.0.0.1:1";
+  run = RunCli({"profile", root_ + "/tiny-pack"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "profile runs in this process only");
+
+  options.server.clear();
+  run = RunCli({"profile", root_ + "/tiny-pack"}, options);
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, prompts + ": no prompts (only blank lines); expected one prompt a line");
+  EXPECT_FALSE(fs::exists(root_ + "/tiny-pack/routing_profile.bin"));
 }
 
 TEST_F(PackCliTest, InspectFailureExitsOne) {

@@ -223,5 +223,20 @@ TEST(ChatTemplateTest, RendersBosEosAndTheGenerationPromptFlag) {
               StatusIsWith(absl::StatusCode::kInvalidArgument, "messages[1].role: 'developer'"));
 }
 
+TEST(ChatTemplateTest, ARenderedPromptGetsBosAddedUnlessTheTemplateWroteIt) {
+  // Two vocabularies with BOS texts of their own (SentencePiece's "<s>", GPT-2's).
+  for (const char* vocab : {"ggml-vocab-llama-spm.gguf.gz", "ggml-vocab-gpt-2.gguf.gz"}) {
+    absl::StatusOr<std::unique_ptr<gguf::GgufFile>> file =
+        gguf::GgufFile::Open(strata::testing::TestDataFile(absl::StrCat("vocab/", vocab)));
+    ASSERT_TRUE(file.ok()) << file.status();
+    absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tokenizer =
+        tokenizer::Tokenizer::FromMetadata((*file)->metadata());
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    const std::string bos((*tokenizer)->bos() >= 0 ? (*tokenizer)->TokenText((*tokenizer)->bos()) : "");
+    EXPECT_TRUE(AddSpecialToRendered("[INST] hi [/INST]", **tokenizer)) << vocab;
+    EXPECT_EQ(AddSpecialToRendered(bos + "[INST] hi [/INST]", **tokenizer), bos.empty()) << vocab << " bos '" << bos << "'";
+  }
+}
+
 }  // namespace
 }  // namespace strata::chat

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "engine/pack/pack.h"
+#include "engine/pack/routing_profile.h"
 #include "engine/runtime/engine.h"
 #include "gtest/gtest.h"
 #include "packtool/synth.h"
@@ -70,6 +72,48 @@ TEST(ModelFactoryTest, BadDeviceOptionsAreRefusedByFieldBeforeThePackIsRead) {
   EngineOptions e = Options("/nonexistent/pack", "cpu");
   e.device.cache_policy = "fifo";
   EXPECT_THAT(Engine::Create(e).status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "cache_policy"));
+}
+
+TEST(ModelFactoryTest, ExpertCacheOptionsCarryThePacksRoutingProfileScaledToTheDecayWindow) {
+  ScratchDir dir;
+  const std::string pack_dir = TinyPack(dir);
+  DeviceOptions device;
+  device.cache_policy = "static";
+  {
+    auto pack = pack::Pack::Open(pack_dir);
+    ASSERT_TRUE(pack.ok()) << pack.status();
+    auto options = ExpertCacheOptions(**pack, device, 3);
+    ASSERT_TRUE(options.ok()) << options.status();
+    EXPECT_EQ(options->slots, 3);
+    EXPECT_EQ(options->policy, model::CachePolicy::kStatic);
+    EXPECT_TRUE(options->warm_counts.empty());
+  }
+  auto manifest = pack::ReadManifest(pack_dir);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  // 512 tokens, top-2 of 8 experts: layer 0 picks experts 5 and 2, layer 1 mostly 7 and 1.
+  pack::RoutingProfile profile = pack::EmptyRoutingProfile(*manifest);
+  profile.tokens = 512;
+  profile.counts = {0, 0, 512, 0, 0, 512, 0, 0, /* layer 1 */ 0, 500, 12, 0, 0, 0, 0, 512};
+  ASSERT_THAT(pack::WriteRoutingProfile(profile, *manifest, pack_dir), IsOk());
+  auto pack = pack::Pack::Open(pack_dir);
+  ASSERT_TRUE(pack.ok()) << pack.status();
+  auto options = ExpertCacheOptions(**pack, device, 3);
+  ASSERT_TRUE(options.ok()) << options.status();
+  ASSERT_EQ(options->warm_counts.size(), 16u);
+  // Picks per decay window (256 tokens): half the counts.
+  EXPECT_DOUBLE_EQ(options->warm_counts[2], 256.0);
+  EXPECT_DOUBLE_EQ(options->warm_counts[9], 250.0);
+  EXPECT_DOUBLE_EQ(options->warm_counts[10], 6.0);
+  EXPECT_DOUBLE_EQ(options->warm_counts[0], 0.0);
+  // The cache starts with the hottest experts, ties to the lower blob.
+  model::ExpertCachePolicy policy(*options, 2, 8);
+  auto warm = policy.WarmStart(options->warm_counts);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(*warm, (std::vector<uint64_t>{2, 5, 15}));
+
+  device.cache_policy = "fifo";
+  EXPECT_THAT(ExpertCacheOptions(**pack, device, 3).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "cache_policy: 'fifo'"));
 }
 
 // Without a usable device (this build has no CUDA, or no GPU is visible) --device cuda is refused and auto
