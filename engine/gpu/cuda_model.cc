@@ -102,8 +102,8 @@ absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, cons
     parts.dispatch = std::move(dispatch);
   } else {
     OffloadOptions offload;
+    offload.cache = options.cache;
     offload.cache.slots = plan.slots;
-    ASSIGN_OR_RETURN(offload.cache.policy, ParseCachePolicy(options.cache_policy));
     ASSIGN_OR_RETURN(offload.miss_path, model::ParseMissPath(options.miss_path));
     offload.max_tokens = max_tokens;
     offload.max_decode = static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(1, options.max_batch))));

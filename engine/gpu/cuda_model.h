@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "engine/exec/thread_pool.h"
 #include "engine/model/dense_backend.h"
+#include "engine/model/expert_cache_policy.h"
 #include "engine/model/model_config.h"
 #include "engine/model/moe_dispatch.h"
 #include "engine/model/weights.h"
@@ -31,8 +32,9 @@ struct CudaModelOptions {
   int max_prefill = 512;     // prompt tokens a step
   bool verify = false;       // check each blob's xxh3 as the experts are uploaded
   int64_t vram_experts = -1;  // expert slots in VRAM; -1: every expert when they fit, else as many as fit
-  std::string cache_policy = "lfu-decay";  // of the VRAM expert cache when not every expert is in VRAM
   std::string miss_path = "both";          // where experts not in VRAM are computed (model/miss_path.h)
+  // The VRAM cache's options (the policy, and a routing profile's warm counts); its slots come from the plan.
+  model::CacheOptions cache;
 };
 
 // Where the experts will live, from the sizes alone.

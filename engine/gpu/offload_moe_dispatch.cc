@@ -146,7 +146,7 @@ absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(c
 
   const uint8_t** table = d->table_host_.as<const uint8_t*>();
   for (uint64_t b = 0; b < d->n_blobs_; ++b) table[b] = d->arena_ + b * blob_bytes;
-  ASSIGN_OR_RETURN(const std::vector<uint64_t> warm, d->policy_->WarmStart({}));
+  ASSIGN_OR_RETURN(const std::vector<uint64_t> warm, d->policy_->WarmStart(options.cache.warm_counts));
   for (size_t s = 0; s < warm.size(); ++s) {
     const uint8_t* dst = d->slots_.as<uint8_t>() + s * blob_bytes;
     CUDA_RETURN_IF_ERROR(cudaMemcpy(const_cast<uint8_t*>(dst), first + warm[s] * blob_bytes, blob_bytes,
@@ -154,7 +154,7 @@ absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(c
                          "filling the VRAM expert cache");
     table[warm[s]] = dst;
   }
-  RETURN_IF_ERROR(d->policy_->Place(warm, {}));
+  RETURN_IF_ERROR(d->policy_->Place(warm, options.cache.warm_counts));
   CUDA_RETURN_IF_ERROR(cudaMemcpy(d->table_.data(), table, d->n_blobs_ * sizeof(void*), cudaMemcpyHostToDevice),
                        "uploading the blob table");
   // The memsets and pageable copies above are on the legacy stream, which the compute stream does not wait for.

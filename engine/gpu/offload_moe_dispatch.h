@@ -45,7 +45,6 @@ namespace strata::gpu {
 
 using model::CacheOptions;
 using model::CachePolicy;
-using model::ParseCachePolicy;
 
 struct OffloadOptions {
   CacheOptions cache;

@@ -87,9 +87,9 @@ absl::StatusOr<LoadedModel> LoadModel(
     o.max_prefill = options.max_prefill;
     o.verify = experts.verify;
     o.vram_experts = options.vram_experts;
-    o.cache_policy = options.cache_policy;
     o.miss_path = options.miss_path;
     ASSIGN_OR_RETURN(const gpu::VramPlan plan, gpu::PlanVram(pack, m.config(), m.weights(), o));
+    ASSIGN_OR_RETURN(o.cache, ExpertCacheOptions(pack, options, plan.slots));
     if (!plan.all_experts) {
       // The experts stay in the arena, page-locked and mapped; the VRAM cache sits in front of it.
       pack::ExpertSourceOptions arena = experts;
