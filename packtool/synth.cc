@@ -48,8 +48,9 @@ absl::StatusOr<VocabMetadata> LoadVocab(const SynthOptions& options) {
 gguf::GgmlType TensorType(const SynthTensor& t, const SynthOptions& options) {
   switch (t.kind) {
     case SynthTensorKind::kNorm:
+    case SynthTensorKind::kBias:
     case SynthTensorKind::kRouter:
-      return gguf::GgmlType::kF32;  // llama.cpp keeps norms and the router in f32
+      return gguf::GgmlType::kF32;  // llama.cpp keeps norms, biases and the router in f32
     case SynthTensorKind::kExpert:
       return options.expert_type;
     default:
@@ -150,6 +151,13 @@ absl::StatusOr<SynthGeometry> PresetGeometry(std::string_view arch, std::string_
                                                    "' (expected one of: ", absl::StrJoin(SynthPresets(), ", "), ")"));
   }
   if (arch == "mixtral") g.rope_freq_base = 1000000.0f, g.rms_norm_eps = 1e-5f;
+  // Qwen1.5-MoE's shared expert is 4 experts wide.
+  g.shared_ff = 4 * g.expert_ff;
+  if (arch == "olmoe") {
+    // llama.cpp loads OLMoE's k norm with n_embd weights: as many kv heads as heads.
+    g.n_head_kv = g.n_head;
+    g.rope_freq_base = 10000.0f, g.rms_norm_eps = 1e-5f;
+  }
   return g;
 }
 
@@ -157,7 +165,7 @@ absl::Status CheckSynthGeometry(const SynthGeometry& g) {
   RETURN_IF_ERROR(FindSynthArch(g.arch).status());
   const std::pair<const char*, int64_t> positive[] = {
       {"--layers", g.n_layer}, {"--experts", g.n_expert}, {"--experts-used", g.n_expert_used},
-      {"--embd", g.n_embd},    {"--expert-ff", g.expert_ff}, {"--heads", g.n_head},
+      {"--embd", g.n_embd},    {"--expert-ff", g.expert_ff}, {"--shared-ff", g.shared_ff}, {"--heads", g.n_head},
       {"--kv-heads", g.n_head_kv}, {"--head-dim", g.head_dim}, {"--ctx", g.n_ctx}};
   for (const auto& [flag, v] : positive) {
     if (v <= 0 || v > (int64_t{1} << 30)) {

@@ -12,6 +12,9 @@ const std::vector<SynthArch>& SynthArchTable() {
   static const std::vector<SynthArch> table = {
       {"qwen3moe", "qwen3moe", /*qk_norm=*/true},
       {"mixtral", "llama", /*qk_norm=*/false},
+      {"qwen2moe", "qwen2moe", /*qk_norm=*/false, /*qk_norm_whole=*/false, /*qkv_bias=*/true,
+       /*shared_expert=*/true, /*shared_gate=*/true},
+      {"olmoe", "olmoe", /*qk_norm=*/false, /*qk_norm_whole=*/true},
   };
   return table;
 }
@@ -41,9 +44,14 @@ std::vector<SynthTensor> SynthTensors(const SynthArch& arch, const SynthGeometry
     t.push_back({p + "attn_v.weight", {g.n_embd, kv_dim}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
     t.push_back({p + "attn_output.weight", {q_dim, g.n_embd}, SynthTensorKind::kWeight,
                  1.0f / std::sqrt(static_cast<float>(q_dim)), 0.0f, l});
-    if (arch.qk_norm) {
-      t.push_back({p + "attn_q_norm.weight", {g.head_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
-      t.push_back({p + "attn_k_norm.weight", {g.head_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    if (arch.qkv_bias) {
+      t.push_back({p + "attn_q.bias", {q_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+      t.push_back({p + "attn_k.bias", {kv_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+      t.push_back({p + "attn_v.bias", {kv_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+    }
+    if (arch.qk_norm || arch.qk_norm_whole) {
+      t.push_back({p + "attn_q_norm.weight", {arch.qk_norm ? g.head_dim : q_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+      t.push_back({p + "attn_k_norm.weight", {arch.qk_norm ? g.head_dim : kv_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
     }
     t.push_back({p + "ffn_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
     // A router with a larger spread than the other weights so that routing differs between tokens.
@@ -55,6 +63,16 @@ std::vector<SynthTensor> SynthTensors(const SynthArch& arch, const SynthGeometry
                  inv_sqrt_embd, 0.0f, l, 1});
     t.push_back({p + "ffn_down_exps.weight", {g.expert_ff, g.n_embd, g.n_expert}, SynthTensorKind::kExpert,
                  inv_sqrt_ff, 0.0f, l, 2});
+    if (arch.shared_expert) {
+      // A gate spread of ~2 puts sigmoid(gate . h) anywhere in (0.1, 0.9) across tokens.
+      if (arch.shared_gate) {
+        t.push_back({p + "ffn_gate_inp_shexp.weight", {g.n_embd}, SynthTensorKind::kRouter, 2.0f * inv_sqrt_embd, 0.0f, l});
+      }
+      const float inv_sqrt_shared = 1.0f / std::sqrt(static_cast<float>(g.shared_ff));
+      t.push_back({p + "ffn_gate_shexp.weight", {g.n_embd, g.shared_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+      t.push_back({p + "ffn_up_shexp.weight", {g.n_embd, g.shared_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+      t.push_back({p + "ffn_down_shexp.weight", {g.shared_ff, g.n_embd}, SynthTensorKind::kWeight, inv_sqrt_shared, 0.0f, l});
+    }
   }
   t.push_back({"output_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f});
   // Logits with a spread of about 2 give varied, not degenerate, sampling.
@@ -69,10 +87,14 @@ void SetSynthMetadata(const SynthArch& arch, const SynthGeometry& g, gguf::GgufW
   w->SetUint32(a + ".block_count", static_cast<uint32_t>(g.n_layer));
   w->SetUint32(a + ".context_length", static_cast<uint32_t>(g.n_ctx));
   w->SetUint32(a + ".embedding_length", static_cast<uint32_t>(g.n_embd));
-  // llama.cpp's Mixtral takes the expert width from feed_forward_length; qwen3moe has its own key.
-  w->SetUint32(a + ".feed_forward_length", static_cast<uint32_t>(g.expert_ff));
-  if (arch.name == "qwen3moe") {
+  // llama.cpp's Mixtral and OLMoE take the expert width from feed_forward_length; qwen3moe and qwen2moe have
+  // their own key, and qwen2moe's feed_forward_length is the shared expert's width (as its converter writes).
+  w->SetUint32(a + ".feed_forward_length", static_cast<uint32_t>(arch.shared_expert ? g.shared_ff : g.expert_ff));
+  if (arch.name == "qwen3moe" || arch.name == "qwen2moe") {
     w->SetUint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(g.expert_ff));
+  }
+  if (arch.shared_expert) {
+    w->SetUint32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(g.shared_ff));
   }
   w->SetUint32(a + ".attention.head_count", static_cast<uint32_t>(g.n_head));
   w->SetUint32(a + ".attention.head_count_kv", static_cast<uint32_t>(g.n_head_kv));

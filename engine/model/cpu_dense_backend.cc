@@ -48,6 +48,8 @@ void CpuDenseBackend::EnsureCapacity(int n) {
   logits_.resize(n * static_cast<size_t>(c.n_vocab));
   rope_cos_.resize(n * static_cast<size_t>(c.head_dim / 2));
   rope_sin_.resize(n * static_cast<size_t>(c.head_dim / 2));
+  shared_gate_.resize(n * static_cast<size_t>(c.shared_expert_ff));
+  shared_up_.resize(n * static_cast<size_t>(c.shared_expert_ff));
   capacity_ = n;
 }
 
@@ -130,6 +132,17 @@ absl::Status CpuDenseBackend::Attention(int64_t l) {
   Project(L.wk, h_.data(), n, k_.data());
   Project(L.wv, h_.data(), n, v_.data());
   for (int t = 0; t < n; ++t) {
+    float* qt = q_.data() + t * q_dim;
+    float* kt = k_.data() + t * kv_dim;
+    if (c.qkv_bias) {
+      AddBias(qt, L.bq.data(), q_dim);
+      AddBias(kt, L.bk.data(), kv_dim);
+      AddBias(v_.data() + t * kv_dim, L.bv.data(), kv_dim);
+    }
+    if (c.qk_norm_whole) {
+      RmsNorm(qt, L.q_norm.data(), q_dim, c.rms_norm_eps, qt);
+      RmsNorm(kt, L.k_norm.data(), kv_dim, c.rms_norm_eps, kt);
+    }
     const float* cos = rope_cos_.data() + t * half;
     const float* sin = rope_sin_.data() + t * half;
     for (int64_t hd = 0; hd < c.n_head; ++hd) {
@@ -164,8 +177,11 @@ absl::Status CpuDenseBackend::Router(int64_t l, MoeBatch* moe) {
     Softmax(probs, c.n_expert);
     int32_t* ids = layer_ids + t * k;
     TopK(probs, c.n_expert, k, ids);
-    double sum = 0;
-    for (int j = 0; j < k; ++j) sum += probs[ids[j]];
+    double sum = 1.0;
+    if (c.router_renorm) {
+      sum = 0;
+      for (int j = 0; j < k; ++j) sum += probs[ids[j]];
+    }
     for (int j = 0; j < k; ++j) weights_buf_[t * k + j] = static_cast<float>(probs[ids[j]] / sum);
   }
   moe->n_tokens = n_;
@@ -176,10 +192,28 @@ absl::Status CpuDenseBackend::Router(int64_t l, MoeBatch* moe) {
   return absl::OkStatus();
 }
 
+void CpuDenseBackend::SharedExpert(int64_t l) {
+  const ModelConfig& c = config_;
+  const SharedExpertWeights& s = weights_.layers[l].shared;
+  const int64_t E = c.n_embd, ff = c.shared_expert_ff;
+  Project(s.gate, h_.data(), n_, shared_gate_.data());
+  Project(s.up, h_.data(), n_, shared_up_.data());
+  SwiGlu(shared_gate_.data(), shared_up_.data(), n_ * ff, shared_gate_.data());
+  Project(s.down, shared_gate_.data(), n_, o_.data());
+  for (int t = 0; t < n_; ++t) {
+    float scale = 1.0f;
+    if (c.shared_expert_gate) scale = Sigmoid(Dot(s.gate_inp.data(), h_.data() + t * E, E));
+    float* xt = x_.data() + t * E;
+    const float* ot = o_.data() + t * E;
+    for (int64_t i = 0; i < E; ++i) xt[i] += scale * ot[i];
+  }
+}
+
 absl::Status CpuDenseBackend::Combine(int64_t l, const MoeBatch& moe) {
-  // The router weight is applied here and only here.
+  // The router weight is applied here and only here. h_ still holds the MoE input (the dispatch reads it).
   const int64_t E = config_.n_embd;
   const int k = moe.k;
+  if (config_.shared_expert_ff > 0) SharedExpert(l);
   for (int t = 0; t < n_; ++t) {
     float* xt = x_.data() + t * E;
     for (int j = 0; j < k; ++j) {

@@ -36,6 +36,8 @@ class CpuDenseBackend : public DenseBackend {
   // y[t] = m * x[t] for t < n, rows split across the pool.
   void Project(const DenseMatrix& m, const float* x, int n, float* y);
   void AttendAll(int64_t layer);
+  // x += the layer's shared expert of h (scaled by its sigmoid gate where the architecture has one).
+  void SharedExpert(int64_t layer);
   void EnsureCapacity(int n);
 
   const ModelConfig& config_;
@@ -51,6 +53,7 @@ class CpuDenseBackend : public DenseBackend {
   std::vector<float> x_, h_, q_, k_, v_, attn_, o_, router_, weights_buf_, parts_, final_, logits_;
   std::vector<float> rope_cos_, rope_sin_;  // per batch token: its position's rotation, head_dim / 2 each
   std::vector<int32_t> ids_;                // [layer][token][k]
+  std::vector<float> shared_gate_, shared_up_;  // n x shared_expert_ff; empty without a shared expert
 };
 
 }  // namespace strata::model

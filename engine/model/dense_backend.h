@@ -62,7 +62,7 @@ class DenseBackend {
   // h = RmsNorm(x) for the MoE input, the router's top-k ids and weights; fills `moe` with views of h, the
   // ids and the parts buffer on this backend's side.
   virtual absl::Status Router(int64_t layer, MoeBatch* moe) = 0;
-  // x += sum_j weight[t][j] * parts[t][j].
+  // x += sum_j weight[t][j] * parts[t][j], plus the layer's shared expert of h where the model has one.
   virtual absl::Status Combine(int64_t layer, const MoeBatch& moe) = 0;
   // The final norm and output matrix for the tokens with want_logits.
   virtual absl::Status Head() = 0;

@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const pack::Pack& pack) {
   if (g.n_expert() != c.n_expert) return Mismatch("n_expert", g.n_expert(), c.n_expert);
   if (g.n_expert_used() != c.n_expert_used) return Mismatch("n_expert_used", g.n_expert_used(), c.n_expert_used);
   if (g.expert_ff() != c.expert_ff) return Mismatch("expert_ff", g.expert_ff(), c.expert_ff);
-  if (g.n_shared_experts() != 0) {
+  if (g.n_shared_experts() != 0 && c.shared_expert_ff == 0) {
     return absl::UnimplementedError(absl::StrCat("the pack has ", g.n_shared_experts(),
                                                  " shared experts; ", c.arch, " models in Strata have none"));
   }

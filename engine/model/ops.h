@@ -1,7 +1,8 @@
 #ifndef STRATA_ENGINE_MODEL_OPS_H_
 #define STRATA_ENGINE_MODEL_OPS_H_
 
-// Small f32 building blocks shared by every architecture: norms, RoPE, softmax, top-k. Pure functions.
+// Small f32 building blocks shared by every architecture: norms, RoPE, biases, gates, softmax, top-k. Pure
+// functions.
 
 #include <cstdint>
 #include <span>
@@ -23,6 +24,18 @@ void RopeAngles(std::span<const double> frequencies, int64_t pos, float* cos, fl
 
 // Rotates one head of `head_dim` values in place by the angles RopeAngles gave.
 void Rope(float* head, int64_t head_dim, const float* cos, const float* sin, RopeStyle style);
+
+// x[i] += bias[i] for i < n.
+void AddBias(float* x, const float* bias, int64_t n);
+
+// sum a[i] * b[i], accumulated in double.
+float Dot(const float* a, const float* b, int64_t n);
+
+// 1 / (1 + exp(-x)).
+float Sigmoid(float x);
+
+// out[i] = silu(gate[i]) * up[i] (silu(g) = g * sigmoid(g)); out may alias gate or up.
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 
 // In-place softmax of x[0..n).
 void Softmax(float* x, int64_t n);

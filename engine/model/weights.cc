@@ -14,7 +14,9 @@ absl::StatusOr<const gguf::TensorInfo*> Find(const gguf::GgufFile& file, const s
                                              const std::vector<int64_t>& ne) {
   const gguf::TensorInfo* t = file.FindTensor(name);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat(file.path(), ": tensor '", name, "' is missing"));
-  if (t->ne != ne) {
+  std::vector<int64_t> actual = t->ne;  // trailing dimensions of 1 are ggml padding ([n_embd, 1] is [n_embd])
+  while (actual.size() > ne.size() && actual.back() == 1) actual.pop_back();
+  if (actual != ne) {
     return absl::InvalidArgumentError(absl::StrCat(file.path(), ": tensor '", name, "' has shape [",
                                                    absl::StrJoin(t->ne, ", "), "], expected [", absl::StrJoin(ne, ", "),
                                                    "]"));
@@ -87,13 +89,28 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const gguf::GgufFile& 
     ASSIGN_OR_RETURN(L.wk, LoadMatrix(dense, p + "attn_k.weight", c.n_embd, kv_dim));
     ASSIGN_OR_RETURN(L.wv, LoadMatrix(dense, p + "attn_v.weight", c.n_embd, kv_dim));
     ASSIGN_OR_RETURN(L.wo, LoadMatrix(dense, p + "attn_output.weight", q_dim, c.n_embd));
-    if (c.qk_norm) {
-      ASSIGN_OR_RETURN(L.q_norm, LoadVector(dense, p + "attn_q_norm.weight", c.head_dim));
-      ASSIGN_OR_RETURN(L.k_norm, LoadVector(dense, p + "attn_k_norm.weight", c.head_dim));
+    if (c.qkv_bias) {
+      ASSIGN_OR_RETURN(L.bq, LoadVector(dense, p + "attn_q.bias", q_dim));
+      ASSIGN_OR_RETURN(L.bk, LoadVector(dense, p + "attn_k.bias", kv_dim));
+      ASSIGN_OR_RETURN(L.bv, LoadVector(dense, p + "attn_v.bias", kv_dim));
+    }
+    if (c.qk_norm || c.qk_norm_whole) {
+      ASSIGN_OR_RETURN(L.q_norm, LoadVector(dense, p + "attn_q_norm.weight", c.qk_norm ? c.head_dim : q_dim));
+      ASSIGN_OR_RETURN(L.k_norm, LoadVector(dense, p + "attn_k_norm.weight", c.qk_norm ? c.head_dim : kv_dim));
     }
     ASSIGN_OR_RETURN(L.ffn_norm, LoadVector(dense, p + "ffn_norm.weight", c.n_embd));
     ASSIGN_OR_RETURN(L.router, LoadMatrix(dense, p + "ffn_gate_inp.weight", c.n_embd, c.n_expert, /*force_f32=*/true));
     per_token += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.router.bytes();
+    if (c.shared_expert_ff > 0) {
+      SharedExpertWeights& s = L.shared;
+      ASSIGN_OR_RETURN(s.gate, LoadMatrix(dense, p + "ffn_gate_shexp.weight", c.n_embd, c.shared_expert_ff));
+      ASSIGN_OR_RETURN(s.up, LoadMatrix(dense, p + "ffn_up_shexp.weight", c.n_embd, c.shared_expert_ff));
+      ASSIGN_OR_RETURN(s.down, LoadMatrix(dense, p + "ffn_down_shexp.weight", c.shared_expert_ff, c.n_embd));
+      if (c.shared_expert_gate) {
+        ASSIGN_OR_RETURN(s.gate_inp, LoadVector(dense, p + "ffn_gate_inp_shexp.weight", c.n_embd));
+      }
+      per_token += s.gate.bytes() + s.up.bytes() + s.down.bytes();
+    }
     w->layers.push_back(std::move(L));
   }
   ASSIGN_OR_RETURN(w->output_norm, LoadVector(dense, "output_norm.weight", c.n_embd));

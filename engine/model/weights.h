@@ -30,12 +30,21 @@ struct DenseMatrix {
   uint64_t bytes() const { return kernels::DenseRowBytes(type, cols) * static_cast<uint64_t>(rows); }
 };
 
+// The shared expert of a layer: down(silu(gate h) * up h), optionally scaled by sigmoid(gate_inp . h).
+struct SharedExpertWeights {
+  DenseMatrix gate, up;         // shared_expert_ff x n_embd
+  DenseMatrix down;             // n_embd x shared_expert_ff
+  std::vector<float> gate_inp;  // n_embd; empty without shared_expert_gate
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm;
   DenseMatrix wq, wk, wv, wo;
-  std::vector<float> q_norm, k_norm;  // qk_norm architectures only
+  std::vector<float> bq, bk, bv;      // qkv_bias architectures only
+  std::vector<float> q_norm, k_norm;  // head_dim (qk_norm) or the whole q / k width (qk_norm_whole)
   std::vector<float> ffn_norm;
   DenseMatrix router;  // n_expert x n_embd, F32
+  SharedExpertWeights shared;  // rows == 0 without a shared expert
 };
 
 struct ModelWeights {

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "engine/exec/thread_pool.h"
@@ -28,6 +29,11 @@ struct DeviceOptions {
 // 2^20) and vram_experts is -1 or a count; otherwise INVALID_ARGUMENT naming the field. LoadModel checks
 // them first; the engine checks them before it opens the pack.
 absl::Status CheckDeviceOptions(const DeviceOptions& options);
+
+// OK when the backend of `device` ("cpu" or "cuda") implements every block the configuration needs;
+// UNIMPLEMENTED naming the architecture and the missing block otherwise. LoadModel refuses --device cuda
+// for such a model and runs --device auto on the CPU, saying why in LoadedModel::note.
+absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_view device);
 
 // Whether this build has CUDA and a device is visible; `why` says what was found, for logs.
 bool CudaDeviceAvailable(std::string* why);

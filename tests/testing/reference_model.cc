@@ -102,9 +102,17 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
     hp.qk_norm = true;
   } else if (hp.arch == "llama") {
     hp.rope_style = RopeStyle::kNormal;
+  } else if (hp.arch == "qwen2moe") {
+    hp.rope_style = RopeStyle::kNeox;
+    hp.qkv_bias = true;
+    hp.renormalize_top_k = false;
+  } else if (hp.arch == "olmoe") {
+    hp.rope_style = RopeStyle::kNeox;
+    hp.qk_norm_whole = true;
+    hp.renormalize_top_k = false;
   } else {
     return absl::UnimplementedError(absl::StrCat(path, ": general.architecture is '", hp.arch,
-                                                 "'; the reference model knows qwen3moe and llama"));
+                                                 "'; the reference model knows qwen3moe, llama, qwen2moe and olmoe"));
   }
   const std::string a = hp.arch + ".";
   ASSIGN_OR_RETURN(hp.n_layer, uint_key(a + "block_count"));
@@ -127,6 +135,12 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
   hp.rms_eps = *eps;
   auto shared = md.GetUintOr(a + "expert_shared_count", 0);
   if (!shared.ok()) return fail(shared.status());
+  if (hp.arch == "qwen2moe") {
+    // llama.cpp: expert_shared_feed_forward_length, else feed_forward_length.
+    const std::string key = md.Has(a + "expert_shared_feed_forward_length") ? a + "expert_shared_feed_forward_length"
+                                                                              : a + "feed_forward_length";
+    ASSIGN_OR_RETURN(hp.shared_ff, uint_key(key));
+  }
   auto scaling = md.GetFloatOr(a + "rope.scaling.factor", 0.0);
   if (!scaling.ok()) return fail(scaling.status());
 
@@ -143,7 +157,7 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", a, "expert_used_count ", hp.n_expert_used,
                                                    " exceeds expert_count ", hp.n_expert));
   }
-  if (*shared != 0) {
+  if (*shared != 0 && hp.shared_ff == 0) {
     return absl::UnimplementedError(absl::StrCat(path, ": ", a, "expert_shared_count is ", *shared,
                                                  "; the reference model has no shared experts"));
   }
@@ -179,12 +193,28 @@ absl::Status LoadDense(const gguf::GgufModel& model, const TensorLoader& loader,
     ASSIGN_OR_RETURN(layer.wk, loader.LoadMatrix(p + "attn_k.weight", d, kv_dim));
     ASSIGN_OR_RETURN(layer.wv, loader.LoadMatrix(p + "attn_v.weight", d, kv_dim));
     ASSIGN_OR_RETURN(layer.wo, loader.LoadMatrix(p + "attn_output.weight", q_dim, d));
+    if (hp->qkv_bias) {
+      ASSIGN_OR_RETURN(layer.bq, loader.Load(p + "attn_q.bias", {q_dim}));
+      ASSIGN_OR_RETURN(layer.bk, loader.Load(p + "attn_k.bias", {kv_dim}));
+      ASSIGN_OR_RETURN(layer.bv, loader.Load(p + "attn_v.bias", {kv_dim}));
+    }
     if (hp->qk_norm) {
       ASSIGN_OR_RETURN(layer.q_norm, loader.Load(p + "attn_q_norm.weight", {hp->head_dim}));
       ASSIGN_OR_RETURN(layer.k_norm, loader.Load(p + "attn_k_norm.weight", {hp->head_dim}));
     }
+    if (hp->qk_norm_whole) {
+      ASSIGN_OR_RETURN(layer.q_norm, loader.Load(p + "attn_q_norm.weight", {q_dim}));
+      ASSIGN_OR_RETURN(layer.k_norm, loader.Load(p + "attn_k_norm.weight", {kv_dim}));
+    }
     ASSIGN_OR_RETURN(layer.ffn_norm, loader.Load(p + "ffn_norm.weight", {d}));
     ASSIGN_OR_RETURN(layer.router, loader.LoadMatrix(p + "ffn_gate_inp.weight", d, hp->n_expert));
+    if (hp->shared_ff > 0) {
+      const int64_t ff = hp->shared_ff;
+      ASSIGN_OR_RETURN(layer.shared.gate, loader.LoadMatrix(p + "ffn_gate_shexp.weight", d, ff));
+      ASSIGN_OR_RETURN(layer.shared.up, loader.LoadMatrix(p + "ffn_up_shexp.weight", d, ff));
+      ASSIGN_OR_RETURN(layer.shared.down, loader.LoadMatrix(p + "ffn_down_shexp.weight", ff, d));
+      ASSIGN_OR_RETURN(layer.shared_gate, loader.Load(p + "ffn_gate_inp_shexp.weight", {d}));
+    }
   }
   ASSIGN_OR_RETURN(w->output_norm, loader.Load("output_norm.weight", {d}));
   if (loader.Has("output.weight")) {
@@ -222,6 +252,15 @@ void RmsNorm(std::span<float> x, const std::vector<float>& weight, double eps) {
 }
 
 float Silu(float v) { return static_cast<float>(v / (1.0 + std::exp(-static_cast<double>(v)))); }
+
+// down(silu(gate h) * up h).
+std::vector<float> ExpertForward(const ReferenceModel::Expert& expert, const std::vector<float>& h) {
+  const std::vector<float> gate = MatVec(expert.gate, h);
+  const std::vector<float> up = MatVec(expert.up, h);
+  std::vector<float> act(gate.size());
+  for (size_t i = 0; i < act.size(); ++i) act[i] = Silu(gate[i]) * up[i];
+  return MatVec(expert.down, act);
+}
 
 }  // namespace
 
@@ -288,7 +327,7 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::FromPack(const s
       {"n_embd", {g.n_embd(), hp.n_embd}},
       {"n_expert", {g.n_expert(), hp.n_expert}},
       {"n_expert_used", {g.n_expert_used(), hp.n_expert_used}},
-      {"n_shared_experts", {g.n_shared_experts(), 0}}};
+      {"n_shared_experts", {g.n_shared_experts(), hp.shared_ff > 0 ? g.n_shared_experts() : 0}}};
   for (const auto& [field, values] : checks) {
     if (values.first != values.second) {
       return absl::InvalidArgumentError(absl::StrCat(manifest_path, ": geometry.", field, " is ", values.first,
@@ -356,17 +395,20 @@ std::vector<float> ReferenceModel::MoeForward(const Layer& layer, const std::vec
     picked_sum += probs[best];
   }
   route->weights.clear();
-  for (int e : route->experts) route->weights.push_back(static_cast<float>(probs[e] / picked_sum));
+  const double divisor = hparams_.renormalize_top_k ? picked_sum : 1.0;
+  for (int e : route->experts) route->weights.push_back(static_cast<float>(probs[e] / divisor));
 
   std::vector<float> out(hparams_.n_embd, 0.0f);
   for (size_t k = 0; k < route->experts.size(); ++k) {
-    const Expert& expert = layer.experts[route->experts[k]];
-    const std::vector<float> gate = MatVec(expert.gate, h);
-    const std::vector<float> up = MatVec(expert.up, h);
-    std::vector<float> act(gate.size());
-    for (size_t i = 0; i < act.size(); ++i) act[i] = Silu(gate[i]) * up[i];
-    const std::vector<float> down = MatVec(expert.down, act);
+    const std::vector<float> down = ExpertForward(layer.experts[route->experts[k]], h);
     for (int64_t i = 0; i < hparams_.n_embd; ++i) out[i] += route->weights[k] * down[i];
+  }
+  if (hparams_.shared_ff > 0) {
+    double gate_logit = 0;
+    for (int64_t i = 0; i < hparams_.n_embd; ++i) gate_logit += static_cast<double>(layer.shared_gate[i]) * h[i];
+    const double gate = 1.0 / (1.0 + std::exp(-gate_logit));
+    const std::vector<float> shared = ExpertForward(layer.shared, h);
+    for (int64_t i = 0; i < hparams_.n_embd; ++i) out[i] += static_cast<float>(gate * shared[i]);
   }
   return out;
 }
@@ -397,6 +439,15 @@ std::vector<float> ReferenceModel::Logits(std::span<const int32_t> tokens,
       q[i] = MatVec(layer.wq, h);
       k[i] = MatVec(layer.wk, h);
       v[i] = MatVec(layer.wv, h);
+      if (hp.qkv_bias) {
+        for (size_t c = 0; c < q[i].size(); ++c) q[i][c] += layer.bq[c];
+        for (size_t c = 0; c < k[i].size(); ++c) k[i][c] += layer.bk[c];
+        for (size_t c = 0; c < v[i].size(); ++c) v[i][c] += layer.bv[c];
+      }
+      if (hp.qk_norm_whole) {
+        RmsNorm(q[i], layer.q_norm, hp.rms_eps);
+        RmsNorm(k[i], layer.k_norm, hp.rms_eps);
+      }
       for (int64_t head = 0; head < hp.n_head; ++head) {
         std::span<float> qh(q[i].data() + head * hd, hd);
         if (hp.qk_norm) RmsNorm(qh, layer.q_norm, hp.rms_eps);
