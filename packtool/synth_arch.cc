@@ -15,6 +15,8 @@ const std::vector<SynthArch>& SynthArchTable() {
       {"qwen2moe", "qwen2moe", /*qk_norm=*/false, /*qk_norm_whole=*/false, /*qkv_bias=*/true,
        /*shared_expert=*/true, /*shared_gate=*/true},
       {"olmoe", "olmoe", /*qk_norm=*/false, /*qk_norm_whole=*/true},
+      {"glm4moe", "glm4moe", /*qk_norm=*/false, /*qk_norm_whole=*/false, /*qkv_bias=*/true,
+       /*shared_expert=*/true, /*shared_gate=*/false, /*sigmoid_router=*/true},
   };
   return table;
 }
@@ -53,10 +55,22 @@ std::vector<SynthTensor> SynthTensors(const SynthArch& arch, const SynthGeometry
       t.push_back({p + "attn_q_norm.weight", {arch.qk_norm ? g.head_dim : q_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
       t.push_back({p + "attn_k_norm.weight", {arch.qk_norm ? g.head_dim : kv_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
     }
-    t.push_back({p + "ffn_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    t.push_back({p + (arch.sigmoid_router ? "post_attention_norm.weight" : "ffn_norm.weight"), {g.n_embd},
+                 SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    if (l < g.n_dense_lead) {
+      const float inv_sqrt_dense = 1.0f / std::sqrt(static_cast<float>(g.dense_ff));
+      t.push_back({p + "ffn_gate.weight", {g.n_embd, g.dense_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+      t.push_back({p + "ffn_up.weight", {g.n_embd, g.dense_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+      t.push_back({p + "ffn_down.weight", {g.dense_ff, g.n_embd}, SynthTensorKind::kWeight, inv_sqrt_dense, 0.0f, l});
+      continue;
+    }
     // A router with a larger spread than the other weights so that routing differs between tokens.
     t.push_back({p + "ffn_gate_inp.weight", {g.n_embd, g.n_expert}, SynthTensorKind::kRouter,
                  2.0f * inv_sqrt_embd, 0.0f, l});
+    if (arch.sigmoid_router) {
+      // A bias of the order of the sigmoid scores' spread, so that it changes some choices.
+      t.push_back({p + "exp_probs_b.bias", {g.n_expert}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+    }
     t.push_back({p + "ffn_gate_exps.weight", {g.n_embd, g.expert_ff, g.n_expert}, SynthTensorKind::kExpert,
                  inv_sqrt_embd, 0.0f, l, 0});
     t.push_back({p + "ffn_up_exps.weight", {g.n_embd, g.expert_ff, g.n_expert}, SynthTensorKind::kExpert,
@@ -89,18 +103,27 @@ void SetSynthMetadata(const SynthArch& arch, const SynthGeometry& g, gguf::GgufW
   w->SetUint32(a + ".embedding_length", static_cast<uint32_t>(g.n_embd));
   // llama.cpp's Mixtral and OLMoE take the expert width from feed_forward_length; qwen3moe and qwen2moe have
   // their own key, and qwen2moe's feed_forward_length is the shared expert's width (as its converter writes).
-  w->SetUint32(a + ".feed_forward_length", static_cast<uint32_t>(arch.shared_expert ? g.shared_ff : g.expert_ff));
-  if (arch.name == "qwen3moe" || arch.name == "qwen2moe") {
+  const int64_t ff = arch.sigmoid_router ? g.dense_ff : arch.shared_expert ? g.shared_ff : g.expert_ff;
+  w->SetUint32(a + ".feed_forward_length", static_cast<uint32_t>(ff));
+  if (arch.name == "qwen3moe" || arch.name == "qwen2moe" || arch.name == "glm4moe") {
     w->SetUint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(g.expert_ff));
   }
-  if (arch.shared_expert) {
+  if (arch.shared_expert && !arch.sigmoid_router) {
     w->SetUint32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(g.shared_ff));
+  }
+  if (arch.sigmoid_router) {
+    // GLM-4.5's values: llama.cpp reads the shared expert's width as expert_shared_count experts.
+    w->SetUint32(a + ".expert_shared_count", static_cast<uint32_t>(g.shared_ff / g.expert_ff));
+    w->SetUint32(a + ".leading_dense_block_count", static_cast<uint32_t>(g.n_dense_lead));
+    w->SetUint32(a + ".expert_gating_func", 2);  // sigmoid
+    w->SetBool(a + ".expert_weights_norm", true);
+    w->SetFloat32(a + ".expert_weights_scale", 2.5f);
   }
   w->SetUint32(a + ".attention.head_count", static_cast<uint32_t>(g.n_head));
   w->SetUint32(a + ".attention.head_count_kv", static_cast<uint32_t>(g.n_head_kv));
   w->SetUint32(a + ".attention.key_length", static_cast<uint32_t>(g.head_dim));
   w->SetUint32(a + ".attention.value_length", static_cast<uint32_t>(g.head_dim));
-  w->SetUint32(a + ".rope.dimension_count", static_cast<uint32_t>(g.head_dim));
+  w->SetUint32(a + ".rope.dimension_count", static_cast<uint32_t>(g.rope_dim == 0 ? g.head_dim : g.rope_dim));
   w->SetFloat32(a + ".rope.freq_base", g.rope_freq_base);
   w->SetFloat32(a + ".attention.layer_norm_rms_epsilon", g.rms_norm_eps);
   w->SetUint32(a + ".expert_count", static_cast<uint32_t>(g.n_expert));

@@ -35,6 +35,8 @@ struct SynthArch {
   bool qkv_bias = false;       // attn_{q,k,v}.bias (qwen2moe)
   bool shared_expert = false;  // blk.N.ffn_{gate,up,down}_shexp.weight of width SynthGeometry::shared_ff
   bool shared_gate = false;    // blk.N.ffn_gate_inp_shexp.weight (qwen2moe)
+  bool sigmoid_router = false; // blk.N.exp_probs_b.bias, sigmoid gating keys, FFN pre-norm post_attention_norm,
+                               // SynthGeometry::n_dense_lead dense blocks and partial RoPE (glm4moe)
 };
 
 absl::StatusOr<const SynthArch*> FindSynthArch(std::string_view name);

@@ -14,10 +14,10 @@ void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* o
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-std::vector<double> RopeFrequencies(int64_t head_dim, float freq_base) {
-  std::vector<double> frequencies(static_cast<size_t>(head_dim / 2));
-  for (int64_t i = 0; i < head_dim / 2; ++i) {
-    frequencies[i] = std::pow(static_cast<double>(freq_base), -2.0 * i / head_dim);
+std::vector<double> RopeFrequencies(int64_t rope_dim, float freq_base) {
+  std::vector<double> frequencies(static_cast<size_t>(rope_dim / 2));
+  for (int64_t i = 0; i < rope_dim / 2; ++i) {
+    frequencies[i] = std::pow(static_cast<double>(freq_base), -2.0 * i / rope_dim);
   }
   return frequencies;
 }
@@ -30,8 +30,8 @@ void RopeAngles(std::span<const double> frequencies, int64_t pos, float* cos, fl
   }
 }
 
-void Rope(float* head, int64_t head_dim, const float* cos, const float* sin, RopeStyle style) {
-  const int64_t half = head_dim / 2;
+void Rope(float* head, int64_t rope_dim, const float* cos, const float* sin, RopeStyle style) {
+  const int64_t half = rope_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
     const int64_t a = style == RopeStyle::kNeox ? i : 2 * i;
     const int64_t b = style == RopeStyle::kNeox ? i + half : 2 * i + 1;

@@ -15,15 +15,17 @@ namespace strata::model {
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i]; out may alias x.
 void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* out);
 
-// freq_base^(-2i / head_dim) for i in [0, head_dim / 2): the model's rotation frequencies.
-std::vector<double> RopeFrequencies(int64_t head_dim, float freq_base);
+// freq_base^(-2i / rope_dim) for i in [0, rope_dim / 2): the model's rotation frequencies. rope_dim is the
+// head size, or less for partial RoPE (ModelConfig::rope_dim).
+std::vector<double> RopeFrequencies(int64_t rope_dim, float freq_base);
 
 // The rotation of position `pos`: cos and sin of pos * frequencies[i], for each of the frequencies. The
 // same for every head and layer, so computed once per token.
 void RopeAngles(std::span<const double> frequencies, int64_t pos, float* cos, float* sin);
 
-// Rotates one head of `head_dim` values in place by the angles RopeAngles gave.
-void Rope(float* head, int64_t head_dim, const float* cos, const float* sin, RopeStyle style);
+// Rotates the first `rope_dim` values of one head in place by the angles RopeAngles gave (NEOX pairs (i,
+// i + rope_dim / 2), as ggml's partial RoPE); the rest of the head is left as it is.
+void Rope(float* head, int64_t rope_dim, const float* cos, const float* sin, RopeStyle style);
 
 // x[i] += bias[i] for i < n.
 void AddBias(float* x, const float* bias, int64_t n);

@@ -23,8 +23,10 @@ bool CudaDeviceAvailable(std::string* why) {
 absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_view device) {
   using model::Block;
   if (device == "cpu") {
-    return model::CheckBackendBlocks(config, "CPU", {Block::kQkvBias, Block::kWholeQkNorm, Block::kRouterWithoutRenorm,
-                                                     Block::kSharedExpert, Block::kSharedExpertGate});
+    return model::CheckBackendBlocks(config, "CPU",
+                                     {Block::kQkvBias, Block::kWholeQkNorm, Block::kRouterWithoutRenorm,
+                                      Block::kSharedExpert, Block::kSharedExpertGate, Block::kPartialRope,
+                                      Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks});
   }
   // engine/gpu implements the base blocks only; add each block here as its CUDA twin lands.
   return model::CheckBackendBlocks(config, "CUDA", {});

@@ -233,7 +233,7 @@ TEST(ConvertTest, RefusesAnArchitectureTheEngineCannotRunBeforeAnyWork) {
 // go to dense.gguf as they are, and only the routed experts to experts.bin. OLMoE's whole-projection q/k
 // norms are dense too.
 TEST(ConvertTest, SharedExpertsAndBiasesGoToDenseGgufAndRoutedExpertsToExpertsBin) {
-  for (const std::string arch : {"qwen2moe", "olmoe"}) {
+  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe"}) {
     ScratchDir dir;
     SynthOptions o = TinyOptions(dir.Join("m.gguf"));
     o.geometry = *PresetGeometry(arch, "tiny");
@@ -242,10 +242,13 @@ TEST(ConvertTest, SharedExpertsAndBiasesGoToDenseGgufAndRoutedExpertsToExpertsBi
     ASSERT_TRUE(manifest.ok()) << arch << ": " << manifest.status();
     EXPECT_EQ(manifest->architecture(), arch);
     EXPECT_EQ(manifest->geometry().expert_ff(), static_cast<uint32_t>(o.geometry.expert_ff));
-    EXPECT_EQ(manifest->geometry().n_moe_layers(), static_cast<uint32_t>(o.geometry.n_layer));
+    // glm4moe's first block is dense: its FFN is a dense tensor, not a MoE layer.
+    const int64_t n_moe = o.geometry.n_layer - o.geometry.n_dense_lead;
+    EXPECT_EQ(manifest->geometry().n_moe_layers(), static_cast<uint32_t>(n_moe));
+    EXPECT_EQ(manifest->geometry().moe_layers(0), static_cast<uint32_t>(o.geometry.n_dense_lead));
     auto layout = pack::LayoutFromManifest(*manifest);
     ASSERT_TRUE(layout.ok()) << layout.status();
-    EXPECT_EQ(manifest->experts_bytes(), static_cast<uint64_t>(o.geometry.n_layer * o.geometry.n_expert) * layout->blob_bytes);
+    EXPECT_EQ(manifest->experts_bytes(), static_cast<uint64_t>(n_moe * o.geometry.n_expert) * layout->blob_bytes);
     auto source = gguf::GgufFile::Open(o.output);
     auto dense = gguf::GgufFile::Open(dir.Join("p/dense.gguf"));
     ASSERT_TRUE(source.ok() && dense.ok());
@@ -262,8 +265,13 @@ TEST(ConvertTest, SharedExpertsAndBiasesGoToDenseGgufAndRoutedExpertsToExpertsBi
                   std::vector<uint8_t>(t.data, t.data + t.bytes)) << t.name;
       }
     }
-    const int per_layer = arch == "qwen2moe" ? 14 : 9;  // + 3 biases, 4 shared expert tensors; + 2 q/k norms
-    EXPECT_EQ(dense_tensors, 3 + per_layer * o.geometry.n_layer) << arch;
+    // Per block: attn_norm, q, k, v, output, the FFN norm and the router, and qwen2moe's 3 biases and 4 shared
+    // expert tensors, olmoe's 2 q/k norms, glm4moe's 3 biases, expert bias and 3 shared expert tensors (in
+    // its dense first block: 3 biases and the FFN's 3 matrices instead of the router).
+    const int per_layer = arch == "qwen2moe" ? 14 : arch == "olmoe" ? 9 : 14;
+    const int dense_block = arch == "glm4moe" ? 12 : per_layer;
+    EXPECT_EQ(dense_tensors, 3 + dense_block * o.geometry.n_dense_lead +
+                                 per_layer * (o.geometry.n_layer - o.geometry.n_dense_lead)) << arch;
     if (arch == "qwen2moe") {
       EXPECT_NE((*dense)->FindTensor("blk.1.ffn_gate_inp_shexp.weight"), nullptr);
       EXPECT_NE((*dense)->FindTensor("blk.1.ffn_down_shexp.weight"), nullptr);

@@ -5,22 +5,26 @@
 // against. Every weight is dequantized to f32 at load; dot products accumulate in double.
 //
 // Semantics follow llama.cpp for the architectures "qwen3moe", "llama" with expert_count > 0 (Mixtral),
-// "qwen2moe" and "olmoe", as read from llama.cpp's graph builders (src/models/qwen3moe.cpp, llama.cpp,
-// qwen2moe.cpp, olmoe.cpp) and llama_model_rope_type:
+// "qwen2moe", "olmoe" and "glm4moe", as read from llama.cpp's graph builders (src/models/qwen3moe.cpp,
+// llama.cpp, qwen2moe.cpp, olmoe.cpp, glm4-moe.cpp) and llama_model_rope_type:
 //   - Pre-norm blocks: x += Wo Attn(RMSNorm(x) * attn_norm); x += MoE(RMSNorm(x) * ffn_norm).
 //   - RMSNorm(x) = x / sqrt(mean(x^2) + eps), eps = attention.layer_norm_rms_epsilon.
-//   - qwen2moe adds biases (attn_{q,k,v}.bias) to the q, k and v projections.
+//   - qwen2moe and glm4moe add biases (attn_{q,k,v}.bias) to the q, k and v projections. glm4moe names
+//     the FFN's pre-norm post_attention_norm (ffn_norm elsewhere).
 //   - qwen3moe applies a per-head RMSNorm (attn_q_norm / attn_k_norm, same eps) to q and k before RoPE;
 //     olmoe applies one RMSNorm over the whole q projection and one over the whole k projection.
-//   - RoPE: qwen3moe, qwen2moe and olmoe are NEOX style (rotates (i, i + d/2)), llama is NORMAL style
-//     (rotates (2i, 2i + 1)),
+//   - RoPE: qwen3moe, qwen2moe, olmoe and glm4moe are NEOX style (rotates (i, i + d/2)), llama is NORMAL
+//     style (rotates (2i, 2i + 1)); glm4moe rotates only the first d = rope.dimension_count values of a head,
 //     theta_i = pos * freq_base^(-2i / d) with d = head_dim (llama.cpp asserts n_rot == head_dim here).
 //   - Causal GQA attention scaled by 1/sqrt(head_dim); query head h reads kv head h / (n_head / n_head_kv).
 //   - Router: softmax over all experts, top-k (ties go to the lower index); qwen3moe and llama renormalize the
 //     k probabilities to sum 1 (build_moe_ffn with norm_w = true; for Mixtral this equals a softmax over the
-//     top-k logits), qwen2moe and olmoe use them as they are (norm_w = false).
+//     top-k logits), qwen2moe and olmoe use them as they are (norm_w = false). glm4moe scores each expert
+//     with a sigmoid, picks the top k of score + exp_probs_b, weighs them by their scores, renormalized when
+//     expert_weights_norm, times expert_weights_scale.
+//   - glm4moe's first leading_dense_block_count blocks have a dense FFN (ffn_{gate,up,down}) instead.
 //   - Expert: down(silu(gate h) * up h). qwen2moe adds a shared expert of the same form on h
-//     (ffn_{gate,up,down}_shexp), scaled by sigmoid(ffn_gate_inp_shexp . h).
+//     (ffn_{gate,up,down}_shexp), scaled by sigmoid(ffn_gate_inp_shexp . h); glm4moe's is not scaled.
 //   - Final RMSNorm with output_norm, then output.weight, or the token embedding when output.weight is
 //     absent (tied).
 // Every block must be a MoE block; RoPE scaling is refused as unimplemented.
@@ -63,7 +67,12 @@ class ReferenceModel {
     bool qk_norm_whole = false;  // over the whole q / k projection
     bool qkv_bias = false;
     bool renormalize_top_k = true;
-    int64_t shared_ff = 0;  // width of the gated shared expert; 0 = none
+    int64_t shared_ff = 0;  // width of the shared expert; 0 = none
+    int64_t rope_dim = 0;   // leading values of a head RoPE rotates
+    bool sigmoid_router = false;  // with the score-correction bias exp_probs_b
+    double routed_scale = 1.0;
+    int64_t n_dense_lead = 0;  // leading blocks with a dense FFN
+    int64_t dense_ff = 0;
   };
 
   // A rows x cols matrix, row-major: y[r] = sum_c w[r * cols + c] x[c]. A ggml tensor of ne = [in, out]
@@ -86,7 +95,9 @@ class ReferenceModel {
     Matrix router;  // n_expert x n_embd
     std::vector<Expert> experts;
     Expert shared;                        // shared_ff wide; empty unless shared_ff > 0
-    std::vector<float> shared_gate;       // n_embd
+    std::vector<float> shared_gate;       // n_embd; empty when the shared expert is not gated
+    std::vector<float> router_bias;       // n_expert (exp_probs_b); empty unless sigmoid_router
+    Expert dense_ffn;                     // dense leading blocks only (which have no router and no experts)
   };
   struct Weights {
     Matrix token_embd;  // n_vocab x n_embd: row t is token t's embedding

@@ -93,6 +93,67 @@ gguf::Metadata Qwen2Metadata() {
 
 gguf::Metadata OlmoeMetadata() { return ArchMetadata("olmoe", {{"feed_forward_length", 96}}); }
 
+// GLM-4.5-Air's keys (block 0 dense, one shared expert, half of each head rotated).
+gguf::Metadata Glm4MoeMetadata() {
+  gguf::Metadata m = ArchMetadata("glm4moe", {{"feed_forward_length", 512},
+                                              {"expert_feed_forward_length", 64},
+                                              {"expert_shared_count", 1},
+                                              {"leading_dense_block_count", 1},
+                                              {"rope.dimension_count", 16},
+                                              {"expert_gating_func", 2}});
+  m.Add("glm4moe.expert_weights_norm", gguf::Value::Bool(true));
+  m.Add("glm4moe.expert_weights_scale", gguf::Value::Float32(2.5f));
+  return m;
+}
+
+TEST(ModelConfigTest, ReadsGlm4MoeWithItsRouterDenseBlocksAndPartialRope) {
+  auto c = ReadModelConfig(Glm4MoeMetadata());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->expert_ff, 64);
+  EXPECT_EQ(c->shared_expert_ff, 64);
+  EXPECT_FALSE(c->shared_expert_gate);
+  EXPECT_EQ(c->n_dense_lead, 1);
+  EXPECT_EQ(c->dense_ff, 512);
+  EXPECT_EQ(c->head_dim, 32);
+  EXPECT_EQ(c->rope_dim, 16);
+  EXPECT_EQ(c->rope_style, RopeStyle::kNeox);
+  EXPECT_EQ(c->router_gating, RouterGating::kSigmoid);
+  EXPECT_TRUE(c->router_score_bias);
+  EXPECT_TRUE(c->router_renorm);
+  EXPECT_FLOAT_EQ(c->routed_scale, 2.5f);
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_EQ(c->ffn_norm_name, "post_attention_norm");
+  EXPECT_EQ(BlocksNeeded(*c), (std::vector<Block>{Block::kQkvBias, Block::kSharedExpert, Block::kPartialRope,
+                                                 Block::kSigmoidRouter, Block::kRoutedScale,
+                                                 Block::kDenseLeadingBlocks}));
+}
+
+TEST(ModelConfigTest, Glm4MoeRefusesWhatItDoesNotImplementNamingTheKey) {
+  struct Case {
+    std::string key;
+    gguf::Value value;
+    absl::StatusCode code;
+  };
+  const std::vector<Case> cases = {
+      {"glm4moe.nextn_predict_layers", gguf::Value::Uint32(1), absl::StatusCode::kUnimplemented},
+      {"glm4moe.expert_gating_func", gguf::Value::Uint32(1), absl::StatusCode::kUnimplemented},
+      {"glm4moe.expert_group_count", gguf::Value::Uint32(8), absl::StatusCode::kUnimplemented},
+      {"glm4moe.rope.dimension_sections", gguf::Value::Uint32(8), absl::StatusCode::kUnimplemented},
+      {"glm4moe.leading_dense_block_count", gguf::Value::Uint32(2), absl::StatusCode::kInvalidArgument},
+      {"glm4moe.rope.dimension_count", gguf::Value::Uint32(15), absl::StatusCode::kInvalidArgument},
+      {"glm4moe.rope.dimension_count", gguf::Value::Uint32(64), absl::StatusCode::kInvalidArgument},
+  };
+  for (const Case& c : cases) {
+    gguf::Metadata m = Glm4MoeMetadata();
+    m.Add(c.key, c.value);
+    EXPECT_THAT(ReadModelConfig(m).status(), StatusIsWith(c.code, c.key)) << c.key;
+  }
+  // Partial RoPE is glm4moe's: qwen3moe still refuses it.
+  gguf::Metadata qwen = Qwen3Metadata();
+  qwen.Add("qwen3moe.rope.dimension_count", gguf::Value::Uint32(16));
+  EXPECT_THAT(ReadModelConfig(qwen).status(), StatusIsWith(absl::StatusCode::kUnimplemented, "rope.dimension_count"));
+}
+
 TEST(ModelConfigTest, ReadsQwen2MoeWithItsSharedExpertAndBiases) {
   auto c = ReadModelConfig(Qwen2Metadata());
   ASSERT_TRUE(c.ok()) << c.status();

@@ -91,9 +91,13 @@ TEST_P(ReferenceModelTest, HyperParametersComeFromMetadata) {
   EXPECT_EQ(hp.rope_style, arch == "mixtral" ? RopeStyle::kNormal : RopeStyle::kNeox);
   EXPECT_EQ(hp.qk_norm, arch == "qwen3moe");
   EXPECT_EQ(hp.qk_norm_whole, arch == "olmoe");
-  EXPECT_EQ(hp.qkv_bias, arch == "qwen2moe");
-  EXPECT_EQ(hp.renormalize_top_k, arch == "qwen3moe" || arch == "mixtral");
-  EXPECT_EQ(hp.shared_ff, arch == "qwen2moe" ? g.shared_ff : 0);
+  EXPECT_EQ(hp.renormalize_top_k, arch != "qwen2moe" && arch != "olmoe");
+  EXPECT_EQ(hp.shared_ff, arch == "qwen2moe" || arch == "glm4moe" ? g.shared_ff : 0);
+  EXPECT_EQ(hp.qkv_bias, arch == "qwen2moe" || arch == "glm4moe");
+  EXPECT_EQ(hp.sigmoid_router, arch == "glm4moe");
+  EXPECT_EQ(hp.n_dense_lead, g.n_dense_lead);
+  EXPECT_EQ(hp.rope_dim, g.rope_dim == 0 ? g.head_dim : g.rope_dim);
+  EXPECT_DOUBLE_EQ(hp.routed_scale, arch == "glm4moe" ? 2.5 : 1.0);
   EXPECT_EQ(hp.n_layer, g.n_layer);
   EXPECT_EQ(hp.n_embd, g.n_embd);
   EXPECT_EQ(hp.n_head, g.n_head);
@@ -218,8 +222,9 @@ TEST_P(ReferenceModelTest, ALastLayerExpertChangesExactlyThePositionsRoutedToIt)
   }
 }
 
-// Renormalized (qwen3moe, mixtral): the weights sum to 1. Not renormalized (qwen2moe, olmoe): they are
-// probabilities of a softmax over more experts than k, so they sum to less than 1.
+// Renormalized (qwen3moe, mixtral, glm4moe): the weights sum to 1, times glm4moe's routed scale. Not
+// renormalized (qwen2moe, olmoe): they are probabilities of a softmax over more experts than k, so they sum
+// to less than 1. Dense blocks (glm4moe's first) route nothing.
 TEST_P(ReferenceModelTest, RouteWeightsAreTheTopKProbabilitiesRenormalizedWhereTheArchitectureDoes) {
   auto model = Load();
   ASSERT_NE(model, nullptr);
@@ -228,15 +233,22 @@ TEST_P(ReferenceModelTest, RouteWeightsAreTheTopKProbabilitiesRenormalizedWhereT
   std::set<int> seen;
   for (const auto& layer : routes) {
     for (const Model::Route& r : layer) {
+      if (&layer - &routes[0] < model->hparams().n_dense_lead) {
+        EXPECT_TRUE(r.experts.empty());
+        continue;
+      }
       ASSERT_EQ(r.experts.size(), static_cast<size_t>(model->hparams().n_expert_used));
       const double sum = std::accumulate(r.weights.begin(), r.weights.end(), 0.0);
       if (model->hparams().renormalize_top_k) {
-        EXPECT_NEAR(sum, 1.0, 1e-6);
+        EXPECT_NEAR(sum, model->hparams().routed_scale, 1e-6);
       } else {
         EXPECT_LT(sum, 1.0 - 1e-3);
         EXPECT_GT(sum, 0.0);
       }
-      EXPECT_TRUE(std::is_sorted(r.weights.rbegin(), r.weights.rend()));  // picked best first
+      // Picked best first (by score plus the correction bias where there is one, so not checked there).
+      if (!model->hparams().sigmoid_router) {
+        EXPECT_TRUE(std::is_sorted(r.weights.rbegin(), r.weights.rend()));
+      }
       EXPECT_EQ(std::set<int>(r.experts.begin(), r.experts.end()).size(), r.experts.size());
       seen.insert(r.experts.begin(), r.experts.end());
     }
@@ -247,7 +259,9 @@ TEST_P(ReferenceModelTest, RouteWeightsAreTheTopKProbabilitiesRenormalizedWhereT
 // An independent computation of one token's logits. With a single position, attention returns v (softmax
 // over one score is 1), so q, k, their norms, biases and RoPE drop out; the router is written as Mixtral's
 // softmax over the top-k logits, times the top-k's share of a softmax over all logits where the
-// architecture does not renormalize; the shared expert is scaled by 1 / (1 + exp(-gate . h)).
+// architecture does not renormalize; the shared expert is scaled by 1 / (1 + exp(-gate . h)) where gated.
+// glm4moe: a dense FFN in the leading blocks; elsewhere experts picked by 1 / (1 + exp(-logit)) + bias, weighed
+// by 1 / (1 + exp(-logit)) over the picked ones' sum, times the routed scale.
 std::vector<float> OneTokenByHand(const Model& model, int32_t token) {
   const Model::Hparams& hp = model.hparams();
   const Model::Weights& w = model.weights();
@@ -278,31 +292,45 @@ std::vector<float> OneTokenByHand(const Model& model, int32_t token) {
     for (int64_t i = 0; i < hp.n_embd; ++i) x[i] += o[i];
 
     const std::vector<float> h = norm(x, layer.ffn_norm);
-    const std::vector<float> logit = matvec(layer.router, h);
-    std::vector<int> order(hp.n_expert);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logit[a] > logit[b]; });
-    order.resize(hp.n_expert_used);
-    float denom = 0, all = 0;
-    for (int e : order) denom += std::exp(logit[e] - logit[order[0]]);
-    for (float l : logit) all += std::exp(l - logit[order[0]]);
-    const float share = hp.renormalize_top_k ? 1.0f : denom / all;
     auto ffn = [&](const Model::Expert& ex) {
       const std::vector<float> g = matvec(ex.gate, h), u = matvec(ex.up, h);
       std::vector<float> a(g.size());
       for (size_t i = 0; i < a.size(); ++i) a[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
       return matvec(ex.down, a);
     };
+    if (layer.experts.empty()) {  // a dense leading block
+      const std::vector<float> d = ffn(layer.dense_ffn);
+      for (int64_t i = 0; i < hp.n_embd; ++i) x[i] += d[i];
+      continue;
+    }
+    const std::vector<float> logit = matvec(layer.router, h);
+    std::vector<float> rank(logit);
+    std::vector<float> sigmoid(logit.size());
+    for (size_t e = 0; e < logit.size(); ++e) sigmoid[e] = 1 / (1 + std::exp(-logit[e]));
+    if (hp.sigmoid_router) {
+      for (size_t e = 0; e < logit.size(); ++e) rank[e] = sigmoid[e] + layer.router_bias[e];
+    }
+    std::vector<int> order(hp.n_expert);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return rank[a] > rank[b]; });
+    order.resize(hp.n_expert_used);
+    float denom = 0, all = 0, sigmoid_sum = 0;
+    for (int e : order) denom += std::exp(logit[e] - logit[order[0]]);
+    for (float l : logit) all += std::exp(l - logit[order[0]]);
+    for (int e : order) sigmoid_sum += sigmoid[e];
+    const float share = hp.renormalize_top_k ? 1.0f : denom / all;
     for (int e : order) {
-      const float weight = std::exp(logit[e] - logit[order[0]]) / denom * share;
+      const float weight = hp.sigmoid_router ? sigmoid[e] / sigmoid_sum * static_cast<float>(hp.routed_scale)
+                                             : std::exp(logit[e] - logit[order[0]]) / denom * share;
       const std::vector<float> d = ffn(layer.experts[e]);
       for (int64_t i = 0; i < hp.n_embd; ++i) x[i] += weight * d[i];
     }
     if (hp.shared_ff > 0) {
       float gate = 0;
-      for (int64_t i = 0; i < hp.n_embd; ++i) gate += layer.shared_gate[i] * h[i];
+      for (size_t i = 0; i < layer.shared_gate.size(); ++i) gate += layer.shared_gate[i] * h[i];
+      const float scale = layer.shared_gate.empty() ? 1.0f : 1 / (1 + std::exp(-gate));
       const std::vector<float> d = ffn(layer.shared);
-      for (int64_t i = 0; i < hp.n_embd; ++i) x[i] += d[i] / (1 + std::exp(-gate));
+      for (int64_t i = 0; i < hp.n_embd; ++i) x[i] += d[i] * scale;
     }
   }
   return matvec(w.output, norm(x, w.output_norm));
@@ -326,7 +354,8 @@ TEST_P(ReferenceModelTest, TokensOutsideTheVocabularyGiveNoLogits) {
   EXPECT_TRUE(model->Logits(negative).empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ReferenceModelTest, ::testing::Values("qwen3moe", "mixtral", "qwen2moe", "olmoe"));
+INSTANTIATE_TEST_SUITE_P(Archs, ReferenceModelTest,
+                         ::testing::Values("qwen3moe", "mixtral", "qwen2moe", "olmoe", "glm4moe"));
 
 // max over positions >= 1 of the relative change of the logits, and that of position 0.
 std::pair<double, double> LaterAndFirstChange(const Model& model, const std::vector<float>& before) {
@@ -369,6 +398,24 @@ TEST(ReferenceModelArchTest, OlmoeQkNormIsOverTheWholeProjection) {
   std::tie(later, first) = LaterAndFirstChange(**model, before);
   EXPECT_GT(later, 1e-3);
   EXPECT_LT(first, 1e-6);  // one position attends to itself only
+}
+
+// glm4moe's score-correction bias moves the choice, not the weights: a large bias on one expert makes every
+// position pick it, and the weights stay the sigmoid scores renormalized times the routed scale.
+TEST(ReferenceModelArchTest, Glm4MoeExpertBiasChoosesButDoesNotWeigh) {
+  auto model = Model::FromGguf(TinyModels::Gguf("glm4moe", gguf::GgmlType::kF32));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int64_t last = (*model)->hparams().n_layer - 1;
+  std::vector<float>& bias = (*model)->mutable_weights().layers[last].router_bias;
+  ASSERT_FALSE(bias.empty());
+  bias[3] = 10.0f;
+  std::vector<std::vector<Model::Route>> routes;
+  (*model)->Logits(kPrompt, &routes);
+  for (const Model::Route& r : routes[last]) {
+    ASSERT_EQ(r.experts[0], 3);
+    EXPECT_NEAR(std::accumulate(r.weights.begin(), r.weights.end(), 0.0), 2.5, 1e-5);
+    EXPECT_LT(r.weights[0], 2.5 - 1e-3);  // not the bias: 10 would take (almost) all of it
+  }
 }
 
 TEST(ApplyRopeTest, NormalRotatesAdjacentPairsAndNeoxRotatesHalves) {

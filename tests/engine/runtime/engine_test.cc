@@ -128,6 +128,7 @@ struct ArchPreset {
   std::string arch;
   std::string preset;
 };
+void PrintTo(const ArchPreset& p, std::ostream* os) { *os << p.arch << " " << p.preset; }
 
 class EngineArchTest : public ::testing::TestWithParam<ArchPreset> {};
 
@@ -166,7 +167,8 @@ TEST_P(EngineArchTest, F16LogitsAndGreedyTokensMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(Architectures, EngineArchTest,
                          ::testing::Values(ArchPreset{"qwen3moe", "tiny"}, ArchPreset{"mixtral", "tiny"},
                                            ArchPreset{"qwen2moe", "tiny"}, ArchPreset{"qwen2moe", "small"},
-                                           ArchPreset{"olmoe", "tiny"}, ArchPreset{"olmoe", "small"}),
+                                           ArchPreset{"olmoe", "tiny"}, ArchPreset{"olmoe", "small"},
+                                           ArchPreset{"glm4moe", "tiny"}, ArchPreset{"glm4moe", "small"}),
                          [](const ::testing::TestParamInfo<ArchPreset>& info) {
                            return info.param.arch + "_" + info.param.preset;
                          });

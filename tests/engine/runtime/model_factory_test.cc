@@ -94,7 +94,7 @@ TEST(ModelFactoryTest, CudaRunsWhereADeviceIsVisibleAndIsRefusedElsewhere) {
 // The CUDA backend has the base blocks only: the factory's check names what a new architecture needs. It is
 // the check LoadModel runs before building the CUDA backend, so it is tested here without a GPU.
 TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNamingTheBlock) {
-  for (const std::string arch : {"qwen2moe", "olmoe", "qwen3moe"}) {
+  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "qwen3moe"}) {
     ScratchDir dir;
     auto pack = pack::Pack::Open(TinyPack(dir, arch));
     ASSERT_TRUE(pack.ok()) << pack.status();
@@ -114,7 +114,9 @@ TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNa
     // --device auto runs it on the CPU, with or without a GPU here.
     auto automatic = Engine::Create(Options((*pack)->dir(), "auto"));
     ASSERT_TRUE(automatic.ok()) << automatic.status();
-    if (arch != "qwen3moe") EXPECT_EQ((*automatic)->info().backend.device, "cpu") << arch;
+    if (arch != "qwen3moe") {
+      EXPECT_EQ((*automatic)->info().backend.device, "cpu") << arch;
+    }
   }
 }
 
