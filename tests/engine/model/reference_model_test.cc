@@ -406,6 +406,17 @@ TEST(ReferenceModelArchTest, Glm4MoeExpertBiasChoosesButDoesNotWeigh) {
   auto model = Model::FromGguf(TinyModels::Gguf("glm4moe", gguf::GgmlType::kF32));
   ASSERT_TRUE(model.ok()) << model.status();
   const int64_t last = (*model)->hparams().n_layer - 1;
+  // synth's own biases already change some choices, so the engine-vs-reference tests see the bias at work.
+  std::vector<std::vector<Model::Route>> biased, unbiased;
+  (*model)->Logits(kPrompt, &biased);
+  const std::vector<float> synth_bias = (*model)->mutable_weights().layers[last].router_bias;
+  std::fill((*model)->mutable_weights().layers[last].router_bias.begin(),
+            (*model)->mutable_weights().layers[last].router_bias.end(), 0.0f);
+  (*model)->Logits(kPrompt, &unbiased);
+  int changed = 0;
+  for (size_t pos = 0; pos < kPrompt.size(); ++pos) changed += biased[last][pos].experts != unbiased[last][pos].experts;
+  EXPECT_GT(changed, 0);
+  (*model)->mutable_weights().layers[last].router_bias = synth_bias;
   std::vector<float>& bias = (*model)->mutable_weights().layers[last].router_bias;
   ASSERT_FALSE(bias.empty());
   bias[3] = 10.0f;
