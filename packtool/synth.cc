@@ -48,8 +48,9 @@ absl::StatusOr<VocabMetadata> LoadVocab(const SynthOptions& options) {
 gguf::GgmlType TensorType(const SynthTensor& t, const SynthOptions& options) {
   switch (t.kind) {
     case SynthTensorKind::kNorm:
+    case SynthTensorKind::kBias:
     case SynthTensorKind::kRouter:
-      return gguf::GgmlType::kF32;  // llama.cpp keeps norms and the router in f32
+      return gguf::GgmlType::kF32;  // llama.cpp keeps norms, biases and the router in f32
     case SynthTensorKind::kExpert:
       return options.expert_type;
     default:
@@ -100,7 +101,7 @@ struct RandomRoleSource {
 
 // Fills a blob with random codes for the expert tensors in `tensors`; null when one of them has a nonzero
 // mean (random codes of the symmetric schemes are centred on 0).
-BlobFiller MakeRandomBlobFiller(const std::vector<SynthTensor>& tensors, int64_t n_layer,
+BlobFiller MakeRandomBlobFiller(const std::vector<SynthTensor>& tensors, int64_t n_layer, int64_t n_dense_lead,
                                 const pack::BlobLayout& layout, uint64_t seed) {
   std::vector<std::array<RandomRoleSource, 3>> sources(static_cast<size_t>(n_layer));
   for (const SynthTensor& t : tensors) {
@@ -109,11 +110,11 @@ BlobFiller MakeRandomBlobFiller(const std::vector<SynthTensor>& tensors, int64_t
     sources[static_cast<size_t>(t.layer)][static_cast<size_t>(t.role)] = {SynthStream(seed, t.name), t.scale};
   }
   const uint64_t role_elems = static_cast<uint64_t>(layout.n_embd) * static_cast<uint64_t>(layout.expert_ff);
-  // Every block of a synthetic model is a MoE layer, so the MoE layer index is the block index.
-  return [sources = std::move(sources), layout, role_elems](int64_t layer, int64_t expert,
-                                                            std::span<uint8_t> blob) -> absl::Status {
+  // The blocks of a synthetic model are MoE from n_dense_lead on: block = n_dense_lead + MoE layer index.
+  return [sources = std::move(sources), layout, role_elems, n_dense_lead](int64_t moe_layer, int64_t expert,
+                                                                          std::span<uint8_t> blob) -> absl::Status {
     for (int r = 0; r < 3; ++r) {
-      const RandomRoleSource& source = sources[static_cast<size_t>(layer)][static_cast<size_t>(r)];
+      const RandomRoleSource& source = sources[static_cast<size_t>(n_dense_lead + moe_layer)][static_cast<size_t>(r)];
       // The role's first element in the tensor's stream, as for the f32 weights: expert * rows * cols.
       RETURN_IF_ERROR(FillRandomRole(layout.scheme, layout.rows(r), layout.cols(r), source.stddev, source.stream,
                                      static_cast<uint64_t>(expert) * role_elems, blob.data() + layout.role_offset[r]));
@@ -150,6 +151,21 @@ absl::StatusOr<SynthGeometry> PresetGeometry(std::string_view arch, std::string_
                                                    "' (expected one of: ", absl::StrJoin(SynthPresets(), ", "), ")"));
   }
   if (arch == "mixtral") g.rope_freq_base = 1000000.0f, g.rms_norm_eps = 1e-5f;
+  // Qwen1.5-MoE's shared expert is 4 experts wide.
+  g.shared_ff = 4 * g.expert_ff;
+  if (arch == "glm4moe") {
+    // GLM-4.5-Air's shape: one dense block first, one shared expert as wide as a routed one, half of each
+    // head rotated.
+    g.n_dense_lead = 1;
+    g.dense_ff = 4 * g.expert_ff;
+    g.shared_ff = g.expert_ff;
+    g.rope_dim = g.head_dim / 2;
+  }
+  if (arch == "olmoe") {
+    // llama.cpp loads OLMoE's k norm with n_embd weights: as many kv heads as heads.
+    g.n_head_kv = g.n_head;
+    g.rope_freq_base = 10000.0f, g.rms_norm_eps = 1e-5f;
+  }
   return g;
 }
 
@@ -157,7 +173,7 @@ absl::Status CheckSynthGeometry(const SynthGeometry& g) {
   RETURN_IF_ERROR(FindSynthArch(g.arch).status());
   const std::pair<const char*, int64_t> positive[] = {
       {"--layers", g.n_layer}, {"--experts", g.n_expert}, {"--experts-used", g.n_expert_used},
-      {"--embd", g.n_embd},    {"--expert-ff", g.expert_ff}, {"--heads", g.n_head},
+      {"--embd", g.n_embd},    {"--expert-ff", g.expert_ff}, {"--shared-ff", g.shared_ff}, {"--heads", g.n_head},
       {"--kv-heads", g.n_head_kv}, {"--head-dim", g.head_dim}, {"--ctx", g.n_ctx}};
   for (const auto& [flag, v] : positive) {
     if (v <= 0 || v > (int64_t{1} << 30)) {
@@ -181,6 +197,14 @@ absl::Status CheckSynthGeometry(const SynthGeometry& g) {
                                                    ") must be multiples of 64"));
   }
   if (g.n_vocab < 0) return absl::InvalidArgumentError(absl::StrCat("--vocab-size: ", g.n_vocab, " is negative"));
+  // Set by the presets only (no flags): checked for what the writers assume.
+  if (g.n_dense_lead < 0 || g.n_dense_lead >= g.n_layer || g.dense_ff <= 0 || g.rope_dim < 0 || g.rope_dim > g.head_dim ||
+      g.rope_dim % 2 != 0 || (g.arch == "glm4moe" && g.shared_ff % g.expert_ff != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("synth geometry: dense blocks ", g.n_dense_lead, " of --layers ",
+                                                   g.n_layer, ", dense width ", g.dense_ff, ", rope dimensions ",
+                                                   g.rope_dim, " of --head-dim ", g.head_dim, ", --shared-ff ",
+                                                   g.shared_ff, " of --expert-ff ", g.expert_ff, " do not fit"));
+  }
   return absl::OkStatus();
 }
 
@@ -232,13 +256,16 @@ absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, c
   job.manifest.set_created_by(options.exact_quantize ? "synth" : kSynthRandomCodesCreatedBy);
   pack::v1::Geometry* geo = job.manifest.mutable_geometry();
   geo->set_n_layer(static_cast<uint32_t>(g.n_layer));
-  geo->set_n_moe_layers(static_cast<uint32_t>(g.n_layer));
-  for (int64_t l = 0; l < g.n_layer; ++l) geo->add_moe_layers(static_cast<uint32_t>(l));
+  const int64_t n_moe = g.n_layer - g.n_dense_lead;
+  geo->set_n_moe_layers(static_cast<uint32_t>(n_moe));
+  for (int64_t l = g.n_dense_lead; l < g.n_layer; ++l) geo->add_moe_layers(static_cast<uint32_t>(l));
   geo->set_n_expert(static_cast<uint32_t>(g.n_expert));
+  // As convert reads it from expert_shared_count, which only glm4moe's metadata has.
+  if (arch->sigmoid_router) geo->set_n_shared_experts(static_cast<uint32_t>(g.shared_ff / g.expert_ff));
   geo->set_n_expert_used(static_cast<uint32_t>(g.n_expert_used));
   geo->set_n_embd(static_cast<uint32_t>(g.n_embd));
   geo->set_expert_ff(static_cast<uint32_t>(g.expert_ff));
-  job.source_expert_bytes = static_cast<uint64_t>(g.n_layer) * g.n_expert * 3 * g.n_embd * g.expert_ff * sizeof(float);
+  job.source_expert_bytes = static_cast<uint64_t>(n_moe) * g.n_expert * 3 * g.n_embd * g.expert_ff * sizeof(float);
   job.write_dense = [&](const std::string& path, std::vector<pack::v1::RoleError>*) -> absl::Status {
     gguf::GgufWriter writer;
     RETURN_IF_ERROR(BuildModel(options, g, vocab, /*include_experts=*/false, &writer));
@@ -249,16 +276,16 @@ absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, c
   std::vector<SynthTensor> tensors = SynthTensors(*arch, g);
   if (!options.exact_quantize) {
     // No source to read: the progress rate is the rate at which blobs are written.
-    job.source_expert_bytes = static_cast<uint64_t>(g.n_layer) * g.n_expert * layout.blob_bytes;
-    job.fill_blob = MakeRandomBlobFiller(tensors, g.n_layer, layout, seed);
+    job.source_expert_bytes = static_cast<uint64_t>(n_moe) * g.n_expert * layout.blob_bytes;
+    job.fill_blob = MakeRandomBlobFiller(tensors, g.n_layer, g.n_dense_lead, layout, seed);
     if (!job.fill_blob) return absl::InternalError("synth: an expert tensor is not centred on 0");
     return WritePack(job, progress, cancel);
   }
-  job.fill_expert = [&, seed, role_elems](int64_t layer, int64_t expert, float* gate, float* up,
+  job.fill_expert = [&, seed, role_elems](int64_t moe_layer, int64_t expert, float* gate, float* up,
                                           float* down) -> absl::Status {
     float* out[3] = {gate, up, down};
     for (const SynthTensor& t : tensors) {
-      if (t.kind != SynthTensorKind::kExpert || t.layer != layer) continue;
+      if (t.kind != SynthTensorKind::kExpert || t.layer != g.n_dense_lead + moe_layer) continue;
       // Element (expert, row, col) of a [cols, rows, n_expert] tensor is number expert*rows*cols + row*cols
       // + col: the same stream index SynthesizeGguf uses.
       FillSynthValues(SynthStream(seed, t.name), static_cast<uint64_t>(expert) * role_elems,

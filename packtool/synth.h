@@ -26,12 +26,16 @@ namespace strata::packtool {
 
 // Hyper-parameters of a synthetic model.
 struct SynthGeometry {
-  std::string arch = "qwen3moe";  // "qwen3moe" or "mixtral"
+  std::string arch = "qwen3moe";  // a name of SynthArchitectures()
   int64_t n_layer = 2;
   int64_t n_expert = 8;
   int64_t n_expert_used = 2;
   int64_t n_embd = 128;
   int64_t expert_ff = 128;
+  int64_t shared_ff = 256;  // the shared expert's width, for architectures with one (qwen2moe, glm4moe)
+  int64_t n_dense_lead = 0;  // leading blocks with a dense FFN instead of experts (glm4moe)
+  int64_t dense_ff = 512;    // their width
+  int64_t rope_dim = 0;      // values of a head RoPE rotates; 0: all (glm4moe rotates half)
   int64_t n_head = 4;
   int64_t n_head_kv = 2;
   int64_t head_dim = 32;

@@ -12,6 +12,11 @@ const std::vector<SynthArch>& SynthArchTable() {
   static const std::vector<SynthArch> table = {
       {"qwen3moe", "qwen3moe", /*qk_norm=*/true},
       {"mixtral", "llama", /*qk_norm=*/false},
+      {"qwen2moe", "qwen2moe", /*qk_norm=*/false, /*qk_norm_whole=*/false, /*qkv_bias=*/true,
+       /*shared_expert=*/true, /*shared_gate=*/true},
+      {"olmoe", "olmoe", /*qk_norm=*/false, /*qk_norm_whole=*/true},
+      {"glm4moe", "glm4moe", /*qk_norm=*/false, /*qk_norm_whole=*/false, /*qkv_bias=*/true,
+       /*shared_expert=*/true, /*shared_gate=*/false, /*sigmoid_router=*/true},
   };
   return table;
 }
@@ -41,20 +46,47 @@ std::vector<SynthTensor> SynthTensors(const SynthArch& arch, const SynthGeometry
     t.push_back({p + "attn_v.weight", {g.n_embd, kv_dim}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
     t.push_back({p + "attn_output.weight", {q_dim, g.n_embd}, SynthTensorKind::kWeight,
                  1.0f / std::sqrt(static_cast<float>(q_dim)), 0.0f, l});
-    if (arch.qk_norm) {
-      t.push_back({p + "attn_q_norm.weight", {g.head_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
-      t.push_back({p + "attn_k_norm.weight", {g.head_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    if (arch.qkv_bias) {
+      t.push_back({p + "attn_q.bias", {q_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+      t.push_back({p + "attn_k.bias", {kv_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+      t.push_back({p + "attn_v.bias", {kv_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
     }
-    t.push_back({p + "ffn_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    if (arch.qk_norm || arch.qk_norm_whole) {
+      t.push_back({p + "attn_q_norm.weight", {arch.qk_norm ? g.head_dim : q_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+      t.push_back({p + "attn_k_norm.weight", {arch.qk_norm ? g.head_dim : kv_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    }
+    t.push_back({p + (arch.sigmoid_router ? "post_attention_norm.weight" : "ffn_norm.weight"), {g.n_embd},
+                 SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    if (l < g.n_dense_lead) {
+      const float inv_sqrt_dense = 1.0f / std::sqrt(static_cast<float>(g.dense_ff));
+      t.push_back({p + "ffn_gate.weight", {g.n_embd, g.dense_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+      t.push_back({p + "ffn_up.weight", {g.n_embd, g.dense_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+      t.push_back({p + "ffn_down.weight", {g.dense_ff, g.n_embd}, SynthTensorKind::kWeight, inv_sqrt_dense, 0.0f, l});
+      continue;
+    }
     // A router with a larger spread than the other weights so that routing differs between tokens.
     t.push_back({p + "ffn_gate_inp.weight", {g.n_embd, g.n_expert}, SynthTensorKind::kRouter,
                  2.0f * inv_sqrt_embd, 0.0f, l});
+    if (arch.sigmoid_router) {
+      // A bias of the order of the sigmoid scores' spread, so that it changes some choices.
+      t.push_back({p + "exp_probs_b.bias", {g.n_expert}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+    }
     t.push_back({p + "ffn_gate_exps.weight", {g.n_embd, g.expert_ff, g.n_expert}, SynthTensorKind::kExpert,
                  inv_sqrt_embd, 0.0f, l, 0});
     t.push_back({p + "ffn_up_exps.weight", {g.n_embd, g.expert_ff, g.n_expert}, SynthTensorKind::kExpert,
                  inv_sqrt_embd, 0.0f, l, 1});
     t.push_back({p + "ffn_down_exps.weight", {g.expert_ff, g.n_embd, g.n_expert}, SynthTensorKind::kExpert,
                  inv_sqrt_ff, 0.0f, l, 2});
+    if (arch.shared_expert) {
+      // A gate spread of ~2 puts sigmoid(gate . h) anywhere in (0.1, 0.9) across tokens.
+      if (arch.shared_gate) {
+        t.push_back({p + "ffn_gate_inp_shexp.weight", {g.n_embd}, SynthTensorKind::kRouter, 2.0f * inv_sqrt_embd, 0.0f, l});
+      }
+      const float inv_sqrt_shared = 1.0f / std::sqrt(static_cast<float>(g.shared_ff));
+      t.push_back({p + "ffn_gate_shexp.weight", {g.n_embd, g.shared_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+      t.push_back({p + "ffn_up_shexp.weight", {g.n_embd, g.shared_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+      t.push_back({p + "ffn_down_shexp.weight", {g.shared_ff, g.n_embd}, SynthTensorKind::kWeight, inv_sqrt_shared, 0.0f, l});
+    }
   }
   t.push_back({"output_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f});
   // Logits with a spread of about 2 give varied, not degenerate, sampling.
@@ -69,16 +101,29 @@ void SetSynthMetadata(const SynthArch& arch, const SynthGeometry& g, gguf::GgufW
   w->SetUint32(a + ".block_count", static_cast<uint32_t>(g.n_layer));
   w->SetUint32(a + ".context_length", static_cast<uint32_t>(g.n_ctx));
   w->SetUint32(a + ".embedding_length", static_cast<uint32_t>(g.n_embd));
-  // llama.cpp's Mixtral takes the expert width from feed_forward_length; qwen3moe has its own key.
-  w->SetUint32(a + ".feed_forward_length", static_cast<uint32_t>(g.expert_ff));
-  if (arch.name == "qwen3moe") {
+  // llama.cpp's Mixtral and OLMoE take the expert width from feed_forward_length; qwen3moe and qwen2moe have
+  // their own key, and qwen2moe's feed_forward_length is the shared expert's width (as its converter writes).
+  const int64_t ff = arch.sigmoid_router ? g.dense_ff : arch.shared_expert ? g.shared_ff : g.expert_ff;
+  w->SetUint32(a + ".feed_forward_length", static_cast<uint32_t>(ff));
+  if (arch.name == "qwen3moe" || arch.name == "qwen2moe" || arch.name == "glm4moe") {
     w->SetUint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(g.expert_ff));
+  }
+  if (arch.shared_expert && !arch.sigmoid_router) {
+    w->SetUint32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(g.shared_ff));
+  }
+  if (arch.sigmoid_router) {
+    // GLM-4.5's values: llama.cpp reads the shared expert's width as expert_shared_count experts.
+    w->SetUint32(a + ".expert_shared_count", static_cast<uint32_t>(g.shared_ff / g.expert_ff));
+    w->SetUint32(a + ".leading_dense_block_count", static_cast<uint32_t>(g.n_dense_lead));
+    w->SetUint32(a + ".expert_gating_func", 2);  // sigmoid
+    w->SetBool(a + ".expert_weights_norm", true);
+    w->SetFloat32(a + ".expert_weights_scale", 2.5f);
   }
   w->SetUint32(a + ".attention.head_count", static_cast<uint32_t>(g.n_head));
   w->SetUint32(a + ".attention.head_count_kv", static_cast<uint32_t>(g.n_head_kv));
   w->SetUint32(a + ".attention.key_length", static_cast<uint32_t>(g.head_dim));
   w->SetUint32(a + ".attention.value_length", static_cast<uint32_t>(g.head_dim));
-  w->SetUint32(a + ".rope.dimension_count", static_cast<uint32_t>(g.head_dim));
+  w->SetUint32(a + ".rope.dimension_count", static_cast<uint32_t>(g.rope_dim == 0 ? g.head_dim : g.rope_dim));
   w->SetFloat32(a + ".rope.freq_base", g.rope_freq_base);
   w->SetFloat32(a + ".attention.layer_norm_rms_epsilon", g.rms_norm_eps);
   w->SetUint32(a + ".expert_count", static_cast<uint32_t>(g.n_expert));

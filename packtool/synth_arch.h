@@ -15,7 +15,7 @@
 
 namespace strata::packtool {
 
-enum class SynthTensorKind { kNorm, kEmbedding, kWeight, kRouter, kExpert };
+enum class SynthTensorKind { kNorm, kBias, kEmbedding, kWeight, kRouter, kExpert };
 
 struct SynthTensor {
   std::string name;
@@ -31,6 +31,12 @@ struct SynthArch {
   std::string_view name;       // what --arch takes
   std::string_view gguf_arch;  // general.architecture written to the file
   bool qk_norm;                // per-head q/k RMSNorm (qwen3moe)
+  bool qk_norm_whole = false;  // q/k RMSNorm over the whole projection (olmoe)
+  bool qkv_bias = false;       // attn_{q,k,v}.bias (qwen2moe)
+  bool shared_expert = false;  // blk.N.ffn_{gate,up,down}_shexp.weight of width SynthGeometry::shared_ff
+  bool shared_gate = false;    // blk.N.ffn_gate_inp_shexp.weight (qwen2moe)
+  bool sigmoid_router = false; // blk.N.exp_probs_b.bias, sigmoid gating keys, FFN pre-norm post_attention_norm,
+                               // SynthGeometry::n_dense_lead dense blocks and partial RoPE (glm4moe)
 };
 
 absl::StatusOr<const SynthArch*> FindSynthArch(std::string_view name);

@@ -29,15 +29,15 @@ constexpr char kUsage[] =
     R"(usage: strata-pack <command> [arguments] [flags]
 
 commands:
-  synth --out FILE.gguf [--arch qwen3moe|mixtral] [--preset tiny|small|seed] [geometry flags]
+  synth --out FILE.gguf [--arch qwen3moe|mixtral|qwen2moe|olmoe|glm4moe] [--preset tiny|small|seed] [geometry flags]
         [--type T] [--expert-type T] [--seed N] [--vocab FILE.gguf] [--pack-only --scheme S
         [--exact-quantize]] [--threads N]
       Writes a synthetic MoE model with random weights (a pack directory with --pack-only). With
       --pack-only the experts are random codes and scales written directly, with the spread the weights
       would have (no quantization error is measured); --exact-quantize makes f32 weights and quantizes
       them instead (slow; the experts then equal those of synth's GGUF converted by convert).
-      Geometry flags override the preset: --layers --experts --experts-used --embd --expert-ff --heads
-      --kv-heads --head-dim --vocab-size --ctx. Types: f32 f16 bf16 q8_0 q4_0 q4_1. Local only.
+      Geometry flags override the preset: --layers --experts --experts-used --embd --expert-ff --shared-ff
+      --heads --kv-heads --head-dim --vocab-size --ctx. Types: f32 f16 bf16 q8_0 q4_0 q4_1. Local only.
   convert IN.gguf|FIRST-SHARD OUT_DIR [--scheme auto|f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
         [--threads N]
       Converts a GGUF model into a pack directory. --scheme auto (the default) picks the scheme that adds
@@ -120,7 +120,8 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
   packtool::SynthGeometry& g = synth.geometry;
   const std::pair<const std::optional<int64_t>*, int64_t*> overrides[] = {
       {&options.layers, &g.n_layer},     {&options.experts, &g.n_expert},    {&options.experts_used, &g.n_expert_used},
-      {&options.embd, &g.n_embd},        {&options.expert_ff, &g.expert_ff}, {&options.heads, &g.n_head},
+      {&options.embd, &g.n_embd},        {&options.expert_ff, &g.expert_ff}, {&options.shared_ff, &g.shared_ff},
+      {&options.heads, &g.n_head},
       {&options.kv_heads, &g.n_head_kv}, {&options.head_dim, &g.head_dim},   {&options.vocab_size, &g.n_vocab},
       {&options.ctx, &g.n_ctx}};
   for (const auto& [value, field] : overrides) {

@@ -17,7 +17,7 @@
 
 ABSL_FLAG(std::string, server, "", "address of a strata-packd to run convert/validate/inspect on");
 ABSL_FLAG(std::string, log_level, "warn", "debug, info, warn, error or off");
-ABSL_FLAG(std::string, arch, "qwen3moe", "synth: architecture (qwen3moe or mixtral)");
+ABSL_FLAG(std::string, arch, "qwen3moe", "synth: architecture (qwen3moe, mixtral, qwen2moe, olmoe or glm4moe)");
 ABSL_FLAG(std::string, preset, "tiny", "synth: geometry preset (tiny, small or seed)");
 ABSL_FLAG(std::string, out, "", "synth: the GGUF file (or pack directory with --pack-only) to write");
 ABSL_FLAG(std::optional<int64_t>, layers, std::nullopt, "synth: transformer blocks");
@@ -25,6 +25,7 @@ ABSL_FLAG(std::optional<int64_t>, experts, std::nullopt, "synth: routed experts 
 ABSL_FLAG(std::optional<int64_t>, experts_used, std::nullopt, "synth: experts used per token");
 ABSL_FLAG(std::optional<int64_t>, embd, std::nullopt, "synth: embedding width");
 ABSL_FLAG(std::optional<int64_t>, expert_ff, std::nullopt, "synth: hidden width of one expert");
+ABSL_FLAG(std::optional<int64_t>, shared_ff, std::nullopt, "synth: hidden width of the shared expert (qwen2moe)");
 ABSL_FLAG(std::optional<int64_t>, heads, std::nullopt, "synth: attention heads");
 ABSL_FLAG(std::optional<int64_t>, kv_heads, std::nullopt, "synth: key/value heads");
 ABSL_FLAG(std::optional<int64_t>, head_dim, std::nullopt, "synth: width of one head");
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
   options.experts_used = absl::GetFlag(FLAGS_experts_used);
   options.embd = absl::GetFlag(FLAGS_embd);
   options.expert_ff = absl::GetFlag(FLAGS_expert_ff);
+  options.shared_ff = absl::GetFlag(FLAGS_shared_ff);
   options.heads = absl::GetFlag(FLAGS_heads);
   options.kv_heads = absl::GetFlag(FLAGS_kv_heads);
   options.head_dim = absl::GetFlag(FLAGS_head_dim);

@@ -17,7 +17,7 @@ CpuDenseBackend::CpuDenseBackend(const ModelConfig& config, const ModelWeights& 
     : config_(config),
       weights_(weights),
       pool_(pool),
-      rope_frequencies_(RopeFrequencies(config.head_dim, config.rope_freq_base)) {}
+      rope_frequencies_(RopeFrequencies(config.rope_dim, config.rope_freq_base)) {}
 
 BackendInfo CpuDenseBackend::info() const {
   BackendInfo b;
@@ -46,8 +46,12 @@ void CpuDenseBackend::EnsureCapacity(int n) {
   parts_.resize(n * k * e);
   final_.resize(n * e);
   logits_.resize(n * static_cast<size_t>(c.n_vocab));
-  rope_cos_.resize(n * static_cast<size_t>(c.head_dim / 2));
-  rope_sin_.resize(n * static_cast<size_t>(c.head_dim / 2));
+  rope_cos_.resize(n * static_cast<size_t>(c.rope_dim / 2));
+  rope_sin_.resize(n * static_cast<size_t>(c.rope_dim / 2));
+  const size_t ff = static_cast<size_t>(std::max(c.shared_expert_ff, c.dense_ff));
+  ffn_gate_.resize(n * ff);
+  ffn_up_.resize(n * ff);
+  selection_.resize(static_cast<size_t>(c.n_expert));
   capacity_ = n;
 }
 
@@ -55,7 +59,7 @@ absl::Status CpuDenseBackend::BeginBatch(std::span<const ForwardToken> tokens) {
   tokens_ = tokens;
   n_ = static_cast<int>(tokens.size());
   EnsureCapacity(n_);
-  const int64_t half = config_.head_dim / 2;
+  const int64_t half = config_.rope_dim / 2;
   for (int t = 0; t < n_; ++t) {
     RopeAngles(rope_frequencies_, tokens[t].pos, rope_cos_.data() + t * half, rope_sin_.data() + t * half);
   }
@@ -123,24 +127,35 @@ absl::Status CpuDenseBackend::Attention(int64_t l) {
   const ModelConfig& c = config_;
   const LayerWeights& L = weights_.layers[l];
   const int64_t E = c.n_embd, q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
-  const int64_t half = c.head_dim / 2;
+  const int64_t half = c.rope_dim / 2;
   const int n = n_;
   for (int t = 0; t < n; ++t) RmsNorm(x_.data() + t * E, L.attn_norm.data(), E, c.rms_norm_eps, h_.data() + t * E);
   Project(L.wq, h_.data(), n, q_.data());
   Project(L.wk, h_.data(), n, k_.data());
   Project(L.wv, h_.data(), n, v_.data());
   for (int t = 0; t < n; ++t) {
+    float* qt = q_.data() + t * q_dim;
+    float* kt = k_.data() + t * kv_dim;
+    if (c.qkv_bias) {
+      AddBias(qt, L.bq.data(), q_dim);
+      AddBias(kt, L.bk.data(), kv_dim);
+      AddBias(v_.data() + t * kv_dim, L.bv.data(), kv_dim);
+    }
+    if (c.qk_norm_whole) {
+      RmsNorm(qt, L.q_norm.data(), q_dim, c.rms_norm_eps, qt);
+      RmsNorm(kt, L.k_norm.data(), kv_dim, c.rms_norm_eps, kt);
+    }
     const float* cos = rope_cos_.data() + t * half;
     const float* sin = rope_sin_.data() + t * half;
     for (int64_t hd = 0; hd < c.n_head; ++hd) {
       float* qh = q_.data() + t * q_dim + hd * c.head_dim;
       if (c.qk_norm) RmsNorm(qh, L.q_norm.data(), c.head_dim, c.rms_norm_eps, qh);
-      Rope(qh, c.head_dim, cos, sin, c.rope_style);
+      Rope(qh, c.rope_dim, cos, sin, c.rope_style);
     }
     for (int64_t hd = 0; hd < c.n_head_kv; ++hd) {
       float* kh = k_.data() + t * kv_dim + hd * c.head_dim;
       if (c.qk_norm) RmsNorm(kh, L.k_norm.data(), c.head_dim, c.rms_norm_eps, kh);
-      Rope(kh, c.head_dim, cos, sin, c.rope_style);
+      Rope(kh, c.rope_dim, cos, sin, c.rope_style);
     }
     std::copy_n(k_.data() + t * kv_dim, kv_dim, tokens_[t].cache->key(l, tokens_[t].pos));
     std::copy_n(v_.data() + t * kv_dim, kv_dim, tokens_[t].cache->value(l, tokens_[t].pos));
@@ -161,12 +176,25 @@ absl::Status CpuDenseBackend::Router(int64_t l, MoeBatch* moe) {
   int32_t* layer_ids = ids_.data() + l * n_ * k;
   for (int t = 0; t < n_; ++t) {
     float* probs = router_.data() + t * c.n_expert;
-    Softmax(probs, c.n_expert);
+    if (c.router_gating == RouterGating::kSigmoid) {
+      for (int64_t e = 0; e < c.n_expert; ++e) probs[e] = Sigmoid(probs[e]);
+    } else {
+      Softmax(probs, c.n_expert);
+    }
     int32_t* ids = layer_ids + t * k;
-    TopK(probs, c.n_expert, k, ids);
-    double sum = 0;
-    for (int j = 0; j < k; ++j) sum += probs[ids[j]];
-    for (int j = 0; j < k; ++j) weights_buf_[t * k + j] = static_cast<float>(probs[ids[j]] / sum);
+    // The score-correction bias moves the choice only; the weights are the unbiased scores.
+    const float* choice = probs;
+    if (c.router_score_bias) {
+      for (int64_t e = 0; e < c.n_expert; ++e) selection_[e] = probs[e] + L.router_bias[e];
+      choice = selection_.data();
+    }
+    TopK(choice, c.n_expert, k, ids);
+    double sum = 1.0;
+    if (c.router_renorm) {
+      sum = 0;
+      for (int j = 0; j < k; ++j) sum += probs[ids[j]];
+    }
+    for (int j = 0; j < k; ++j) weights_buf_[t * k + j] = static_cast<float>(probs[ids[j]] / sum * c.routed_scale);
   }
   moe->n_tokens = n_;
   moe->k = k;
@@ -176,10 +204,26 @@ absl::Status CpuDenseBackend::Router(int64_t l, MoeBatch* moe) {
   return absl::OkStatus();
 }
 
+void CpuDenseBackend::AddFfn(const FfnWeights& f, int64_t ff) {
+  const int64_t E = config_.n_embd;
+  Project(f.gate, h_.data(), n_, ffn_gate_.data());
+  Project(f.up, h_.data(), n_, ffn_up_.data());
+  SwiGlu(ffn_gate_.data(), ffn_up_.data(), n_ * ff, ffn_gate_.data());
+  Project(f.down, ffn_gate_.data(), n_, o_.data());
+  for (int t = 0; t < n_; ++t) {
+    float scale = 1.0f;
+    if (!f.gate_inp.empty()) scale = Sigmoid(Dot(f.gate_inp.data(), h_.data() + t * E, E));
+    float* xt = x_.data() + t * E;
+    const float* ot = o_.data() + t * E;
+    for (int64_t i = 0; i < E; ++i) xt[i] += scale * ot[i];
+  }
+}
+
 absl::Status CpuDenseBackend::Combine(int64_t l, const MoeBatch& moe) {
-  // The router weight is applied here and only here.
+  // The router weight is applied here and only here. h_ still holds the MoE input (the dispatch reads it).
   const int64_t E = config_.n_embd;
   const int k = moe.k;
+  if (config_.shared_expert_ff > 0) AddFfn(weights_.layers[l].shared, config_.shared_expert_ff);
   for (int t = 0; t < n_; ++t) {
     float* xt = x_.data() + t * E;
     for (int j = 0; j < k; ++j) {
@@ -188,6 +232,15 @@ absl::Status CpuDenseBackend::Combine(int64_t l, const MoeBatch& moe) {
       for (int64_t i = 0; i < E; ++i) xt[i] += wj * part[i];
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDenseBackend::DenseFfn(int64_t l) {
+  const ModelConfig& c = config_;
+  const LayerWeights& L = weights_.layers[l];
+  const int64_t E = c.n_embd;
+  for (int t = 0; t < n_; ++t) RmsNorm(x_.data() + t * E, L.ffn_norm.data(), E, c.rms_norm_eps, h_.data() + t * E);
+  AddFfn(L.dense_ffn, c.dense_ff);
   return absl::OkStatus();
 }
 

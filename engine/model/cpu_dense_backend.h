@@ -28,6 +28,7 @@ class CpuDenseBackend : public DenseBackend {
   absl::Status Attention(int64_t layer) override;
   absl::Status Router(int64_t layer, MoeBatch* moe) override;
   absl::Status Combine(int64_t layer, const MoeBatch& moe) override;
+  absl::Status DenseFfn(int64_t layer) override;
   absl::Status Head() override;
   absl::Status EndBatch(float* logits) override;
   const int32_t* routing(int64_t layer) const override { return ids_.data() + layer * n_ * config_.n_expert_used; }
@@ -36,6 +37,8 @@ class CpuDenseBackend : public DenseBackend {
   // y[t] = m * x[t] for t < n, rows split across the pool.
   void Project(const DenseMatrix& m, const float* x, int n, float* y);
   void AttendAll(int64_t layer);
+  // x += the FFN `f` (ff wide) of h, scaled by its sigmoid gate when it has one.
+  void AddFfn(const FfnWeights& f, int64_t ff);
   void EnsureCapacity(int n);
 
   const ModelConfig& config_;
@@ -51,6 +54,8 @@ class CpuDenseBackend : public DenseBackend {
   std::vector<float> x_, h_, q_, k_, v_, attn_, o_, router_, weights_buf_, parts_, final_, logits_;
   std::vector<float> rope_cos_, rope_sin_;  // per batch token: its position's rotation, head_dim / 2 each
   std::vector<int32_t> ids_;                // [layer][token][k]
+  std::vector<float> ffn_gate_, ffn_up_;  // n x the widest of the shared expert and the dense FFN
+  std::vector<float> selection_;          // n_expert: the router scores plus the score-correction bias
 };
 
 }  // namespace strata::model

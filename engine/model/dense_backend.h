@@ -6,7 +6,7 @@
 //
 //   BeginBatch(tokens)
 //   Run([] { Embed(); for each layer { Attention(l); Router(l, &moe); dispatch.Run(moe); Combine(l, moe); }
-//            Head(); })
+//            Head(); })       (a dense leading block: Attention(l); DenseFfn(l))
 //   EndBatch(logits)
 //
 // CpuDenseBackend (today's CPU code) computes each block when called. CudaDenseBackend (engine/gpu)
@@ -21,6 +21,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/moe_dispatch.h"
 
@@ -62,8 +63,13 @@ class DenseBackend {
   // h = RmsNorm(x) for the MoE input, the router's top-k ids and weights; fills `moe` with views of h, the
   // ids and the parts buffer on this backend's side.
   virtual absl::Status Router(int64_t layer, MoeBatch* moe) = 0;
-  // x += sum_j weight[t][j] * parts[t][j].
+  // x += sum_j weight[t][j] * parts[t][j], plus the layer's shared expert of h where the model has one.
   virtual absl::Status Combine(int64_t layer, const MoeBatch& moe) = 0;
+  // x += Ffn(RmsNorm(x)) of a dense leading block (no router, no experts); Model calls it instead of
+  // Router/dispatch/Combine for blocks below ModelConfig::n_dense_lead. Backends without the block refuse.
+  virtual absl::Status DenseFfn(int64_t layer) {
+    return absl::UnimplementedError(absl::StrCat("the ", info().device, " backend has no dense FFN block"));
+  }
   // The final norm and output matrix for the tokens with want_logits.
   virtual absl::Status Head() = 0;
   // Copies the logits of the tokens with want_logits, in order, to logits[i * n_vocab ...], and waits for the

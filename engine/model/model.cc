@@ -23,15 +23,22 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const pack::Pack& pack) {
   if (g.n_expert() != c.n_expert) return Mismatch("n_expert", g.n_expert(), c.n_expert);
   if (g.n_expert_used() != c.n_expert_used) return Mismatch("n_expert_used", g.n_expert_used(), c.n_expert_used);
   if (g.expert_ff() != c.expert_ff) return Mismatch("expert_ff", g.expert_ff(), c.expert_ff);
-  if (g.n_shared_experts() != 0) {
+  if (g.n_shared_experts() != 0 && c.shared_expert_ff == 0) {
     return absl::UnimplementedError(absl::StrCat("the pack has ", g.n_shared_experts(),
                                                  " shared experts; ", c.arch, " models in Strata have none"));
   }
-  if (g.n_moe_layers() != c.n_layer) {
-    return absl::UnimplementedError(absl::StrCat("the pack has ", g.n_moe_layers(), " MoE layers of ", c.n_layer,
-                                                 "; Strata runs models whose every layer is MoE"));
+  // Every block is MoE but the architecture's dense leading blocks.
+  bool moe_layers_as_expected = static_cast<int64_t>(g.n_moe_layers()) == c.n_layer - c.n_dense_lead &&
+                                static_cast<uint32_t>(g.moe_layers_size()) == g.n_moe_layers();
+  for (int i = 0; moe_layers_as_expected && i < g.moe_layers_size(); ++i) {
+    moe_layers_as_expected = static_cast<int64_t>(g.moe_layers(i)) == c.n_dense_lead + i;
   }
-  m->moe_index_.assign(static_cast<size_t>(c.n_layer), 0);
+  if (!moe_layers_as_expected) {
+    return absl::UnimplementedError(absl::StrCat("the pack has ", g.n_moe_layers(), " MoE layers of ", c.n_layer,
+                                                 "; Strata runs ", c.arch, " models whose blocks from ", c.n_dense_lead,
+                                                 " on are all MoE"));
+  }
+  m->moe_index_.assign(static_cast<size_t>(c.n_layer), kDenseBlock);
   for (int i = 0; i < g.moe_layers_size(); ++i) m->moe_index_[g.moe_layers(i)] = static_cast<uint32_t>(i);
   ASSIGN_OR_RETURN(m->weights_, LoadWeights(pack.dense(), c));
   return m;
@@ -62,6 +69,10 @@ absl::Status Model::Blocks() {
   RETURN_IF_ERROR(b.Embed());
   for (int64_t l = 0; l < config_.n_layer; ++l) {
     RETURN_IF_ERROR(b.Attention(l));
+    if (moe_index_[l] == kDenseBlock) {
+      RETURN_IF_ERROR(b.DenseFfn(l));
+      continue;
+    }
     MoeBatch moe;
     moe.moe_layer = moe_index_[l];
     RETURN_IF_ERROR(b.Router(l, &moe));
@@ -84,16 +95,17 @@ absl::Status Model::Forward(std::span<const ForwardToken> tokens, float* logits,
   RETURN_IF_ERROR(backend_->EndBatch(logits));
   const int k = static_cast<int>(config_.n_expert_used);
   if (stats != nullptr) {
-    for (int64_t l = 0; l < config_.n_layer; ++l) {
+    for (int64_t l = config_.n_dense_lead; l < config_.n_layer; ++l) {
       dispatch_->Account(moe_index_[l], backend_->routing(l), n, k, &stats->dispatch);
     }
     bool any_logits = false;
     for (const ForwardToken& t : tokens) any_logits |= t.want_logits;
     stats->dense_bytes += weights_->dense_bytes_per_token - (any_logits ? 0 : weights_->output.bytes());
   }
-  routing_.resize(static_cast<size_t>(config_.n_layer));
-  for (int64_t l = 0; l < config_.n_layer; ++l) routing_[moe_index_[l]] = backend_->routing(l);
-  RETURN_IF_ERROR(dispatch_->AfterStep(config_.n_layer, routing_.data(), n, k));
+  const int64_t n_moe = config_.n_layer - config_.n_dense_lead;
+  routing_.resize(static_cast<size_t>(n_moe));
+  for (int64_t l = config_.n_dense_lead; l < config_.n_layer; ++l) routing_[moe_index_[l]] = backend_->routing(l);
+  RETURN_IF_ERROR(dispatch_->AfterStep(n_moe, routing_.data(), n, k));
   return absl::OkStatus();
 }
 

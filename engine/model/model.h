@@ -61,7 +61,8 @@ class Model {
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<DenseBackend> backend_;
   std::unique_ptr<MoeDispatch> dispatch_;
-  std::vector<uint32_t> moe_index_;  // block -> moe layer index
+  static constexpr uint32_t kDenseBlock = ~uint32_t{0};
+  std::vector<uint32_t> moe_index_;  // block -> moe layer index, kDenseBlock for a dense leading block
   std::vector<const int32_t*> routing_;  // per moe layer: the last step's ids on the host
 };
 

@@ -13,6 +13,9 @@ const std::vector<Architecture>& ArchitectureTable() {
   static const std::vector<Architecture> table = {
       {"qwen3moe", "Qwen3-MoE", &ConfigureQwen3Moe},
       {"llama", "Mixtral (llama with experts)", &ConfigureMixtral},
+      {"qwen2moe", "Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B)", &ConfigureQwen2Moe},
+      {"olmoe", "OLMoE", &ConfigureOlmoe},
+      {"glm4moe", "GLM-4.5 / GLM-4.6", &ConfigureGlm4Moe},
   };
   return table;
 }
@@ -25,6 +28,54 @@ absl::StatusOr<const Architecture*> FindArchitecture(std::string_view gguf_arch)
   }
   return absl::UnimplementedError(absl::StrCat("general.architecture '", std::string(gguf_arch),
                                                "' is not supported (supported: ", absl::StrJoin(known, ", "), ")"));
+}
+
+std::string_view BlockName(Block block) {
+  switch (block) {
+    case Block::kQkvBias:
+      return "q/k/v projection biases";
+    case Block::kWholeQkNorm:
+      return "q/k RMSNorm over the whole projection";
+    case Block::kRouterWithoutRenorm:
+      return "softmax router without top-k renormalisation";
+    case Block::kSharedExpert:
+      return "shared expert";
+    case Block::kSharedExpertGate:
+      return "sigmoid-gated shared expert";
+    case Block::kPartialRope:
+      return "partial RoPE";
+    case Block::kSigmoidRouter:
+      return "sigmoid router with score-correction bias";
+    case Block::kRoutedScale:
+      return "routed expert scaling";
+    case Block::kDenseLeadingBlocks:
+      return "dense leading blocks";
+  }
+  return "unknown block";
+}
+
+std::vector<Block> BlocksNeeded(const ModelConfig& c) {
+  std::vector<Block> blocks;
+  if (c.qkv_bias) blocks.push_back(Block::kQkvBias);
+  if (c.qk_norm_whole) blocks.push_back(Block::kWholeQkNorm);
+  if (!c.router_renorm) blocks.push_back(Block::kRouterWithoutRenorm);
+  if (c.shared_expert_ff > 0) blocks.push_back(Block::kSharedExpert);
+  if (c.shared_expert_gate) blocks.push_back(Block::kSharedExpertGate);
+  if (c.rope_dim != c.head_dim) blocks.push_back(Block::kPartialRope);
+  if (c.router_gating != RouterGating::kSoftmax || c.router_score_bias) blocks.push_back(Block::kSigmoidRouter);
+  if (c.routed_scale != 1.0f) blocks.push_back(Block::kRoutedScale);
+  if (c.n_dense_lead > 0) blocks.push_back(Block::kDenseLeadingBlocks);
+  return blocks;
+}
+
+absl::Status CheckBackendBlocks(const ModelConfig& c, std::string_view backend, const std::vector<Block>& supported) {
+  for (Block b : BlocksNeeded(c)) {
+    if (std::find(supported.begin(), supported.end(), b) == supported.end()) {
+      return absl::UnimplementedError(absl::StrCat("architecture '", c.arch, "' needs the ", std::string(BlockName(b)),
+                                                   " block, which the ", std::string(backend), " backend does not implement"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> ReadDimension(const gguf::Metadata& m, const std::string& key,
@@ -65,6 +116,7 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
   c.rms_norm_eps = static_cast<float>(eps);
   ASSIGN_OR_RETURN(const std::vector<std::string> tokens, m.GetStringArray("tokenizer.ggml.tokens"));
   c.n_vocab = static_cast<int64_t>(tokens.size());
+  ASSIGN_OR_RETURN(c.rope_dim, ReadDimension(m, p + "rope.dimension_count", c.head_dim));
   RETURN_IF_ERROR(arch->configure(m, &c));
 
   if (c.n_head % c.n_head_kv != 0) {  // both >= 1 (ReadDimension)
@@ -85,10 +137,45 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
     return absl::UnimplementedError(absl::StrCat(p, "rope.scaling.factor is ", rope_scale,
                                                  "; Strata does not implement RoPE scaling (expected 1)"));
   }
-  ASSIGN_OR_RETURN(const uint64_t rope_dim, m.GetUintOr(p + "rope.dimension_count", c.head_dim));
-  if (static_cast<int64_t>(rope_dim) != c.head_dim) {
-    return absl::UnimplementedError(absl::StrCat(p, "rope.dimension_count ", rope_dim, " differs from the head size ",
-                                                 c.head_dim, "; Strata rotates whole heads"));
+  if (m.Has(p + "rope.scaling.type")) {
+    ASSIGN_OR_RETURN(const std::string kind, m.GetString(p + "rope.scaling.type"));
+    if (kind != "none" && kind != "linear") {  // linear with factor 1 (checked above) is no scaling
+      return absl::UnimplementedError(absl::StrCat(p, "rope.scaling.type is '", kind,
+                                                   "'; Strata does not implement RoPE scaling (expected none)"));
+    }
+  }
+  // Router keys some converters write: each must say what the architecture's file configured.
+  ASSIGN_OR_RETURN(const uint64_t gating, m.GetUintOr(p + "expert_gating_func", 0));
+  // 0: unset (the architecture's own), 1: softmax, 2: sigmoid (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_*).
+  const uint64_t expected_gating = c.router_gating == RouterGating::kSoftmax ? 1 : 2;
+  if (gating != 0 && gating != expected_gating) {
+    return absl::UnimplementedError(absl::StrCat(p, "expert_gating_func is ", gating, "; ", c.arch, " in Strata has a ",
+                                                 expected_gating == 1 ? "softmax" : "sigmoid", " router (expected ",
+                                                 expected_gating, ")"));
+  }
+  ASSIGN_OR_RETURN(const uint64_t groups, m.GetUintOr(p + "expert_group_count", 1));
+  if (groups > 1) {
+    return absl::UnimplementedError(absl::StrCat(p, "expert_group_count is ", groups,
+                                                 "; Strata does not implement grouped expert choice (expected 1)"));
+  }
+  ASSIGN_OR_RETURN(const bool renorm, m.GetBoolOr(p + "expert_weights_norm", c.router_renorm));
+  if (renorm != c.router_renorm) {
+    return absl::UnimplementedError(absl::StrCat(p, "expert_weights_norm is ", renorm ? "true" : "false", "; ",
+                                                 c.arch, " in Strata ", c.router_renorm ? "renormalises" : "does not renormalise",
+                                                 " the top-k router weights"));
+  }
+  ASSIGN_OR_RETURN(const double weights_scale, m.GetFloatOr(p + "expert_weights_scale", 1.0));
+  if (weights_scale != 1.0 && weights_scale != 0.0 && static_cast<float>(weights_scale) != c.routed_scale) {
+    return absl::UnimplementedError(absl::StrCat(p, "expert_weights_scale is ", weights_scale, "; ", c.arch,
+                                                 " in Strata does not scale the routed experts (expected 1)"));
+  }
+  if (c.rope_dim != c.head_dim && !c.partial_rope) {
+    return absl::UnimplementedError(absl::StrCat(p, "rope.dimension_count ", c.rope_dim, " differs from the head size ",
+                                                 c.head_dim, "; Strata rotates whole heads of ", c.arch));
+  }
+  if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(p, "rope.dimension_count is ", c.rope_dim,
+                                                   ", expected an even number up to the head size ", c.head_dim));
   }
   if (c.n_expert_used > c.n_expert) {
     return absl::InvalidArgumentError(absl::StrCat(p, "expert_used_count ", c.n_expert_used, " exceeds expert_count ",

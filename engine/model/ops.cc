@@ -14,10 +14,10 @@ void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* o
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-std::vector<double> RopeFrequencies(int64_t head_dim, float freq_base) {
-  std::vector<double> frequencies(static_cast<size_t>(head_dim / 2));
-  for (int64_t i = 0; i < head_dim / 2; ++i) {
-    frequencies[i] = std::pow(static_cast<double>(freq_base), -2.0 * i / head_dim);
+std::vector<double> RopeFrequencies(int64_t rope_dim, float freq_base) {
+  std::vector<double> frequencies(static_cast<size_t>(rope_dim / 2));
+  for (int64_t i = 0; i < rope_dim / 2; ++i) {
+    frequencies[i] = std::pow(static_cast<double>(freq_base), -2.0 * i / rope_dim);
   }
   return frequencies;
 }
@@ -30,8 +30,8 @@ void RopeAngles(std::span<const double> frequencies, int64_t pos, float* cos, fl
   }
 }
 
-void Rope(float* head, int64_t head_dim, const float* cos, const float* sin, RopeStyle style) {
-  const int64_t half = head_dim / 2;
+void Rope(float* head, int64_t rope_dim, const float* cos, const float* sin, RopeStyle style) {
+  const int64_t half = rope_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
     const int64_t a = style == RopeStyle::kNeox ? i : 2 * i;
     const int64_t b = style == RopeStyle::kNeox ? i + half : 2 * i + 1;
@@ -39,6 +39,22 @@ void Rope(float* head, int64_t head_dim, const float* cos, const float* sin, Rop
     head[a] = x0 * cos[i] - x1 * sin[i];
     head[b] = x0 * sin[i] + x1 * cos[i];
   }
+}
+
+void AddBias(float* x, const float* bias, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += bias[i];
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
+  return static_cast<float>(sum);
+}
+
+float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] * Sigmoid(gate[i]) * up[i];
 }
 
 void Softmax(float* x, int64_t n) {

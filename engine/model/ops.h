@@ -1,7 +1,8 @@
 #ifndef STRATA_ENGINE_MODEL_OPS_H_
 #define STRATA_ENGINE_MODEL_OPS_H_
 
-// Small f32 building blocks shared by every architecture: norms, RoPE, softmax, top-k. Pure functions.
+// Small f32 building blocks shared by every architecture: norms, RoPE, biases, gates, softmax, top-k. Pure
+// functions.
 
 #include <cstdint>
 #include <span>
@@ -14,15 +15,29 @@ namespace strata::model {
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i]; out may alias x.
 void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* out);
 
-// freq_base^(-2i / head_dim) for i in [0, head_dim / 2): the model's rotation frequencies.
-std::vector<double> RopeFrequencies(int64_t head_dim, float freq_base);
+// freq_base^(-2i / rope_dim) for i in [0, rope_dim / 2): the model's rotation frequencies. rope_dim is the
+// head size, or less for partial RoPE (ModelConfig::rope_dim).
+std::vector<double> RopeFrequencies(int64_t rope_dim, float freq_base);
 
 // The rotation of position `pos`: cos and sin of pos * frequencies[i], for each of the frequencies. The
 // same for every head and layer, so computed once per token.
 void RopeAngles(std::span<const double> frequencies, int64_t pos, float* cos, float* sin);
 
-// Rotates one head of `head_dim` values in place by the angles RopeAngles gave.
-void Rope(float* head, int64_t head_dim, const float* cos, const float* sin, RopeStyle style);
+// Rotates the first `rope_dim` values of one head in place by the angles RopeAngles gave (NEOX pairs (i,
+// i + rope_dim / 2), as ggml's partial RoPE); the rest of the head is left as it is.
+void Rope(float* head, int64_t rope_dim, const float* cos, const float* sin, RopeStyle style);
+
+// x[i] += bias[i] for i < n.
+void AddBias(float* x, const float* bias, int64_t n);
+
+// sum a[i] * b[i], accumulated in double.
+float Dot(const float* a, const float* b, int64_t n);
+
+// 1 / (1 + exp(-x)).
+float Sigmoid(float x);
+
+// out[i] = silu(gate[i]) * up[i] (silu(g) = g * sigmoid(g)); out may alias gate or up.
+void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 
 // In-place softmax of x[0..n).
 void Softmax(float* x, int64_t n);

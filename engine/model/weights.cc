@@ -14,7 +14,9 @@ absl::StatusOr<const gguf::TensorInfo*> Find(const gguf::GgufFile& file, const s
                                              const std::vector<int64_t>& ne) {
   const gguf::TensorInfo* t = file.FindTensor(name);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat(file.path(), ": tensor '", name, "' is missing"));
-  if (t->ne != ne) {
+  std::vector<int64_t> actual = t->ne;  // trailing dimensions of 1 are ggml padding ([n_embd, 1] is [n_embd])
+  while (actual.size() > ne.size() && actual.back() == 1) actual.pop_back();
+  if (actual != ne) {
     return absl::InvalidArgumentError(absl::StrCat(file.path(), ": tensor '", name, "' has shape [",
                                                    absl::StrJoin(t->ne, ", "), "], expected [", absl::StrJoin(ne, ", "),
                                                    "]"));
@@ -72,6 +74,16 @@ absl::StatusOr<DenseMatrix> LoadMatrix(const gguf::GgufFile& file, const std::st
   return m;
 }
 
+// blk.N.ffn_{gate,up,down}<suffix>.weight of width ff.
+absl::StatusOr<FfnWeights> LoadFfn(const gguf::GgufFile& file, const std::string& prefix, const char* suffix,
+                                   int64_t n_embd, int64_t ff) {
+  FfnWeights f;
+  ASSIGN_OR_RETURN(f.gate, LoadMatrix(file, absl::StrCat(prefix, "ffn_gate", suffix, ".weight"), n_embd, ff));
+  ASSIGN_OR_RETURN(f.up, LoadMatrix(file, absl::StrCat(prefix, "ffn_up", suffix, ".weight"), n_embd, ff));
+  ASSIGN_OR_RETURN(f.down, LoadMatrix(file, absl::StrCat(prefix, "ffn_down", suffix, ".weight"), ff, n_embd));
+  return f;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const gguf::GgufFile& dense, const ModelConfig& c) {
@@ -87,13 +99,39 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const gguf::GgufFile& 
     ASSIGN_OR_RETURN(L.wk, LoadMatrix(dense, p + "attn_k.weight", c.n_embd, kv_dim));
     ASSIGN_OR_RETURN(L.wv, LoadMatrix(dense, p + "attn_v.weight", c.n_embd, kv_dim));
     ASSIGN_OR_RETURN(L.wo, LoadMatrix(dense, p + "attn_output.weight", q_dim, c.n_embd));
-    if (c.qk_norm) {
-      ASSIGN_OR_RETURN(L.q_norm, LoadVector(dense, p + "attn_q_norm.weight", c.head_dim));
-      ASSIGN_OR_RETURN(L.k_norm, LoadVector(dense, p + "attn_k_norm.weight", c.head_dim));
+    if (c.qkv_bias) {
+      ASSIGN_OR_RETURN(L.bq, LoadVector(dense, p + "attn_q.bias", q_dim));
+      ASSIGN_OR_RETURN(L.bk, LoadVector(dense, p + "attn_k.bias", kv_dim));
+      ASSIGN_OR_RETURN(L.bv, LoadVector(dense, p + "attn_v.bias", kv_dim));
     }
-    ASSIGN_OR_RETURN(L.ffn_norm, LoadVector(dense, p + "ffn_norm.weight", c.n_embd));
+    if (c.qk_norm || c.qk_norm_whole) {
+      ASSIGN_OR_RETURN(L.q_norm, LoadVector(dense, p + "attn_q_norm.weight", c.qk_norm ? c.head_dim : q_dim));
+      ASSIGN_OR_RETURN(L.k_norm, LoadVector(dense, p + "attn_k_norm.weight", c.qk_norm ? c.head_dim : kv_dim));
+    } else if (dense.FindTensor(p + "attn_q_norm.weight") != nullptr) {
+      // GLM-4.5 (not Air) has them: never ignored, refused until the architecture's file switches them on.
+      return absl::UnimplementedError(absl::StrCat(dense.path(), ": tensor '", p, "attn_q_norm.weight' is a q/k norm, ",
+                                                   "which Strata does not implement for ", c.arch));
+    }
+    ASSIGN_OR_RETURN(L.ffn_norm, LoadVector(dense, absl::StrCat(p, c.ffn_norm_name, ".weight"), c.n_embd));
+    per_token += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes();
+    if (l < c.n_dense_lead) {
+      ASSIGN_OR_RETURN(L.dense_ffn, LoadFfn(dense, p, "", c.n_embd, c.dense_ff));
+      per_token += L.dense_ffn.gate.bytes() + L.dense_ffn.up.bytes() + L.dense_ffn.down.bytes();
+      w->layers.push_back(std::move(L));
+      continue;
+    }
     ASSIGN_OR_RETURN(L.router, LoadMatrix(dense, p + "ffn_gate_inp.weight", c.n_embd, c.n_expert, /*force_f32=*/true));
-    per_token += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.router.bytes();
+    if (c.router_score_bias) {
+      ASSIGN_OR_RETURN(L.router_bias, LoadVector(dense, p + "exp_probs_b.bias", c.n_expert));
+    }
+    per_token += L.router.bytes();
+    if (c.shared_expert_ff > 0) {
+      ASSIGN_OR_RETURN(L.shared, LoadFfn(dense, p, "_shexp", c.n_embd, c.shared_expert_ff));
+      if (c.shared_expert_gate) {
+        ASSIGN_OR_RETURN(L.shared.gate_inp, LoadVector(dense, p + "ffn_gate_inp_shexp.weight", c.n_embd));
+      }
+      per_token += L.shared.gate.bytes() + L.shared.up.bytes() + L.shared.down.bytes();
+    }
     w->layers.push_back(std::move(L));
   }
   ASSIGN_OR_RETURN(w->output_norm, LoadVector(dense, "output_norm.weight", c.n_embd));

@@ -30,12 +30,24 @@ struct DenseMatrix {
   uint64_t bytes() const { return kernels::DenseRowBytes(type, cols) * static_cast<uint64_t>(rows); }
 };
 
+// A SwiGLU FFN run on every token, the shared expert or a dense block's FFN: down(silu(gate h) * up h), scaled
+// by sigmoid(gate_inp . h) when gate_inp is not empty.
+struct FfnWeights {
+  DenseMatrix gate, up;         // ff x n_embd
+  DenseMatrix down;             // n_embd x ff
+  std::vector<float> gate_inp;  // n_embd; empty unless shared_expert_gate
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm;
   DenseMatrix wq, wk, wv, wo;
-  std::vector<float> q_norm, k_norm;  // qk_norm architectures only
+  std::vector<float> bq, bk, bv;      // qkv_bias architectures only
+  std::vector<float> q_norm, k_norm;  // head_dim (qk_norm) or the whole q / k width (qk_norm_whole)
   std::vector<float> ffn_norm;
-  DenseMatrix router;  // n_expert x n_embd, F32
+  DenseMatrix router;               // n_expert x n_embd, F32; rows == 0 in a dense block
+  std::vector<float> router_bias;   // n_expert (exp_probs_b); router_score_bias architectures only
+  FfnWeights shared;                // rows == 0 without a shared expert
+  FfnWeights dense_ffn;             // the FFN of a dense leading block; rows == 0 in a MoE block
 };
 
 struct ModelWeights {

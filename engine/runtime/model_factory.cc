@@ -21,6 +21,18 @@ bool CudaDeviceAvailable(std::string* why) {
 #endif
 }
 
+absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_view device) {
+  using model::Block;
+  if (device == "cpu") {
+    return model::CheckBackendBlocks(config, "CPU",
+                                     {Block::kQkvBias, Block::kWholeQkNorm, Block::kRouterWithoutRenorm,
+                                      Block::kSharedExpert, Block::kSharedExpertGate, Block::kPartialRope,
+                                      Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks});
+  }
+  // engine/gpu implements the base blocks only; add each block here as its CUDA twin lands.
+  return model::CheckBackendBlocks(config, "CUDA", {});
+}
+
 absl::Status CheckDeviceOptions(const DeviceOptions& options) {
   if (options.device != "auto" && options.device != "cpu" && options.device != "cuda") {
     return absl::InvalidArgumentError(
@@ -81,6 +93,13 @@ absl::StatusOr<LoadedModel> LoadModel(
   };
   if (cuda) {
 #if STRATA_HAVE_CUDA
+    if (absl::Status s = CheckDeviceBlocks(m.config(), "cuda"); !s.ok()) {
+      if (options.device == "cuda") return s;
+      loaded.note = absl::StrCat(s.message(), ": running on the CPU");
+      ASSIGN_OR_RETURN(loaded.source, pack::OpenExpertSource(pack, experts, source_stats));
+      attach_cpu();
+      return loaded;
+    }
     gpu::CudaModelOptions o;
     o.vram_bytes = static_cast<uint64_t>(options.vram_gib * (1ull << 30));
     o.max_batch = options.max_batch;

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "engine/exec/thread_pool.h"
@@ -38,6 +39,11 @@ absl::Status CheckDeviceOptions(const DeviceOptions& options);
 // the routing seen while serving for long). INVALID_ARGUMENT naming cache_policy for an unknown policy.
 absl::StatusOr<model::CacheOptions> ExpertCacheOptions(const pack::Pack& pack, const DeviceOptions& options,
                                                        int64_t slots);
+
+// OK when the backend of `device` ("cpu" or "cuda") implements every block the configuration needs;
+// UNIMPLEMENTED naming the architecture and the missing block otherwise. LoadModel refuses --device cuda
+// for such a model and runs --device auto on the CPU, saying why in LoadedModel::note.
+absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_view device);
 
 // Whether this build has CUDA and a device is visible; `why` says what was found, for logs.
 bool CudaDeviceAvailable(std::string* why);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
@@ -211,14 +212,14 @@ TEST(ConvertTest, RejectsModelsWithoutExpertsAndMissingInputs) {
 // The list in the message is the engine's own table, so a new architecture shows up without a test edit.
 TEST(ConvertTest, RefusesAnArchitectureTheEngineCannotRunBeforeAnyWork) {
   ScratchDir dir;
-  const std::string model = dir.Join("m.gguf"), other = dir.Join("qwen2moe.gguf"), out = dir.Join("p");
+  const std::string model = dir.Join("m.gguf"), other = dir.Join("deepseek2.gguf"), out = dir.Join("p");
   ASSERT_THAT(SynthesizeGguf(TinyOptions(model)), IsOk());
-  testing::RewriteArchitecture(model, other, "qwen2moe");
+  testing::RewriteArchitecture(model, other, "deepseek2");
   int progress_calls = 0;
   const absl::Status s =
       ConvertGguf(Options(other, out, Scheme::kS8), [&](const ConvertProgress&) { ++progress_calls; }, nullptr)
           .status();
-  EXPECT_THAT(s, StatusIsWith(absl::StatusCode::kUnimplemented, "general.architecture 'qwen2moe' is not supported"));
+  EXPECT_THAT(s, StatusIsWith(absl::StatusCode::kUnimplemented, "general.architecture 'deepseek2' is not supported"));
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(other));
   for (const model::Architecture& a : model::ArchitectureTable()) {
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(std::string(a.gguf_name)));
@@ -226,6 +227,57 @@ TEST(ConvertTest, RefusesAnArchitectureTheEngineCannotRunBeforeAnyWork) {
   EXPECT_EQ(progress_calls, 0);
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(out + ".partial"));
+}
+
+// qwen2moe's shared expert (its gate, up, down and sigmoid gate) and the q/k/v biases are dense tensors: they
+// go to dense.gguf as they are, and only the routed experts to experts.bin. OLMoE's whole-projection q/k
+// norms are dense too.
+TEST(ConvertTest, SharedExpertsAndBiasesGoToDenseGgufAndRoutedExpertsToExpertsBin) {
+  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe"}) {
+    ScratchDir dir;
+    SynthOptions o = TinyOptions(dir.Join("m.gguf"));
+    o.geometry = *PresetGeometry(arch, "tiny");
+    ASSERT_THAT(SynthesizeGguf(o), IsOk());
+    auto manifest = ConvertGguf(Options(o.output, dir.Join("p"), Scheme::kS8), nullptr, nullptr);
+    ASSERT_TRUE(manifest.ok()) << arch << ": " << manifest.status();
+    EXPECT_EQ(manifest->architecture(), arch);
+    EXPECT_EQ(manifest->geometry().expert_ff(), static_cast<uint32_t>(o.geometry.expert_ff));
+    // glm4moe's first block is dense: its FFN is a dense tensor, not a MoE layer.
+    const int64_t n_moe = o.geometry.n_layer - o.geometry.n_dense_lead;
+    EXPECT_EQ(manifest->geometry().n_moe_layers(), static_cast<uint32_t>(n_moe));
+    EXPECT_EQ(manifest->geometry().moe_layers(0), static_cast<uint32_t>(o.geometry.n_dense_lead));
+    auto layout = pack::LayoutFromManifest(*manifest);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    EXPECT_EQ(manifest->experts_bytes(), static_cast<uint64_t>(n_moe * o.geometry.n_expert) * layout->blob_bytes);
+    auto source = gguf::GgufFile::Open(o.output);
+    auto dense = gguf::GgufFile::Open(dir.Join("p/dense.gguf"));
+    ASSERT_TRUE(source.ok() && dense.ok());
+    int dense_tensors = 0;
+    for (const gguf::TensorInfo& t : (*source)->tensors()) {
+      const bool routed = absl::EndsWith(t.name, "_exps.weight");
+      const gguf::TensorInfo* copy = (*dense)->FindTensor(t.name);
+      EXPECT_EQ(copy != nullptr, !routed) << arch << ": " << t.name;
+      if (copy == nullptr) continue;
+      ++dense_tensors;
+      EXPECT_EQ(copy->ne, t.ne) << t.name;
+      if (t.ne.size() == 1) {  // norms, biases and the shared expert's gate are copied byte for byte
+        EXPECT_EQ(std::vector<uint8_t>(copy->data, copy->data + copy->bytes),
+                  std::vector<uint8_t>(t.data, t.data + t.bytes)) << t.name;
+      }
+    }
+    // Per block: attn_norm, q, k, v, output, the FFN norm and the router, and qwen2moe's 3 biases and 4 shared
+    // expert tensors, olmoe's 2 q/k norms, glm4moe's 3 biases, expert bias and 3 shared expert tensors (in
+    // its dense first block: 3 biases and the FFN's 3 matrices instead of the router).
+    const int per_layer = arch == "qwen2moe" ? 14 : arch == "olmoe" ? 9 : 14;
+    const int dense_block = arch == "glm4moe" ? 12 : per_layer;
+    EXPECT_EQ(dense_tensors, 3 + dense_block * o.geometry.n_dense_lead +
+                                 per_layer * (o.geometry.n_layer - o.geometry.n_dense_lead)) << arch;
+    if (arch == "qwen2moe") {
+      EXPECT_NE((*dense)->FindTensor("blk.1.ffn_gate_inp_shexp.weight"), nullptr);
+      EXPECT_NE((*dense)->FindTensor("blk.1.ffn_down_shexp.weight"), nullptr);
+      EXPECT_NE((*dense)->FindTensor("blk.0.attn_v.bias"), nullptr);
+    }
+  }
 }
 
 // A dense llama has no llama.expert_* keys: it is told it is not a MoE model, not that a key is missing.

@@ -176,6 +176,114 @@ TEST(SynthTest, PresetsAndGeometryErrorsNameTheFlag) {
   EXPECT_THAT(ParseSynthType("q3_K").status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// The shapes llama.cpp's loader creates for qwen2moe (src/models/qwen2moe.cpp): q/k/v biases, the shared
+// expert's three matrices and its [n_embd] gate, with the widths in the keys it reads.
+TEST(SynthTest, Qwen2MoeHasLlamaCppTensorNamesShapesAndKeys) {
+  ScratchDir dir;
+  SynthOptions o = TinyOptions(dir.Join("m.gguf"));
+  o.geometry = *PresetGeometry("qwen2moe", "tiny");
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  auto file = gguf::GgufFile::Open(o.output);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const gguf::Metadata& m = (*file)->metadata();
+  EXPECT_EQ(*m.GetString("general.architecture"), "qwen2moe");
+  EXPECT_EQ(*m.GetUint("qwen2moe.expert_feed_forward_length"), 128u);
+  EXPECT_EQ(*m.GetUint("qwen2moe.expert_shared_feed_forward_length"), 512u);
+  EXPECT_EQ(*m.GetUint("qwen2moe.feed_forward_length"), 512u);
+  auto shape = [&](const std::string& name) {
+    const gguf::TensorInfo* t = (*file)->FindTensor(name);
+    return t == nullptr ? std::vector<int64_t>{} : t->ne;
+  };
+  EXPECT_EQ(shape("blk.1.attn_q.bias"), (std::vector<int64_t>{128}));
+  EXPECT_EQ(shape("blk.1.attn_k.bias"), (std::vector<int64_t>{64}));
+  EXPECT_EQ(shape("blk.1.attn_v.bias"), (std::vector<int64_t>{64}));
+  EXPECT_EQ(shape("blk.1.ffn_gate_inp_shexp.weight"), (std::vector<int64_t>{128}));
+  EXPECT_EQ(shape("blk.1.ffn_gate_shexp.weight"), (std::vector<int64_t>{128, 512}));
+  EXPECT_EQ(shape("blk.1.ffn_up_shexp.weight"), (std::vector<int64_t>{128, 512}));
+  EXPECT_EQ(shape("blk.1.ffn_down_shexp.weight"), (std::vector<int64_t>{512, 128}));
+  EXPECT_EQ((*file)->FindTensor("blk.0.attn_q.bias")->type, gguf::GgmlType::kF32);
+  EXPECT_EQ((*file)->FindTensor("blk.0.ffn_gate_inp_shexp.weight")->type, gguf::GgmlType::kF32);
+  EXPECT_EQ((*file)->FindTensor("blk.0.ffn_up_shexp.weight")->type, gguf::GgmlType::kF16);
+  EXPECT_EQ((*file)->FindTensor("blk.0.attn_q_norm.weight"), nullptr);
+}
+
+// llama.cpp's olmoe loads attn_q_norm and attn_k_norm with n_embd weights: norms over the whole projection,
+// so the preset has as many kv heads as heads.
+TEST(SynthTest, OlmoeHasWholeProjectionQkNormsAndLlamaCppKeys) {
+  ScratchDir dir;
+  SynthOptions o = TinyOptions(dir.Join("m.gguf"));
+  o.geometry = *PresetGeometry("olmoe", "tiny");
+  EXPECT_EQ(o.geometry.n_head_kv, o.geometry.n_head);
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  auto file = gguf::GgufFile::Open(o.output);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(*(*file)->metadata().GetString("general.architecture"), "olmoe");
+  EXPECT_EQ(*(*file)->metadata().GetUint("olmoe.feed_forward_length"), 128u);
+  EXPECT_EQ((*file)->FindTensor("blk.1.attn_q_norm.weight")->ne, (std::vector<int64_t>{128}));
+  EXPECT_EQ((*file)->FindTensor("blk.1.attn_k_norm.weight")->ne, (std::vector<int64_t>{128}));
+  EXPECT_EQ((*file)->FindTensor("blk.0.attn_q.bias"), nullptr);
+  EXPECT_EQ((*file)->FindTensor("blk.0.ffn_up_shexp.weight"), nullptr);
+}
+
+// llama.cpp's glm4moe loader (src/models/glm4-moe.cpp): block 0 dense with ffn_{gate,up,down}, the others
+// MoE with exp_probs_b and a shared expert of expert_shared_count experts' width, the FFN's norm named
+// post_attention_norm, half of each head rotated.
+TEST(SynthTest, Glm4MoeHasLlamaCppTensorNamesShapesAndKeys) {
+  ScratchDir dir;
+  SynthOptions o = TinyOptions(dir.Join("m.gguf"));
+  o.geometry = *PresetGeometry("glm4moe", "tiny");
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  auto file = gguf::GgufFile::Open(o.output);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const gguf::Metadata& m = (*file)->metadata();
+  EXPECT_EQ(*m.GetString("general.architecture"), "glm4moe");
+  EXPECT_EQ(*m.GetUint("glm4moe.leading_dense_block_count"), 1u);
+  EXPECT_EQ(*m.GetUint("glm4moe.expert_shared_count"), 1u);
+  EXPECT_EQ(*m.GetUint("glm4moe.expert_feed_forward_length"), 128u);
+  EXPECT_EQ(*m.GetUint("glm4moe.feed_forward_length"), 512u);
+  EXPECT_EQ(*m.GetUint("glm4moe.rope.dimension_count"), 16u);
+  EXPECT_EQ(*m.GetUint("glm4moe.expert_gating_func"), 2u);
+  EXPECT_TRUE(*m.GetBool("glm4moe.expert_weights_norm"));
+  EXPECT_FLOAT_EQ(static_cast<float>(*m.GetFloat("glm4moe.expert_weights_scale")), 2.5f);
+  auto shape = [&](const std::string& name) {
+    const gguf::TensorInfo* t = (*file)->FindTensor(name);
+    return t == nullptr ? std::vector<int64_t>{} : t->ne;
+  };
+  EXPECT_EQ(shape("blk.0.ffn_gate.weight"), (std::vector<int64_t>{128, 512}));
+  EXPECT_EQ(shape("blk.0.ffn_down.weight"), (std::vector<int64_t>{512, 128}));
+  EXPECT_EQ(shape("blk.0.ffn_gate_inp.weight"), std::vector<int64_t>{});
+  EXPECT_EQ(shape("blk.0.ffn_up_exps.weight"), std::vector<int64_t>{});
+  EXPECT_EQ(shape("blk.0.post_attention_norm.weight"), (std::vector<int64_t>{128}));
+  EXPECT_EQ(shape("blk.1.ffn_norm.weight"), std::vector<int64_t>{});
+  EXPECT_EQ(shape("blk.1.exp_probs_b.bias"), (std::vector<int64_t>{8}));
+  EXPECT_EQ(shape("blk.1.ffn_up_exps.weight"), (std::vector<int64_t>{128, 128, 8}));
+  EXPECT_EQ(shape("blk.1.ffn_up_shexp.weight"), (std::vector<int64_t>{128, 128}));
+  EXPECT_EQ(shape("blk.1.ffn_gate_inp_shexp.weight"), std::vector<int64_t>{});
+  EXPECT_EQ(shape("blk.1.attn_q.bias"), (std::vector<int64_t>{128}));
+  EXPECT_EQ((*file)->FindTensor("blk.1.exp_probs_b.bias")->type, gguf::GgmlType::kF32);
+}
+
+// The pack written directly skips the dense block as convert does: the same experts, block 0 not among them.
+TEST(SynthTest, Glm4MoePackOnlyEqualsSynthesizeThenConvert) {
+  ScratchDir dir;
+  SynthOptions o = TinyOptions(dir.Join("m.gguf"));
+  o.geometry = *PresetGeometry("glm4moe", "tiny");
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  ConvertOptions c;
+  c.input = o.output;
+  c.output_dir = dir.Join("converted");
+  c.scheme = kernels::Scheme::kS8;
+  c.threads = 2;
+  auto converted = ConvertGguf(c, nullptr, nullptr);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  o.output = dir.Join("direct");
+  o.pack_scheme = kernels::Scheme::kS8;
+  auto direct = SynthesizePack(o, nullptr, nullptr);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_EQ(direct->geometry().SerializeAsString(), converted->geometry().SerializeAsString());
+  EXPECT_EQ(ReadFileBytes(dir.Join("direct/experts.bin")), ReadFileBytes(dir.Join("converted/experts.bin")));
+}
+
 TEST(SynthTest, PackOnlyEqualsSynthesizeThenConvert) {
   ScratchDir dir;
   const pack::v1::Manifest converted = testing::MakeTinyPack(dir.Join("m.gguf"), dir.Join("converted"),

@@ -102,9 +102,27 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
     hp.qk_norm = true;
   } else if (hp.arch == "llama") {
     hp.rope_style = RopeStyle::kNormal;
+  } else if (hp.arch == "qwen2moe") {
+    hp.rope_style = RopeStyle::kNeox;
+    hp.qkv_bias = true;
+    hp.renormalize_top_k = false;
+  } else if (hp.arch == "olmoe") {
+    hp.rope_style = RopeStyle::kNeox;
+    hp.qk_norm_whole = true;
+    hp.renormalize_top_k = false;
+  } else if (hp.arch == "glm4moe") {
+    hp.rope_style = RopeStyle::kNeox;
+    hp.qkv_bias = true;
+    hp.sigmoid_router = true;
+    auto norm = md.GetBoolOr("glm4moe.expert_weights_norm", false);
+    if (!norm.ok()) return fail(norm.status());
+    hp.renormalize_top_k = *norm;
+    auto scale = md.GetFloatOr("glm4moe.expert_weights_scale", 0.0);
+    if (!scale.ok()) return fail(scale.status());
+    hp.routed_scale = *scale == 0.0 ? 1.0 : *scale;
   } else {
-    return absl::UnimplementedError(absl::StrCat(path, ": general.architecture is '", hp.arch,
-                                                 "'; the reference model knows qwen3moe and llama"));
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": general.architecture is '", hp.arch, "'; the reference model knows qwen3moe, llama, qwen2moe, olmoe and glm4moe"));
   }
   const std::string a = hp.arch + ".";
   ASSIGN_OR_RETURN(hp.n_layer, uint_key(a + "block_count"));
@@ -127,10 +145,33 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
   hp.rms_eps = *eps;
   auto shared = md.GetUintOr(a + "expert_shared_count", 0);
   if (!shared.ok()) return fail(shared.status());
+  if (hp.arch == "qwen2moe") {
+    // llama.cpp: expert_shared_feed_forward_length, else feed_forward_length.
+    const std::string key = md.Has(a + "expert_shared_feed_forward_length") ? a + "expert_shared_feed_forward_length"
+                                                                              : a + "feed_forward_length";
+    ASSIGN_OR_RETURN(hp.shared_ff, uint_key(key));
+  }
+  if (hp.arch == "glm4moe") {
+    // llama.cpp: the shared expert is expert_shared_count experts of expert_feed_forward_length wide.
+    ASSIGN_OR_RETURN(const int64_t expert_ff, uint_key(a + "expert_feed_forward_length"));
+    hp.shared_ff = expert_ff * static_cast<int64_t>(*shared);
+    auto lead = md.GetUintOr(a + "leading_dense_block_count", 0);
+    if (!lead.ok()) return fail(lead.status());
+    hp.n_dense_lead = static_cast<int64_t>(*lead);
+    if (hp.n_dense_lead > 0) {
+      ASSIGN_OR_RETURN(hp.dense_ff, uint_key(a + "feed_forward_length"));
+    }
+    if (hp.n_dense_lead >= hp.n_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", a, "leading_dense_block_count ", hp.n_dense_lead,
+                                                     " leaves no MoE block"));
+    }
+  }
+  hp.rope_dim = n_rot;
   auto scaling = md.GetFloatOr(a + "rope.scaling.factor", 0.0);
   if (!scaling.ok()) return fail(scaling.status());
 
-  if (hp.head_dim % 2 != 0 || value_length != hp.head_dim || n_rot != hp.head_dim) {
+  const bool partial_rope = hp.arch == "glm4moe" && n_rot < hp.head_dim && n_rot % 2 == 0;
+  if (hp.head_dim % 2 != 0 || value_length != hp.head_dim || (n_rot != hp.head_dim && !partial_rope)) {
     return absl::UnimplementedError(absl::StrCat(path, ": key_length ", hp.head_dim, ", value_length ",
                                                  value_length, ", rope.dimension_count ", n_rot,
                                                  "; expected all equal and even"));
@@ -143,7 +184,7 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", a, "expert_used_count ", hp.n_expert_used,
                                                    " exceeds expert_count ", hp.n_expert));
   }
-  if (*shared != 0) {
+  if (*shared != 0 && hp.shared_ff == 0) {
     return absl::UnimplementedError(absl::StrCat(path, ": ", a, "expert_shared_count is ", *shared,
                                                  "; the reference model has no shared experts"));
   }
@@ -179,12 +220,41 @@ absl::Status LoadDense(const gguf::GgufModel& model, const TensorLoader& loader,
     ASSIGN_OR_RETURN(layer.wk, loader.LoadMatrix(p + "attn_k.weight", d, kv_dim));
     ASSIGN_OR_RETURN(layer.wv, loader.LoadMatrix(p + "attn_v.weight", d, kv_dim));
     ASSIGN_OR_RETURN(layer.wo, loader.LoadMatrix(p + "attn_output.weight", q_dim, d));
+    if (hp->qkv_bias) {
+      ASSIGN_OR_RETURN(layer.bq, loader.Load(p + "attn_q.bias", {q_dim}));
+      ASSIGN_OR_RETURN(layer.bk, loader.Load(p + "attn_k.bias", {kv_dim}));
+      ASSIGN_OR_RETURN(layer.bv, loader.Load(p + "attn_v.bias", {kv_dim}));
+    }
     if (hp->qk_norm) {
       ASSIGN_OR_RETURN(layer.q_norm, loader.Load(p + "attn_q_norm.weight", {hp->head_dim}));
       ASSIGN_OR_RETURN(layer.k_norm, loader.Load(p + "attn_k_norm.weight", {hp->head_dim}));
     }
-    ASSIGN_OR_RETURN(layer.ffn_norm, loader.Load(p + "ffn_norm.weight", {d}));
+    if (hp->qk_norm_whole) {
+      ASSIGN_OR_RETURN(layer.q_norm, loader.Load(p + "attn_q_norm.weight", {q_dim}));
+      ASSIGN_OR_RETURN(layer.k_norm, loader.Load(p + "attn_k_norm.weight", {kv_dim}));
+    }
+    ASSIGN_OR_RETURN(layer.ffn_norm,
+                     loader.Load(p + (hp->arch == "glm4moe" ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}));
+    if (l < hp->n_dense_lead) {
+      const int64_t ff = hp->dense_ff;
+      ASSIGN_OR_RETURN(layer.dense_ffn.gate, loader.LoadMatrix(p + "ffn_gate.weight", d, ff));
+      ASSIGN_OR_RETURN(layer.dense_ffn.up, loader.LoadMatrix(p + "ffn_up.weight", d, ff));
+      ASSIGN_OR_RETURN(layer.dense_ffn.down, loader.LoadMatrix(p + "ffn_down.weight", ff, d));
+      continue;
+    }
     ASSIGN_OR_RETURN(layer.router, loader.LoadMatrix(p + "ffn_gate_inp.weight", d, hp->n_expert));
+    if (hp->sigmoid_router) {
+      ASSIGN_OR_RETURN(layer.router_bias, loader.Load(p + "exp_probs_b.bias", {hp->n_expert}));
+    }
+    if (hp->shared_ff > 0) {
+      const int64_t ff = hp->shared_ff;
+      ASSIGN_OR_RETURN(layer.shared.gate, loader.LoadMatrix(p + "ffn_gate_shexp.weight", d, ff));
+      ASSIGN_OR_RETURN(layer.shared.up, loader.LoadMatrix(p + "ffn_up_shexp.weight", d, ff));
+      ASSIGN_OR_RETURN(layer.shared.down, loader.LoadMatrix(p + "ffn_down_shexp.weight", ff, d));
+      if (hp->arch == "qwen2moe") {
+        ASSIGN_OR_RETURN(layer.shared_gate, loader.Load(p + "ffn_gate_inp_shexp.weight", {d}));
+      }
+    }
   }
   ASSIGN_OR_RETURN(w->output_norm, loader.Load("output_norm.weight", {d}));
   if (loader.Has("output.weight")) {
@@ -223,6 +293,15 @@ void RmsNorm(std::span<float> x, const std::vector<float>& weight, double eps) {
 
 float Silu(float v) { return static_cast<float>(v / (1.0 + std::exp(-static_cast<double>(v)))); }
 
+// down(silu(gate h) * up h).
+std::vector<float> ExpertForward(const ReferenceModel::Expert& expert, const std::vector<float>& h) {
+  const std::vector<float> gate = MatVec(expert.gate, h);
+  const std::vector<float> up = MatVec(expert.up, h);
+  std::vector<float> act(gate.size());
+  for (size_t i = 0; i < act.size(); ++i) act[i] = Silu(gate[i]) * up[i];
+  return MatVec(expert.down, act);
+}
+
 }  // namespace
 
 void ApplyRope(RopeStyle style, double freq_base, int64_t pos, std::span<float> head) {
@@ -245,14 +324,15 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::FromGguf(const s
   TensorLoader loader(*model, path);
   RETURN_IF_ERROR(LoadDense(*model, loader, path, &hp, &ref->weights_));
 
-  const gguf::TensorInfo* gate0 = model->FindTensor("blk.0.ffn_gate_exps.weight");
+  const std::string first_gate = absl::StrCat("blk.", hp.n_dense_lead, ".ffn_gate_exps.weight");
+  const gguf::TensorInfo* gate0 = model->FindTensor(first_gate);
   if (gate0 == nullptr || gate0->ne.size() != 3 || gate0->ne[1] <= 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": expected a 3-D tensor 'blk.0.ffn_gate_exps.weight' [n_embd, expert_ff, n_expert]"));
+        absl::StrCat(path, ": expected a 3-D tensor '", first_gate, "' [n_embd, expert_ff, n_expert]"));
   }
   hp.expert_ff = gate0->ne[1];
   const int64_t d = hp.n_embd, ff = hp.expert_ff;
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
+  for (int64_t l = hp.n_dense_lead; l < hp.n_layer; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     ASSIGN_OR_RETURN(const std::vector<float> gate, loader.Load(p + "ffn_gate_exps.weight", {d, ff, hp.n_expert}));
     ASSIGN_OR_RETURN(const std::vector<float> up, loader.Load(p + "ffn_up_exps.weight", {d, ff, hp.n_expert}));
@@ -284,21 +364,22 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::FromPack(const s
   const pack::v1::Geometry& g = manifest.geometry();
   const std::pair<const char*, std::pair<int64_t, int64_t>> checks[] = {
       {"n_layer", {g.n_layer(), hp.n_layer}},
-      {"n_moe_layers", {g.n_moe_layers(), hp.n_layer}},
+      {"n_moe_layers", {g.n_moe_layers(), hp.n_layer - hp.n_dense_lead}},
       {"n_embd", {g.n_embd(), hp.n_embd}},
       {"n_expert", {g.n_expert(), hp.n_expert}},
       {"n_expert_used", {g.n_expert_used(), hp.n_expert_used}},
-      {"n_shared_experts", {g.n_shared_experts(), 0}}};
+      {"n_shared_experts", {g.n_shared_experts(), hp.shared_ff > 0 ? g.n_shared_experts() : 0}}};
   for (const auto& [field, values] : checks) {
     if (values.first != values.second) {
       return absl::InvalidArgumentError(absl::StrCat(manifest_path, ": geometry.", field, " is ", values.first,
                                                      " but ", dense_path, " implies ", values.second));
     }
   }
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
-    if (g.moe_layers(l) != l) {
-      return absl::UnimplementedError(absl::StrCat(manifest_path, ": geometry.moe_layers[", l, "] is ",
-                                                   g.moe_layers(l), "; the reference model needs every block MoE"));
+  for (int64_t i = 0; i < g.n_moe_layers(); ++i) {
+    if (g.moe_layers(i) != hp.n_dense_lead + i) {
+      return absl::UnimplementedError(absl::StrCat(manifest_path, ": geometry.moe_layers[", i, "] is ", g.moe_layers(i),
+                                                   "; the reference model needs every block MoE from block ",
+                                                   hp.n_dense_lead, " on"));
     }
   }
   hp.expert_ff = layout->expert_ff;
@@ -314,9 +395,9 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::FromPack(const s
   const int64_t d = hp.n_embd, ff = hp.expert_ff;
   const int64_t rows[3] = {ff, ff, d}, cols[3] = {d, d, ff};
   std::vector<uint8_t> blob(layout->blob_bytes);
-  for (int64_t l = 0; l < hp.n_layer; ++l) {
+  for (int64_t l = hp.n_dense_lead; l < hp.n_layer; ++l) {
     for (int64_t e = 0; e < hp.n_expert; ++e) {
-      in.seekg(static_cast<std::streamoff>(pack::BlobIndex(manifest, l, e) * layout->blob_bytes));
+      in.seekg(static_cast<std::streamoff>(pack::BlobIndex(manifest, l - hp.n_dense_lead, e) * layout->blob_bytes));
       if (!in.read(reinterpret_cast<char*>(blob.data()), static_cast<std::streamsize>(blob.size()))) {
         return absl::DataLossError(absl::StrCat(experts_path, ": cannot read blob of layer ", l, " expert ", e));
       }
@@ -335,13 +416,20 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::FromPack(const s
 
 std::vector<float> ReferenceModel::MoeForward(const Layer& layer, const std::vector<float>& h, Route* route) const {
   const std::vector<float> logits = MatVec(layer.router, h);
-  // Softmax over every expert, in double.
-  double max_logit = logits[0];
-  for (float v : logits) max_logit = std::max(max_logit, static_cast<double>(v));
   std::vector<double> probs(logits.size());
-  double total = 0;
-  for (size_t e = 0; e < logits.size(); ++e) total += probs[e] = std::exp(logits[e] - max_logit);
-  for (double& p : probs) p /= total;
+  if (hparams_.sigmoid_router) {
+    for (size_t e = 0; e < logits.size(); ++e) probs[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[e])));
+  } else {
+    // Softmax over every expert, in double.
+    double max_logit = logits[0];
+    for (float v : logits) max_logit = std::max(max_logit, static_cast<double>(v));
+    double total = 0;
+    for (size_t e = 0; e < logits.size(); ++e) total += probs[e] = std::exp(logits[e] - max_logit);
+    for (double& p : probs) p /= total;
+  }
+  // The experts are chosen by score plus the correction bias where there is one, weighed by score alone.
+  std::vector<double> choice = probs;
+  for (size_t e = 0; e < layer.router_bias.size(); ++e) choice[e] += layer.router_bias[e];
   // Top-k by repeated arg-max; a strict comparison keeps the lower index on ties.
   std::vector<bool> taken(probs.size(), false);
   route->experts.clear();
@@ -349,24 +437,30 @@ std::vector<float> ReferenceModel::MoeForward(const Layer& layer, const std::vec
   for (int64_t k = 0; k < hparams_.n_expert_used; ++k) {
     int best = -1;
     for (size_t e = 0; e < probs.size(); ++e) {
-      if (!taken[e] && (best < 0 || probs[e] > probs[best])) best = static_cast<int>(e);
+      if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = static_cast<int>(e);
     }
     taken[best] = true;
     route->experts.push_back(best);
     picked_sum += probs[best];
   }
   route->weights.clear();
-  for (int e : route->experts) route->weights.push_back(static_cast<float>(probs[e] / picked_sum));
+  const double divisor = hparams_.renormalize_top_k ? picked_sum : 1.0;
+  for (int e : route->experts) route->weights.push_back(static_cast<float>(probs[e] / divisor * hparams_.routed_scale));
 
   std::vector<float> out(hparams_.n_embd, 0.0f);
   for (size_t k = 0; k < route->experts.size(); ++k) {
-    const Expert& expert = layer.experts[route->experts[k]];
-    const std::vector<float> gate = MatVec(expert.gate, h);
-    const std::vector<float> up = MatVec(expert.up, h);
-    std::vector<float> act(gate.size());
-    for (size_t i = 0; i < act.size(); ++i) act[i] = Silu(gate[i]) * up[i];
-    const std::vector<float> down = MatVec(expert.down, act);
+    const std::vector<float> down = ExpertForward(layer.experts[route->experts[k]], h);
     for (int64_t i = 0; i < hparams_.n_embd; ++i) out[i] += route->weights[k] * down[i];
+  }
+  if (hparams_.shared_ff > 0) {
+    double gate = 1.0;
+    if (!layer.shared_gate.empty()) {
+      double gate_logit = 0;
+      for (int64_t i = 0; i < hparams_.n_embd; ++i) gate_logit += static_cast<double>(layer.shared_gate[i]) * h[i];
+      gate = 1.0 / (1.0 + std::exp(-gate_logit));
+    }
+    const std::vector<float> shared = ExpertForward(layer.shared, h);
+    for (int64_t i = 0; i < hparams_.n_embd; ++i) out[i] += static_cast<float>(gate * shared[i]);
   }
   return out;
 }
@@ -397,15 +491,24 @@ std::vector<float> ReferenceModel::Logits(std::span<const int32_t> tokens,
       q[i] = MatVec(layer.wq, h);
       k[i] = MatVec(layer.wk, h);
       v[i] = MatVec(layer.wv, h);
+      if (hp.qkv_bias) {
+        for (size_t c = 0; c < q[i].size(); ++c) q[i][c] += layer.bq[c];
+        for (size_t c = 0; c < k[i].size(); ++c) k[i][c] += layer.bk[c];
+        for (size_t c = 0; c < v[i].size(); ++c) v[i][c] += layer.bv[c];
+      }
+      if (hp.qk_norm_whole) {
+        RmsNorm(q[i], layer.q_norm, hp.rms_eps);
+        RmsNorm(k[i], layer.k_norm, hp.rms_eps);
+      }
       for (int64_t head = 0; head < hp.n_head; ++head) {
         std::span<float> qh(q[i].data() + head * hd, hd);
         if (hp.qk_norm) RmsNorm(qh, layer.q_norm, hp.rms_eps);
-        ApplyRope(hp.rope_style, hp.rope_freq_base, i, qh);
+        ApplyRope(hp.rope_style, hp.rope_freq_base, i, qh.first(hp.rope_dim));
       }
       for (int64_t head = 0; head < hp.n_head_kv; ++head) {
         std::span<float> kh(k[i].data() + head * hd, hd);
         if (hp.qk_norm) RmsNorm(kh, layer.k_norm, hp.rms_eps);
-        ApplyRope(hp.rope_style, hp.rope_freq_base, i, kh);
+        ApplyRope(hp.rope_style, hp.rope_freq_base, i, kh.first(hp.rope_dim));
       }
     }
     for (int64_t i = 0; i < n; ++i) {
@@ -436,7 +539,7 @@ std::vector<float> ReferenceModel::Logits(std::span<const int32_t> tokens,
       std::vector<float> h = x[i];
       RmsNorm(h, layer.ffn_norm, hp.rms_eps);
       Route route;
-      const std::vector<float> moe = MoeForward(layer, h, &route);
+      const std::vector<float> moe = l < hp.n_dense_lead ? ExpertForward(layer.dense_ffn, h) : MoeForward(layer, h, &route);
       for (int64_t c = 0; c < d; ++c) x[i][c] += moe[c];
       if (routes != nullptr) (*routes)[l][i] = std::move(route);
     }

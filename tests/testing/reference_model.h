@@ -4,21 +4,30 @@
 // A plain f32 forward pass of a MoE model, written for readability: the oracle the engine's tests compare
 // against. Every weight is dequantized to f32 at load; dot products accumulate in double.
 //
-// Semantics follow llama.cpp for the architectures "qwen3moe" and "llama" with expert_count > 0
-// (Mixtral), as read from llama.cpp's graph builders (src/models/qwen3moe.cpp, llama.cpp) and
-// llama_model_rope_type:
+// Semantics follow llama.cpp for the architectures "qwen3moe", "llama" with expert_count > 0 (Mixtral),
+// "qwen2moe", "olmoe" and "glm4moe", as read from llama.cpp's graph builders (src/models/qwen3moe.cpp,
+// llama.cpp, qwen2moe.cpp, olmoe.cpp, glm4-moe.cpp) and llama_model_rope_type:
 //   - Pre-norm blocks: x += Wo Attn(RMSNorm(x) * attn_norm); x += MoE(RMSNorm(x) * ffn_norm).
 //   - RMSNorm(x) = x / sqrt(mean(x^2) + eps), eps = attention.layer_norm_rms_epsilon.
-//   - qwen3moe applies a per-head RMSNorm (attn_q_norm / attn_k_norm, same eps) to q and k before RoPE.
-//   - RoPE: qwen3moe is NEOX style (rotates (i, i + d/2)), llama is NORMAL style (rotates (2i, 2i + 1)),
+//   - qwen2moe and glm4moe add biases (attn_{q,k,v}.bias) to the q, k and v projections. glm4moe names
+//     the FFN's pre-norm post_attention_norm (ffn_norm elsewhere).
+//   - qwen3moe applies a per-head RMSNorm (attn_q_norm / attn_k_norm, same eps) to q and k before RoPE;
+//     olmoe applies one RMSNorm over the whole q projection and one over the whole k projection.
+//   - RoPE: qwen3moe, qwen2moe, olmoe and glm4moe are NEOX style (rotates (i, i + d/2)), llama is NORMAL
+//     style (rotates (2i, 2i + 1)); glm4moe rotates only the first d = rope.dimension_count values of a head,
 //     theta_i = pos * freq_base^(-2i / d) with d = head_dim (llama.cpp asserts n_rot == head_dim here).
 //   - Causal GQA attention scaled by 1/sqrt(head_dim); query head h reads kv head h / (n_head / n_head_kv).
-//   - Router: softmax over all experts, top-k (ties go to the lower index), the k probabilities renormalized
-//     to sum 1 (build_moe_ffn with norm_w = true and softmax gating, for both architectures; for Mixtral this
-//     equals a softmax over the top-k logits).
-//   - Expert: down(silu(gate h) * up h). Final RMSNorm with output_norm, then output.weight, or the token
-//     embedding when output.weight is absent (tied).
-// Every block must be a MoE block; shared experts and RoPE scaling are refused as unimplemented.
+//   - Router: softmax over all experts, top-k (ties go to the lower index); qwen3moe and llama renormalize the
+//     k probabilities to sum 1 (build_moe_ffn with norm_w = true; for Mixtral this equals a softmax over the
+//     top-k logits), qwen2moe and olmoe use them as they are (norm_w = false). glm4moe scores each expert
+//     with a sigmoid, picks the top k of score + exp_probs_b, weighs them by their scores, renormalized when
+//     expert_weights_norm, times expert_weights_scale.
+//   - glm4moe's first leading_dense_block_count blocks have a dense FFN (ffn_{gate,up,down}) instead.
+//   - Expert: down(silu(gate h) * up h). qwen2moe adds a shared expert of the same form on h
+//     (ffn_{gate,up,down}_shexp), scaled by sigmoid(ffn_gate_inp_shexp . h); glm4moe's is not scaled.
+//   - Final RMSNorm with output_norm, then output.weight, or the token embedding when output.weight is
+//     absent (tied).
+// Every block must be a MoE block; RoPE scaling is refused as unimplemented.
 //
 // A ReferenceModel owns its weights. Logits() is const and may be called from several threads at once;
 // mutable_weights() is for tests that edit a loaded model and must not race with Logits().
@@ -41,7 +50,7 @@ void ApplyRope(RopeStyle style, double freq_base, int64_t pos, std::span<float> 
 class ReferenceModel {
  public:
   struct Hparams {
-    std::string arch;  // general.architecture: "qwen3moe" or "llama"
+    std::string arch;  // general.architecture: "qwen3moe", "llama", "qwen2moe" or "olmoe"
     int64_t n_layer = 0;
     int64_t n_embd = 0;
     int64_t n_head = 0;
@@ -54,7 +63,16 @@ class ReferenceModel {
     double rope_freq_base = 10000.0;
     double rms_eps = 1e-6;
     RopeStyle rope_style = RopeStyle::kNormal;
-    bool qk_norm = false;
+    bool qk_norm = false;        // per head
+    bool qk_norm_whole = false;  // over the whole q / k projection
+    bool qkv_bias = false;
+    bool renormalize_top_k = true;
+    int64_t shared_ff = 0;  // width of the shared expert; 0 = none
+    int64_t rope_dim = 0;   // leading values of a head RoPE rotates
+    bool sigmoid_router = false;  // with the score-correction bias exp_probs_b
+    double routed_scale = 1.0;
+    int64_t n_dense_lead = 0;  // leading blocks with a dense FFN
+    int64_t dense_ff = 0;
   };
 
   // A rows x cols matrix, row-major: y[r] = sum_c w[r * cols + c] x[c]. A ggml tensor of ne = [in, out]
@@ -71,10 +89,15 @@ class ReferenceModel {
   };
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;  // n_embd
-    std::vector<float> q_norm, k_norm;       // head_dim; empty unless qk_norm
+    std::vector<float> q_norm, k_norm;       // head_dim (qk_norm), q / k width (qk_norm_whole) or empty
     Matrix wq, wk, wv, wo;
+    std::vector<float> bq, bk, bv;           // empty unless qkv_bias
     Matrix router;  // n_expert x n_embd
     std::vector<Expert> experts;
+    Expert shared;                        // shared_ff wide; empty unless shared_ff > 0
+    std::vector<float> shared_gate;       // n_embd; empty when the shared expert is not gated
+    std::vector<float> router_bias;       // n_expert (exp_probs_b); empty unless sigmoid_router
+    Expert dense_ffn;                     // dense leading blocks only (which have no router and no experts)
   };
   struct Weights {
     Matrix token_embd;  // n_vocab x n_embd: row t is token t's embedding

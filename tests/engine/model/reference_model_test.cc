@@ -86,10 +86,18 @@ TEST_P(ReferenceModelTest, HyperParametersComeFromMetadata) {
   ASSERT_NE(model, nullptr);
   const packtool::SynthGeometry g = *packtool::PresetGeometry(GetParam(), "tiny");
   const Model::Hparams& hp = model->hparams();
-  const bool qwen = GetParam() == "qwen3moe";
-  EXPECT_EQ(hp.arch, qwen ? "qwen3moe" : "llama");
-  EXPECT_EQ(hp.rope_style, qwen ? RopeStyle::kNeox : RopeStyle::kNormal);
-  EXPECT_EQ(hp.qk_norm, qwen);
+  const std::string& arch = GetParam();
+  EXPECT_EQ(hp.arch, arch == "mixtral" ? "llama" : arch);
+  EXPECT_EQ(hp.rope_style, arch == "mixtral" ? RopeStyle::kNormal : RopeStyle::kNeox);
+  EXPECT_EQ(hp.qk_norm, arch == "qwen3moe");
+  EXPECT_EQ(hp.qk_norm_whole, arch == "olmoe");
+  EXPECT_EQ(hp.renormalize_top_k, arch != "qwen2moe" && arch != "olmoe");
+  EXPECT_EQ(hp.shared_ff, arch == "qwen2moe" || arch == "glm4moe" ? g.shared_ff : 0);
+  EXPECT_EQ(hp.qkv_bias, arch == "qwen2moe" || arch == "glm4moe");
+  EXPECT_EQ(hp.sigmoid_router, arch == "glm4moe");
+  EXPECT_EQ(hp.n_dense_lead, g.n_dense_lead);
+  EXPECT_EQ(hp.rope_dim, g.rope_dim == 0 ? g.head_dim : g.rope_dim);
+  EXPECT_DOUBLE_EQ(hp.routed_scale, arch == "glm4moe" ? 2.5 : 1.0);
   EXPECT_EQ(hp.n_layer, g.n_layer);
   EXPECT_EQ(hp.n_embd, g.n_embd);
   EXPECT_EQ(hp.n_head, g.n_head);
@@ -214,7 +222,10 @@ TEST_P(ReferenceModelTest, ALastLayerExpertChangesExactlyThePositionsRoutedToIt)
   }
 }
 
-TEST_P(ReferenceModelTest, RouteWeightsAreTheTopKProbabilitiesRenormalized) {
+// Renormalized (qwen3moe, mixtral, glm4moe): the weights sum to 1, times glm4moe's routed scale. Not
+// renormalized (qwen2moe, olmoe): they are probabilities of a softmax over more experts than k, so they sum
+// to less than 1. Dense blocks (glm4moe's first) route nothing.
+TEST_P(ReferenceModelTest, RouteWeightsAreTheTopKProbabilitiesRenormalizedWhereTheArchitectureDoes) {
   auto model = Load();
   ASSERT_NE(model, nullptr);
   std::vector<std::vector<Model::Route>> routes;
@@ -222,9 +233,22 @@ TEST_P(ReferenceModelTest, RouteWeightsAreTheTopKProbabilitiesRenormalized) {
   std::set<int> seen;
   for (const auto& layer : routes) {
     for (const Model::Route& r : layer) {
+      if (&layer - &routes[0] < model->hparams().n_dense_lead) {
+        EXPECT_TRUE(r.experts.empty());
+        continue;
+      }
       ASSERT_EQ(r.experts.size(), static_cast<size_t>(model->hparams().n_expert_used));
-      EXPECT_NEAR(std::accumulate(r.weights.begin(), r.weights.end(), 0.0), 1.0, 1e-6);
-      EXPECT_TRUE(std::is_sorted(r.weights.rbegin(), r.weights.rend()));  // picked best first
+      const double sum = std::accumulate(r.weights.begin(), r.weights.end(), 0.0);
+      if (model->hparams().renormalize_top_k) {
+        EXPECT_NEAR(sum, model->hparams().routed_scale, 1e-6);
+      } else {
+        EXPECT_LT(sum, 1.0 - 1e-3);
+        EXPECT_GT(sum, 0.0);
+      }
+      // Picked best first (by score plus the correction bias where there is one, so not checked there).
+      if (!model->hparams().sigmoid_router) {
+        EXPECT_TRUE(std::is_sorted(r.weights.rbegin(), r.weights.rend()));
+      }
       EXPECT_EQ(std::set<int>(r.experts.begin(), r.experts.end()).size(), r.experts.size());
       seen.insert(r.experts.begin(), r.experts.end());
     }
@@ -233,8 +257,11 @@ TEST_P(ReferenceModelTest, RouteWeightsAreTheTopKProbabilitiesRenormalized) {
 }
 
 // An independent computation of one token's logits. With a single position, attention returns v (softmax
-// over one score is 1), so q, k, their norms and RoPE drop out; the router is written as Mixtral's softmax
-// over the top-k logits.
+// over one score is 1), so q, k, their norms, biases and RoPE drop out; the router is written as Mixtral's
+// softmax over the top-k logits, times the top-k's share of a softmax over all logits where the
+// architecture does not renormalize; the shared expert is scaled by 1 / (1 + exp(-gate . h)) where gated.
+// glm4moe: a dense FFN in the leading blocks; elsewhere experts picked by 1 / (1 + exp(-logit)) + bias, weighed
+// by 1 / (1 + exp(-logit)) over the picked ones' sum, times the routed scale.
 std::vector<float> OneTokenByHand(const Model& model, int32_t token) {
   const Model::Hparams& hp = model.hparams();
   const Model::Weights& w = model.weights();
@@ -254,7 +281,8 @@ std::vector<float> OneTokenByHand(const Model& model, int32_t token) {
   };
   std::vector<float> x(w.token_embd.w.begin() + token * hp.n_embd, w.token_embd.w.begin() + (token + 1) * hp.n_embd);
   for (const Model::Layer& layer : w.layers) {
-    const std::vector<float> v = matvec(layer.wv, norm(x, layer.attn_norm));
+    std::vector<float> v = matvec(layer.wv, norm(x, layer.attn_norm));
+    for (size_t i = 0; i < layer.bv.size(); ++i) v[i] += layer.bv[i];
     std::vector<float> attn;
     for (int64_t head = 0; head < hp.n_head; ++head) {
       const int64_t kv = head * hp.n_head_kv / hp.n_head;
@@ -264,21 +292,45 @@ std::vector<float> OneTokenByHand(const Model& model, int32_t token) {
     for (int64_t i = 0; i < hp.n_embd; ++i) x[i] += o[i];
 
     const std::vector<float> h = norm(x, layer.ffn_norm);
-    const std::vector<float> logit = matvec(layer.router, h);
-    std::vector<int> order(hp.n_expert);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logit[a] > logit[b]; });
-    order.resize(hp.n_expert_used);
-    float denom = 0;
-    for (int e : order) denom += std::exp(logit[e] - logit[order[0]]);
-    for (int e : order) {
-      const float weight = std::exp(logit[e] - logit[order[0]]) / denom;
-      const Model::Expert& ex = layer.experts[e];
+    auto ffn = [&](const Model::Expert& ex) {
       const std::vector<float> g = matvec(ex.gate, h), u = matvec(ex.up, h);
       std::vector<float> a(g.size());
       for (size_t i = 0; i < a.size(); ++i) a[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
-      const std::vector<float> d = matvec(ex.down, a);
+      return matvec(ex.down, a);
+    };
+    if (layer.experts.empty()) {  // a dense leading block
+      const std::vector<float> d = ffn(layer.dense_ffn);
+      for (int64_t i = 0; i < hp.n_embd; ++i) x[i] += d[i];
+      continue;
+    }
+    const std::vector<float> logit = matvec(layer.router, h);
+    std::vector<float> rank(logit);
+    std::vector<float> sigmoid(logit.size());
+    for (size_t e = 0; e < logit.size(); ++e) sigmoid[e] = 1 / (1 + std::exp(-logit[e]));
+    if (hp.sigmoid_router) {
+      for (size_t e = 0; e < logit.size(); ++e) rank[e] = sigmoid[e] + layer.router_bias[e];
+    }
+    std::vector<int> order(hp.n_expert);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return rank[a] > rank[b]; });
+    order.resize(hp.n_expert_used);
+    float denom = 0, all = 0, sigmoid_sum = 0;
+    for (int e : order) denom += std::exp(logit[e] - logit[order[0]]);
+    for (float l : logit) all += std::exp(l - logit[order[0]]);
+    for (int e : order) sigmoid_sum += sigmoid[e];
+    const float share = hp.renormalize_top_k ? 1.0f : denom / all;
+    for (int e : order) {
+      const float weight = hp.sigmoid_router ? sigmoid[e] / sigmoid_sum * static_cast<float>(hp.routed_scale)
+                                             : std::exp(logit[e] - logit[order[0]]) / denom * share;
+      const std::vector<float> d = ffn(layer.experts[e]);
       for (int64_t i = 0; i < hp.n_embd; ++i) x[i] += weight * d[i];
+    }
+    if (hp.shared_ff > 0) {
+      float gate = 0;
+      for (size_t i = 0; i < layer.shared_gate.size(); ++i) gate += layer.shared_gate[i] * h[i];
+      const float scale = layer.shared_gate.empty() ? 1.0f : 1 / (1 + std::exp(-gate));
+      const std::vector<float> d = ffn(layer.shared);
+      for (int64_t i = 0; i < hp.n_embd; ++i) x[i] += d[i] * scale;
     }
   }
   return matvec(w.output, norm(x, w.output_norm));
@@ -302,7 +354,80 @@ TEST_P(ReferenceModelTest, TokensOutsideTheVocabularyGiveNoLogits) {
   EXPECT_TRUE(model->Logits(negative).empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ReferenceModelTest, ::testing::Values("qwen3moe", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Archs, ReferenceModelTest,
+                         ::testing::Values("qwen3moe", "mixtral", "qwen2moe", "olmoe", "glm4moe"));
+
+// max over positions >= 1 of the relative change of the logits, and that of position 0.
+std::pair<double, double> LaterAndFirstChange(const Model& model, const std::vector<float>& before) {
+  const std::vector<float> after = model.Logits(kPrompt);
+  const int64_t v = model.n_vocab();
+  double later = 0;
+  for (size_t pos = 1; pos < kPrompt.size(); ++pos) later = std::max(later, MaxRelDiff(Row(before, v, pos), Row(after, v, pos)));
+  return {later, MaxRelDiff(Row(before, v, 0), Row(after, v, 0))};
+}
+
+// qwen2moe's q and k biases act through attention scores only, which a single position does not have; the
+// v bias reaches every position.
+TEST(ReferenceModelArchTest, Qwen2MoeBiasesReachTheLogitsWhereAttentionSaysTheyShould) {
+  auto model = Model::FromGguf(TinyModels::Gguf("qwen2moe", gguf::GgmlType::kF32));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<float> before = (*model)->Logits(kPrompt);
+  for (auto& layer : (*model)->mutable_weights().layers) std::fill(layer.bq.begin(), layer.bq.end(), 0.0f);
+  auto [later, first] = LaterAndFirstChange(**model, before);
+  EXPECT_GT(later, 1e-4);
+  EXPECT_EQ(first, 0.0);
+  const std::vector<float> no_bq = (*model)->Logits(kPrompt);
+  for (auto& layer : (*model)->mutable_weights().layers) std::fill(layer.bv.begin(), layer.bv.end(), 0.0f);
+  std::tie(later, first) = LaterAndFirstChange(**model, no_bq);
+  EXPECT_GT(first, 1e-4);
+}
+
+// OLMoE normalizes the whole q projection at once: scaling all of it changes nothing (up to eps), scaling
+// one head's rows changes the other heads' share and so the logits. Per-head norms (qwen3moe) would make
+// both invisible.
+TEST(ReferenceModelArchTest, OlmoeQkNormIsOverTheWholeProjection) {
+  auto model = Model::FromGguf(TinyModels::Gguf("olmoe", gguf::GgmlType::kF32));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<float> before = (*model)->Logits(kPrompt);
+  Model::Matrix& wq = (*model)->mutable_weights().layers[0].wq;
+  for (float& w : wq.w) w *= 3.0f;
+  auto [later, first] = LaterAndFirstChange(**model, before);
+  EXPECT_LT(later, 1e-4);
+  const int64_t head_dim = (*model)->hparams().head_dim;
+  for (int64_t i = 0; i < head_dim * wq.cols; ++i) wq.w[i] *= 3.0f;  // head 0 only: 9 times the others
+  std::tie(later, first) = LaterAndFirstChange(**model, before);
+  EXPECT_GT(later, 1e-3);
+  EXPECT_LT(first, 1e-6);  // one position attends to itself only
+}
+
+// glm4moe's score-correction bias moves the choice, not the weights: a large bias on one expert makes every
+// position pick it, and the weights stay the sigmoid scores renormalized times the routed scale.
+TEST(ReferenceModelArchTest, Glm4MoeExpertBiasChoosesButDoesNotWeigh) {
+  auto model = Model::FromGguf(TinyModels::Gguf("glm4moe", gguf::GgmlType::kF32));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int64_t last = (*model)->hparams().n_layer - 1;
+  // synth's own biases already change some choices, so the engine-vs-reference tests see the bias at work.
+  std::vector<std::vector<Model::Route>> biased, unbiased;
+  (*model)->Logits(kPrompt, &biased);
+  const std::vector<float> synth_bias = (*model)->mutable_weights().layers[last].router_bias;
+  std::fill((*model)->mutable_weights().layers[last].router_bias.begin(),
+            (*model)->mutable_weights().layers[last].router_bias.end(), 0.0f);
+  (*model)->Logits(kPrompt, &unbiased);
+  int changed = 0;
+  for (size_t pos = 0; pos < kPrompt.size(); ++pos) changed += biased[last][pos].experts != unbiased[last][pos].experts;
+  EXPECT_GT(changed, 0);
+  (*model)->mutable_weights().layers[last].router_bias = synth_bias;
+  std::vector<float>& bias = (*model)->mutable_weights().layers[last].router_bias;
+  ASSERT_FALSE(bias.empty());
+  bias[3] = 10.0f;
+  std::vector<std::vector<Model::Route>> routes;
+  (*model)->Logits(kPrompt, &routes);
+  for (const Model::Route& r : routes[last]) {
+    ASSERT_EQ(r.experts[0], 3);
+    EXPECT_NEAR(std::accumulate(r.weights.begin(), r.weights.end(), 0.0), 2.5, 1e-5);
+    EXPECT_LT(r.weights[0], 2.5 - 1e-3);  // not the bias: 10 would take (almost) all of it
+  }
+}
 
 TEST(ApplyRopeTest, NormalRotatesAdjacentPairsAndNeoxRotatesHalves) {
   // head_dim 4, base 100, position 2: pair 0 turns by 2 radians, pair 1 by 2 * 100^(-1/2) = 0.2.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "engine/pack/pack.h"
 #include "engine/pack/routing_profile.h"
 #include "engine/runtime/engine.h"
@@ -15,9 +16,9 @@ namespace {
 
 using ::strata::testing::ScratchDir;
 
-std::string TinyPack(const ScratchDir& dir) {
+std::string TinyPack(const ScratchDir& dir, const std::string& arch = "qwen3moe") {
   packtool::SynthOptions o;
-  o.geometry = *packtool::PresetGeometry("qwen3moe", "tiny");
+  o.geometry = *packtool::PresetGeometry(arch, "tiny");
   o.pack_scheme = kernels::Scheme::kS4;
   o.exact_quantize = false;
   o.output = dir.Join("pack");
@@ -134,6 +135,35 @@ TEST(ModelFactoryTest, CudaRunsWhereADeviceIsVisibleAndIsRefusedElsewhere) {
   } else {
     EXPECT_THAT(cuda.status(), StatusIsWith(absl::StatusCode::kUnavailable, "device: cuda was asked for, but"));
     EXPECT_EQ((*automatic)->info().backend.device, "cpu");
+  }
+}
+
+// The CUDA backend has the base blocks only: the factory's check names what a new architecture needs. It is
+// the check LoadModel runs before building the CUDA backend, so it is tested here without a GPU.
+TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNamingTheBlock) {
+  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "qwen3moe"}) {
+    ScratchDir dir;
+    auto pack = pack::Pack::Open(TinyPack(dir, arch));
+    ASSERT_TRUE(pack.ok()) << pack.status();
+    auto model = model::Model::Create(**pack);
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_TRUE(CheckDeviceBlocks((*model)->config(), "cpu").ok()) << arch;
+    const absl::Status cuda = CheckDeviceBlocks((*model)->config(), "cuda");
+    if (arch == "qwen3moe") {
+      EXPECT_TRUE(cuda.ok()) << cuda;
+    } else {
+      EXPECT_THAT(cuda, StatusIsWith(absl::StatusCode::kUnimplemented,
+                                     absl::StrCat("architecture '", arch, "' needs the ",
+                                                  arch == "olmoe" ? "q/k RMSNorm over the whole projection"
+                                                                  : "q/k/v projection biases",
+                                                  " block, which the CUDA backend does not implement")));
+    }
+    // --device auto runs it on the CPU, with or without a GPU here.
+    auto automatic = Engine::Create(Options((*pack)->dir(), "auto"));
+    ASSERT_TRUE(automatic.ok()) << automatic.status();
+    if (arch != "qwen3moe") {
+      EXPECT_EQ((*automatic)->info().backend.device, "cpu") << arch;
+    }
   }
 }
 
