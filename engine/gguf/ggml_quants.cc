@@ -318,7 +318,7 @@ bool DequantizeBlocks(GgmlType type, const uint8_t* src, float* dst, int64_t n_b
 }
 
 // Q4_0 decodes d * (q - 8), which equals d * q + (-8 d) exactly: d is a half, so both products and their
-// sum are exact in float. Q4_1 decodes d * q + m, Q4_K dl * q - ml: the same operations.
+// sum are exact in float (only a zero's sign can differ: d * 0 keeps d's, d * 8 - 8 d is +0). Q4_1 decodes d * q + m, Q4_K dl * q - ml: the same operations.
 bool ReadAffine4Blocks(GgmlType type, const uint8_t* src, int64_t n_blocks, uint8_t* codes, float* scale,
                        float* offset) {
   for (int64_t i = 0; i < n_blocks; ++i) {

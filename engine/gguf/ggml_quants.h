@@ -20,7 +20,7 @@ bool QuantizeBlocks(GgmlType type, const float* src, uint8_t* dst, int64_t n_blo
 
 // For Q4_0, Q4_1 and Q4_K (false for any other type, nothing written): the 4-bit codes of `n_blocks` blocks
 // (codes[i] in 0..15 for element i) and each run of 32 elements' scale and offset, such that the decoder's
-// value of element i is scale[i / 32] * codes[i] + offset[i / 32], bit for bit.
+// value of element i equals scale[i / 32] * codes[i] + offset[i / 32] in float (a zero's sign may differ).
 bool ReadAffine4Blocks(GgmlType type, const uint8_t* src, int64_t n_blocks, uint8_t* codes, float* scale,
                        float* offset);
 

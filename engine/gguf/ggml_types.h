@@ -75,7 +75,8 @@ bool HasAffine4Codes(GgmlType type);
 
 // For a type with HasAffine4Codes: the codes of `n` consecutive elements (a multiple of the block size) from
 // `src` (RowBytes(type, n) bytes), codes[i] in 0..15, and per 32 elements a scale and an offset such that
-// Dequantize gives exactly scale[i / 32] * codes[i] + offset[i / 32] for element i (in float). Fails naming
+// Dequantize gives exactly scale[i / 32] * codes[i] + offset[i / 32] for element i (in float; a zero may
+// come out with the other sign). Fails naming
 // the type for any other type, and for a partial block.
 absl::Status ReadAffine4Codes(GgmlType type, const void* src, int64_t n, uint8_t* codes, float* scale,
                               float* offset);

@@ -3,9 +3,11 @@
 // formulas rather than the decoder's loop structure; the expected value of every element is then the
 // format's formula, e.g. q4_K: d * scale[i / 32] * q[i] - dmin * min[i / 32].
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "engine/gguf/ggml_types.h"
@@ -409,6 +411,43 @@ TEST(GgufQuants, KQuantEncodersRoundTrip) {
     ASSERT_TRUE(Quantize(type, x.data(), again.data(), n).ok());
     EXPECT_EQ(q, again);
   }
+}
+
+// q4_0, q4_1 and q4_K read as 4-bit codes with a scale and offset per 32: scale * code + offset is the
+// decoder's value exactly (q4_0's d * (8 - 8) keeps d's sign on its zero, d * 8 - 8 d does not); other types
+// are refused by name.
+TEST(GgufQuants, Affine4CodesGiveTheDecodedValuesExactly) {
+  std::mt19937 gen(12);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const int64_t n = 256 * 4;
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(gen);
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K}) {
+    SCOPED_TRACE(TypeName(static_cast<uint32_t>(type)));
+    ASSERT_TRUE(HasAffine4Codes(type));
+    std::vector<uint8_t> q(*RowBytes(type, n));
+    ASSERT_TRUE(Quantize(type, x.data(), q.data(), n).ok());
+    const std::vector<float> y = Decode(type, q, n);
+    std::vector<uint8_t> codes(n);
+    std::vector<float> scale(n / 32), offset(n / 32);
+    ASSERT_TRUE(ReadAffine4Codes(type, q.data(), n, codes.data(), scale.data(), offset.data()).ok());
+    std::set<int> seen;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_LE(codes[i], 15);
+      seen.insert(codes[i]);
+      const float value = scale[i / 32] * static_cast<float>(codes[i]) + offset[i / 32];
+      if (y[i] != 0.0f) ASSERT_EQ(std::bit_cast<uint32_t>(value), std::bit_cast<uint32_t>(y[i])) << "element " << i;
+      ASSERT_EQ(value, y[i]) << "element " << i;
+    }
+    EXPECT_EQ(seen.size(), 16u);
+  }
+  std::vector<uint8_t> codes(256), q(210);
+  std::vector<float> scale(8), offset(8);
+  EXPECT_FALSE(HasAffine4Codes(GgmlType::kQ6_K));
+  EXPECT_THAT(ReadAffine4Codes(GgmlType::kQ6_K, q.data(), 256, codes.data(), scale.data(), offset.data()),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "q6_K does not store 4-bit affine codes"));
+  EXPECT_THAT(ReadAffine4Codes(GgmlType::kQ4_K, q.data(), 100, codes.data(), scale.data(), offset.data()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(GgufQuants, QuantizeRejectsNonFinite) {
