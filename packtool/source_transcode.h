@@ -9,7 +9,8 @@
 //   and offset per 32, so the codes are copied and only the scale and offset are rounded to half: exact for
 //   q4_0 and q4_1 (theirs are halves already); q4_K's products need up to 17 significant bits, so each group
 //   takes, among the halves next to its scale and offset, the pair with the least squared error over its
-//   weights (measured: a relative RMS error of about 1e-4; see bench/RESULTS.md).
+//   weights (measured: 4.3e-4 relative RMS error added, where the generic fit added 8.7e-4 to the same
+//   weights, and 4.8% to q4_0's; bench/RESULTS.md).
 //
 // Pure functions, any thread.
 
