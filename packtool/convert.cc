@@ -23,6 +23,7 @@
 #include "engine/status_macros.h"
 #include "packtool/dense_convert.h"
 #include "packtool/pack_writer.h"
+#include "packtool/source_transcode.h"
 
 namespace strata::packtool {
 namespace {
@@ -258,6 +259,23 @@ absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, co
     }
     return absl::OkStatus();
   };
+  // Roles whose source codes the scheme holds as they are are carried over code for code.
+  bool any_transcoded = false;
+  for (const MoeBlock& b : blocks) {
+    for (int r = 0; r < 3; ++r) any_transcoded |= options.transcode && CanTranscode(b.role[r]->type, options.scheme);
+  }
+  if (any_transcoded) {
+    const kernels::Scheme scheme = options.scheme;
+    job.transcode_role = [&blocks, n_embd, ff, scheme](int64_t moe_layer, int64_t expert, int role, const float* values,
+                                                       uint8_t* dst, kernels::QuantizeError* error) -> absl::StatusOr<bool> {
+      const gguf::TensorInfo& t = *blocks[moe_layer].role[role];
+      if (!CanTranscode(t.type, scheme)) return false;
+      const int64_t rows = role == 2 ? n_embd : ff, cols = role == 2 ? ff : n_embd;
+      absl::Status s = TranscodeRole(t.type, ExpertSlice(t, expert).data(), values, rows, cols, scheme, dst, error);
+      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' expert ", expert, ": ", s.message()));
+      return true;
+    };
+  }
   job.prefetch_expert = [&blocks](int64_t moe_layer, int64_t expert) {
     for (int r = 0; r < 3; ++r) {
       const std::span<const uint8_t> slice = ExpertSlice(*blocks[moe_layer].role[r], expert);

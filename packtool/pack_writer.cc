@@ -207,13 +207,19 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
   auto quantize_expert = [&](int64_t moe_layer, int64_t expert, std::vector<float>* f32, std::vector<uint8_t>& blob,
                              RoleStats* local) -> absl::Status {
     absl::Status s = job.fill_expert(moe_layer, expert, f32[0].data(), f32[1].data(), f32[2].data());
-    if (job.release_expert) job.release_expert(moe_layer, expert);
-    RETURN_IF_ERROR(s);
-    for (int r = 0; r < 3; ++r) {
-      kernels::QuantizeRole(layout.scheme, f32[r].data(), rows[r], cols[r], blob.data() + layout.role_offset[r],
-                            &local[r]);
+    // A transcoder reads the source bytes too: they are released after it.
+    if (job.release_expert && !job.transcode_role) job.release_expert(moe_layer, expert);
+    for (int r = 0; s.ok() && r < 3; ++r) {
+      uint8_t* dst = blob.data() + layout.role_offset[r];
+      if (job.transcode_role) {
+        absl::StatusOr<bool> transcoded = job.transcode_role(moe_layer, expert, r, f32[r].data(), dst, &local[r]);
+        s = transcoded.status();
+        if (!s.ok() || *transcoded) continue;
+      }
+      kernels::QuantizeRole(layout.scheme, f32[r].data(), rows[r], cols[r], dst, &local[r]);
     }
-    return absl::OkStatus();
+    if (job.release_expert && job.transcode_role) job.release_expert(moe_layer, expert);
+    return s;
   };
 
   const uint64_t n_workers =

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "engine/pack/pack_format.h"
 #include "engine/exec/thread_pool.h"
+#include "kernels/cpu/quantize.h"
 #include "packtool/convert.h"
 #include "strata/pack/v1/manifest.pb.h"
 
@@ -51,6 +52,13 @@ struct PackWriteJob {
   // manifest's quant_error stays empty and progress reports rel_rms_error as NaN.
   ExpertFiller fill_expert;
   BlobFiller fill_blob;
+  // Optional, with fill_expert: writes role `role` (0 gate, 1 up, 2 down) of an expert straight from its
+  // source into `dst` (the role's bytes in the blob), adding its error against `values` (the role's f32
+  // weights, already filled) to *error, and returns true; or returns false, having written nothing, to
+  // have the role quantized from `values`. Called concurrently like fill_expert.
+  std::function<absl::StatusOr<bool>(int64_t moe_layer, int64_t expert, int role, const float* values, uint8_t* dst,
+                                     kernels::QuantizeError* error)>
+      transcode_role;
   // Called after each expert is done with its source bytes (e.g. to drop mapped pages). May be null.
   std::function<void(int64_t moe_layer, int64_t expert)> release_expert;
   // Called by a worker, before it fills an expert, for an expert one round ahead (e.g. to have the disk

@@ -37,12 +37,12 @@ absl::StatusOr<kernels::Scheme> DefaultSchemeFor(gguf::GgmlType type) {
     case gguf::GgmlType::kF32:
     case gguf::GgmlType::kF16:
     case gguf::GgmlType::kBF16:
+    case gguf::GgmlType::kQ4_0:
     case gguf::GgmlType::kQ4_1:
     case gguf::GgmlType::kQ4_K:
+      return kernels::Scheme::kS4;
     case gguf::GgmlType::kQ3_K:
     case gguf::GgmlType::kQ2_K:
-      return kernels::Scheme::kS4;
-    case gguf::GgmlType::kQ4_0:
     case gguf::GgmlType::kQ5_0:
     case gguf::GgmlType::kQ5_1:
     case gguf::GgmlType::kQ5_K:

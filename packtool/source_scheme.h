@@ -4,17 +4,19 @@
 // The expert scheme convert uses when none is asked for (--scheme auto): the one that adds the least error
 // to what the source's experts decode to, at the least size. Pure functions, any thread.
 //
-//   q4_1       -> s4   an affine 4-bit code with fp16 scale and min per 32 weights: s4 holds it exactly
-//                      (measured: zero added error)
-//   q8_0, q5_0, q5_1, q5_K, q6_K -> s8   5 to 8 bits do not fit 4; s8 holds q8_0 exactly (measured: zero)
-//   q4_0       -> s8   s4 could hold its code (q - 8) exactly, but s4's fit does not find that grid when a
-//                      block's codes do not reach both ends (measured: 4.8% added), so s8
-//   q4_K, q3_K, q2_K -> s4   affine or symmetric codes of 4 bits or fewer in sub-blocks of 16 or 32; not
-//                      measured here (engine/gguf has no K encoders to synthesize them): read the error
-//                      convert reports, and pass --scheme s8 where it is too large
-//   f32, f16, bf16 -> s4   what convert did before (f16 keeps them exactly, at 3.2x the size)
+// Measured (bench/RESULTS.md, strata-source-error-bench: relative RMS error convert adds against the decoded
+// source, over every expert role; Strata's own K encoders):
+//   q4_0, q4_1 -> s4   4-bit affine codes per 32 weights, carried over code for code
+//                      (source_transcode.h): 0 added (q4_0 through the generic fit: 4.8%)
+//   q4_K       -> s4   the same, with the scale and min products rounded to half: 4.3e-4 added
+//   q8_0       -> s8   held exactly (0 added)
+//   q6_K, q5_K -> s8   0.48%, 0.49% added (s4: 7.0%, 6.3%, more than a 4-bit grid can carry)
+//   q3_K, q2_K -> s8   0.41%, 0.44% added; s4 adds 6.3% and 5.0% (its grid of 32 cannot hold two 16-weight
+//                      sub-blocks' scales) for half the size: pass --scheme s4 to choose that
+//   q5_0, q5_1 -> s8   5 bits do not fit 4 (not measured: Strata has no q5_0/q5_1 encoder)
+//   f32, f16, bf16 -> s4   what convert did before (7.0% added; s8 0.5%, f16 nothing, at 1.7x and 3.2x the size)
 // A model whose expert tensors have several types (Q4_K_M files keep some in q6_K) gets the scheme the most
-// precise of them needs.
+// precise of them needs, so a Q4_K_M file converts to s8.
 
 #include <optional>
 #include <string>

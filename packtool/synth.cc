@@ -73,7 +73,13 @@ absl::Status BuildModel(const SynthOptions& options, const SynthGeometry& g, con
     const int64_t row = t.ne[0];
     int64_t n_rows = 1;
     for (size_t i = 1; i < t.ne.size(); ++i) n_rows *= t.ne[i];
-    ASSIGN_OR_RETURN(const uint64_t row_bytes, gguf::RowBytes(type, row));
+    absl::StatusOr<uint64_t> row_bytes_or = gguf::RowBytes(type, row);
+    if (!row_bytes_or.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          t.kind == SynthTensorKind::kExpert ? "--expert-type " : "--type ", gguf::TypeName(static_cast<uint32_t>(type)),
+          ": tensor '", t.name, "' has rows of ", row, " weights: ", row_bytes_or.status().message()));
+    }
+    const uint64_t row_bytes = *row_bytes_or;
     const float scale = t.scale, offset = t.offset;
     const std::string name = t.name;
     RETURN_IF_ERROR(writer->AddTensor(
@@ -211,12 +217,15 @@ absl::Status CheckSynthGeometry(const SynthGeometry& g) {
 absl::StatusOr<gguf::GgmlType> ParseSynthType(std::string_view name) {
   const std::pair<std::string_view, gguf::GgmlType> types[] = {
       {"f32", gguf::GgmlType::kF32},   {"f16", gguf::GgmlType::kF16},   {"bf16", gguf::GgmlType::kBF16},
-      {"q8_0", gguf::GgmlType::kQ8_0}, {"q4_0", gguf::GgmlType::kQ4_0}, {"q4_1", gguf::GgmlType::kQ4_1}};
+      {"q8_0", gguf::GgmlType::kQ8_0}, {"q4_0", gguf::GgmlType::kQ4_0}, {"q4_1", gguf::GgmlType::kQ4_1},
+      {"q6_K", gguf::GgmlType::kQ6_K}, {"q5_K", gguf::GgmlType::kQ5_K}, {"q4_K", gguf::GgmlType::kQ4_K},
+      {"q3_K", gguf::GgmlType::kQ3_K}, {"q2_K", gguf::GgmlType::kQ2_K}};
   for (const auto& [n, t] : types) {
     if (n == name) return t;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("tensor type '", std::string(name), "' is not one synth writes (expected f32, f16, bf16, q8_0, q4_0, q4_1)"));
+  return absl::InvalidArgumentError(absl::StrCat("tensor type '", std::string(name),
+                                                 "' is not one synth writes (expected f32, f16, bf16, q8_0, q4_0, "
+                                                 "q4_1, q6_K, q5_K, q4_K, q3_K, q2_K)"));
 }
 
 absl::Status SynthesizeGguf(const SynthOptions& options) {

@@ -37,12 +37,15 @@ commands:
       would have (no quantization error is measured); --exact-quantize makes f32 weights and quantizes
       them instead (slow; the experts then equal those of synth's GGUF converted by convert).
       Geometry flags override the preset: --layers --experts --experts-used --embd --expert-ff --shared-ff
-      --heads --kv-heads --head-dim --vocab-size --ctx. Types: f32 f16 bf16 q8_0 q4_0 q4_1. Local only.
+      --heads --kv-heads --head-dim --vocab-size --ctx. Types: f32 f16 bf16 q8_0 q4_0 q4_1 q6_K q5_K q4_K
+      q3_K q2_K (K types: rows of whole 256-weight blocks, e.g. --embd and --expert-ff multiples of 256).
+      Local only.
   convert IN.gguf|FIRST-SHARD OUT_DIR [--scheme auto|f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
         [--threads N]
       Converts a GGUF model into a pack directory. --scheme auto (the default) picks the scheme that adds
-      the least error to the source's experts: s4 for f32, f16, bf16, q4_0, q4_1, q4_K, q3_K and q2_K,
-      s8 for q5_0, q5_1, q5_K, q6_K and q8_0 (the most precise one any expert tensor needs). --dense-type stores the dense
+      the least error to the source's experts: s4 for f32, f16, bf16, and for q4_0, q4_1 and q4_K (their
+      codes carried over as they are), s8 for q8_0, q6_K, q5_K, q5_0, q5_1, q3_K and q2_K (the most precise
+      one any expert tensor needs). --dense-type stores the dense
       weight matrices (attention, embeddings, output) as f16, bf16 or q8_0 instead of the source's type
       (keep, the default); norms and the router are copied as they are.
   validate DIR [--quick] [--threads N]

@@ -317,6 +317,49 @@ bool DequantizeBlocks(GgmlType type, const uint8_t* src, float* dst, int64_t n_b
   return true;
 }
 
+// Q4_0 decodes d * (q - 8), which equals d * q + (-8 d) exactly: d is a half, so both products and their
+// sum are exact in float (only a zero's sign can differ: d * 0 keeps d's, d * 8 - 8 d is +0). Q4_1 decodes d * q + m, Q4_K dl * q - ml: the same operations.
+bool ReadAffine4Blocks(GgmlType type, const uint8_t* src, int64_t n_blocks, uint8_t* codes, float* scale,
+                       float* offset) {
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    switch (type) {
+      case GgmlType::kQ4_0:
+      case GgmlType::kQ4_1: {
+        const uint8_t* b = src + i * (type == GgmlType::kQ4_0 ? 18 : 20);
+        const uint8_t* qs = b + (type == GgmlType::kQ4_0 ? 2 : 4);
+        const float d = LoadHalf(b);
+        scale[i] = d;
+        offset[i] = type == GgmlType::kQ4_0 ? -8.0f * d : LoadHalf(b + 2);
+        for (int j = 0; j < 16; ++j) {
+          codes[32 * i + j] = qs[j] & 0x0f;
+          codes[32 * i + j + 16] = qs[j] >> 4;
+        }
+        break;
+      }
+      case GgmlType::kQ4_K: {  // layout as in DecodeQ4_K
+        const uint8_t* b = src + i * 144;
+        const float d = LoadHalf(b);
+        const float dmin = LoadHalf(b + 2);
+        const uint8_t* qs = b + 16;
+        for (int sub = 0; sub < 8; ++sub) {
+          int sc, m;
+          K4ScaleMin(b + 4, sub, &sc, &m);
+          scale[8 * i + sub] = d * static_cast<float>(sc);
+          offset[8 * i + sub] = -(dmin * static_cast<float>(m));
+          const int g = sub / 2, half = sub % 2;
+          for (int l = 0; l < 32; ++l) {
+            codes[256 * i + 32 * sub + l] = half == 0 ? (qs[32 * g + l] & 0x0f) : (qs[32 * g + l] >> 4);
+          }
+        }
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
 bool QuantizeBlocks(GgmlType type, const float* src, uint8_t* dst, int64_t n_blocks) {
   switch (type) {
     case GgmlType::kF32:
@@ -344,8 +387,21 @@ bool QuantizeBlocks(GgmlType type, const float* src, uint8_t* dst, int64_t n_blo
       for (int64_t i = 0; i < n_blocks; ++i) EncodeQ4_1(src + 32 * i, dst + 20 * i);
       return true;
     default:
-      return false;
+      break;
   }
+  void (*encode)(const float*, uint8_t*) = nullptr;
+  Codec codec;
+  switch (type) {
+    case GgmlType::kQ2_K: encode = EncodeQ2_K; break;
+    case GgmlType::kQ3_K: encode = EncodeQ3_K; break;
+    case GgmlType::kQ4_K: encode = EncodeQ4_K; break;
+    case GgmlType::kQ5_K: encode = EncodeQ5_K; break;
+    case GgmlType::kQ6_K: encode = EncodeQ6_K; break;
+    default: return false;
+  }
+  if (!FindDecoder(type, &codec)) return false;
+  for (int64_t i = 0; i < n_blocks; ++i) encode(src + 256 * i, dst + codec.type_size * i);
+  return true;
 }
 
 }  // namespace strata::gguf::internal

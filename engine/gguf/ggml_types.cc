@@ -157,6 +157,11 @@ absl::Status Quantize(GgmlType type, const float* src, void* dst, int64_t n) {
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
       break;
     default:
       return absl::UnimplementedError(absl::StrCat("Strata cannot encode ggml type ", std::string(info->name)));
@@ -174,6 +179,25 @@ absl::Status Quantize(GgmlType type, const float* src, void* dst, int64_t n) {
   if (n == 0) return absl::OkStatus();
   if (!internal::QuantizeBlocks(type, src, static_cast<uint8_t*>(dst), n / info->block_size)) {
     return absl::InternalError(absl::StrCat("no encoder for ggml type ", std::string(info->name)));
+  }
+  return absl::OkStatus();
+}
+
+bool HasAffine4Codes(GgmlType type) {
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K;
+}
+
+absl::Status ReadAffine4Codes(GgmlType type, const void* src, int64_t n, uint8_t* codes, float* scale,
+                              float* offset) {
+  if (!HasAffine4Codes(type)) {
+    return absl::InvalidArgumentError(absl::StrCat("ggml type ", TypeName(static_cast<uint32_t>(type)),
+                                                   " does not store 4-bit affine codes (q4_0, q4_1 and q4_K do)"));
+  }
+  absl::StatusOr<uint64_t> bytes = RowBytes(type, n);
+  if (!bytes.ok()) return bytes.status();
+  const int64_t block = type == GgmlType::kQ4_K ? 256 : 32;
+  if (!internal::ReadAffine4Blocks(type, static_cast<const uint8_t*>(src), n / block, codes, scale, offset)) {
+    return absl::InternalError(absl::StrCat("no code reader for ggml type ", TypeName(static_cast<uint32_t>(type))));
   }
   return absl::OkStatus();
 }

@@ -65,8 +65,21 @@ absl::StatusOr<uint64_t> RowBytes(GgmlType type, int64_t n);
 absl::Status Dequantize(GgmlType type, const void* src, float* dst, int64_t n);
 
 // Encodes `n` floats (a multiple of the block size) into `dst` (RowBytes(type, n) bytes).
-// Supported for F32, F16, BF16, Q8_0, Q4_0 and Q4_1 (enough to write test models); others UNIMPLEMENTED.
+// Supported for F32, F16, BF16, Q8_0, Q4_0, Q4_1 and Q2_K .. Q6_K (enough to write test models of the
+// types users bring); others UNIMPLEMENTED.
 absl::Status Quantize(GgmlType type, const float* src, void* dst, int64_t n);
+
+// Whether `type` stores 4-bit affine codes in runs of 32 weights along a row (q4_0, q4_1, q4_K): what a
+// scheme of the same kind can hold code for code.
+bool HasAffine4Codes(GgmlType type);
+
+// For a type with HasAffine4Codes: the codes of `n` consecutive elements (a multiple of the block size) from
+// `src` (RowBytes(type, n) bytes), codes[i] in 0..15, and per 32 elements a scale and an offset such that
+// Dequantize gives exactly scale[i / 32] * codes[i] + offset[i / 32] for element i (in float; a zero may
+// come out with the other sign). Fails naming
+// the type for any other type, and for a partial block.
+absl::Status ReadAffine4Codes(GgmlType type, const void* src, int64_t n, uint8_t* codes, float* scale,
+                              float* offset);
 
 // The half and bfloat16 conversions are kernels/format/fp16.h's, the project's one definition.
 using kernels::Bf16ToFloat;

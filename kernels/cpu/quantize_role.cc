@@ -57,17 +57,7 @@ void QuantizeInteger(CpuPath path, Scheme s, const float* src, int64_t rows, int
     if (path == CpuPath::kAvx512) done = internal::FitGroupsAvx512(s, w, count, d, m, codes, error);
     if (path == CpuPath::kAvx2) done = internal::FitGroupsAvx2(s, w, count, d, m, codes, error);
     internal::FitGroupsScalar(s, w + done * group, count - done, d + done, m + done, codes + done * group, error);
-    switch (s) {
-      case Scheme::kS8:
-        PackGroups<Scheme::kS8>(rows, cols, first, count, d, m, codes, dst);
-        break;
-      case Scheme::kS4:
-        PackGroups<Scheme::kS4>(rows, cols, first, count, d, m, codes, dst);
-        break;
-      default:
-        PackGroups<Scheme::kS2>(rows, cols, first, count, d, m, codes, dst);
-        break;
-    }
+    PackRoleGroups(s, rows, cols, first, count, d, m, codes, dst);
   }
 }
 
@@ -89,6 +79,23 @@ void QuantizeRoleOnPath(CpuPath path, Scheme scheme, const float* src, int64_t r
     return;
   }
   QuantizeInteger(path, scheme, src, rows, cols, dst, error);
+}
+
+void PackRoleGroups(Scheme scheme, int64_t rows, int64_t cols, int64_t first_group, int64_t n_groups, const float* d,
+                    const float* m, const uint8_t* codes, uint8_t* dst) {
+  switch (scheme) {
+    case Scheme::kS8:
+      PackGroups<Scheme::kS8>(rows, cols, first_group, n_groups, d, m, codes, dst);
+      break;
+    case Scheme::kS4:
+      PackGroups<Scheme::kS4>(rows, cols, first_group, n_groups, d, m, codes, dst);
+      break;
+    case Scheme::kS2:
+      PackGroups<Scheme::kS2>(rows, cols, first_group, n_groups, d, m, codes, dst);
+      break;
+    default:
+      break;  // f16 has no codes
+  }
 }
 
 void QuantizeRole(Scheme scheme, const float* src, int64_t rows, int64_t cols, uint8_t* dst, QuantizeError* error) {

@@ -22,8 +22,8 @@ using testing::TinyOptions;
 TEST(SourceSchemeTest, EachDecodableTypeMapsToTheSchemeThatHoldsIt) {
   const std::pair<GgmlType, Scheme> expected[] = {
       {GgmlType::kF32, Scheme::kS4},  {GgmlType::kF16, Scheme::kS4},  {GgmlType::kBF16, Scheme::kS4},
-      {GgmlType::kQ4_0, Scheme::kS8}, {GgmlType::kQ4_1, Scheme::kS4}, {GgmlType::kQ4_K, Scheme::kS4},
-      {GgmlType::kQ3_K, Scheme::kS4}, {GgmlType::kQ2_K, Scheme::kS4}, {GgmlType::kQ5_0, Scheme::kS8},
+      {GgmlType::kQ4_0, Scheme::kS4}, {GgmlType::kQ4_1, Scheme::kS4}, {GgmlType::kQ4_K, Scheme::kS4},
+      {GgmlType::kQ3_K, Scheme::kS8}, {GgmlType::kQ2_K, Scheme::kS8}, {GgmlType::kQ5_0, Scheme::kS8},
       {GgmlType::kQ5_1, Scheme::kS8}, {GgmlType::kQ5_K, Scheme::kS8}, {GgmlType::kQ6_K, Scheme::kS8},
       {GgmlType::kQ8_0, Scheme::kS8}};
   for (const auto& [type, scheme] : expected) {
@@ -46,18 +46,29 @@ TEST(SourceSchemeTest, AutoOrANamedScheme) {
               StatusIsWith(absl::StatusCode::kInvalidArgument, "--scheme: unknown 's3'; expected auto, f16, s8, s4 or s2"));
 }
 
-// The scheme a model's experts call for, and what converting with it adds: nothing for q4_1 (s4) and q8_0
-// (s8), which they hold exactly, and little for q4_0 (s8).
+// The scheme a model's experts call for, and what converting with it adds (bench/RESULTS.md has every
+// type with every scheme): nothing for q4_0, q4_1 (s4) and q8_0 (s8), whose codes they hold; the rounding of
+// q4_K's scales to half (s4); under 1% for q6_K, q5_K, q3_K and q2_K (s8), where s4 would add 5-7%.
 TEST(SourceSchemeTest, ModelsGetTheSchemeOfTheirExpertTypesWhichAddsAlmostNoError) {
-  const std::pair<GgmlType, Scheme> cases[] = {
-      {GgmlType::kQ4_0, Scheme::kS8}, {GgmlType::kQ4_1, Scheme::kS4}, {GgmlType::kQ8_0, Scheme::kS8}};
-  for (const auto& [type, scheme] : cases) {
+  const struct {
+    GgmlType type;
+    Scheme scheme;
+    double bound;  // on the added relative RMS error of each role; 0: none at all
+  } cases[] = {{GgmlType::kQ4_0, Scheme::kS4, 0}, {GgmlType::kQ4_1, Scheme::kS4, 0}, {GgmlType::kQ8_0, Scheme::kS8, 0},
+               {GgmlType::kQ4_K, Scheme::kS4, 6e-4}, {GgmlType::kQ6_K, Scheme::kS8, 6e-3},
+               {GgmlType::kQ5_K, Scheme::kS8, 6e-3}, {GgmlType::kQ3_K, Scheme::kS8, 6e-3},
+               {GgmlType::kQ2_K, Scheme::kS8, 6e-3}};
+  for (const auto& [type, scheme, bound] : cases) {
+    const std::string name = gguf::TypeName(static_cast<uint32_t>(type));
     ScratchDir dir;
     const std::string model = dir.Join("m.gguf");
-    ASSERT_THAT(SynthesizeGguf(TinyOptions(model, type)), IsOk());
+    SynthOptions o = TinyOptions(model, type);
+    o.geometry.n_embd = 256;  // whole K super-blocks
+    o.geometry.expert_ff = 256;
+    ASSERT_THAT(SynthesizeGguf(o), IsOk()) << name;
     auto chosen = DefaultSchemeForModel(model);
     ASSERT_TRUE(chosen.ok()) << chosen.status();
-    EXPECT_EQ(*chosen, scheme);
+    EXPECT_EQ(*chosen, scheme) << name;
     ConvertOptions c;
     c.input = model;
     c.output_dir = dir.Join("pack");
@@ -65,13 +76,15 @@ TEST(SourceSchemeTest, ModelsGetTheSchemeOfTheirExpertTypesWhichAddsAlmostNoErro
     c.threads = 2;
     auto manifest = ConvertGguf(c, nullptr, nullptr);
     ASSERT_TRUE(manifest.ok()) << manifest.status();
+    ASSERT_EQ(manifest->quant_error_size(), 3);
     for (const auto& e : manifest->quant_error()) {
-      std::printf("%s -> %s: %s rel_rms %.3e\n", std::string(gguf::TypeName(static_cast<uint32_t>(type))).c_str(),
-                  std::string(kernels::SchemeName(scheme)).c_str(), e.role().c_str(), e.rel_rms());
-      if (type == GgmlType::kQ4_0) {
-        EXPECT_LT(e.rel_rms(), 1e-2) << e.role();
+      std::printf("%s -> %s: %s rel_rms %.3e\n", name.c_str(), std::string(kernels::SchemeName(scheme)).c_str(),
+                  e.role().c_str(), e.rel_rms());
+      if (bound == 0) {
+        EXPECT_EQ(e.rel_rms(), 0.0) << name << " " << e.role();
       } else {
-        EXPECT_EQ(e.rel_rms(), 0.0) << gguf::TypeName(static_cast<uint32_t>(type)) << " " << e.role();
+        EXPECT_GT(e.rel_rms(), 0.0) << name << " " << e.role();
+        EXPECT_LT(e.rel_rms(), bound) << name << " " << e.role();
       }
     }
   }

@@ -130,6 +130,45 @@ TEST(SynthTest, WeightsFollowTheValueStreamInEveryType) {
   }
 }
 
+// Expert tensors in every K type a user's GGUF may hold: each decodes to the value stream within the type's
+// error; rows that are not whole 256-weight super-blocks are refused naming the flag and the tensor.
+TEST(SynthTest, KQuantExpertsFollowTheValueStreamAndNeedWholeSuperBlocks) {
+  ScratchDir dir;
+  const std::pair<gguf::GgmlType, double> types[] = {{gguf::GgmlType::kQ6_K, 0.02}, {gguf::GgmlType::kQ5_K, 0.04},
+                                                     {gguf::GgmlType::kQ4_K, 0.08}, {gguf::GgmlType::kQ3_K, 0.18},
+                                                     {gguf::GgmlType::kQ2_K, 0.35}};
+  for (const auto& [type, bound] : types) {
+    const std::string name = gguf::TypeName(static_cast<uint32_t>(type));
+    auto parsed = ParseSynthType(name);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, type);
+    SynthOptions o = TinyOptions(dir.Join("t" + name + ".gguf"), type);
+    o.geometry.n_embd = 256;
+    o.geometry.expert_ff = 256;
+    ASSERT_THAT(SynthesizeGguf(o), IsOk()) << name;
+    auto file = gguf::GgufFile::Open(o.output);
+    ASSERT_TRUE(file.ok()) << file.status();
+    const gguf::TensorInfo* t = (*file)->FindTensor("blk.1.ffn_down_exps.weight");
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->type, type);
+    const int64_t n = 256 * 256;
+    std::vector<float> got(n);
+    ASSERT_THAT(gguf::Dequantize(t->type, t->data + t->bytes / 8 * 3, got.data(), n), IsOk());
+    const uint64_t stream = SynthStream(o.seed, t->name);
+    const float scale = 1.0f / std::sqrt(256.0f);
+    double err2 = 0, ref2 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double ref = scale * SynthNormal(stream, 3 * n + i);
+      err2 += (ref - got[i]) * (ref - got[i]);
+      ref2 += ref * ref;
+    }
+    EXPECT_LT(std::sqrt(err2 / ref2), bound) << name;
+  }
+  SynthOptions tiny = TinyOptions(dir.Join("bad.gguf"), gguf::GgmlType::kQ4_K);  // n_embd 128
+  EXPECT_THAT(SynthesizeGguf(tiny), StatusIsWith(absl::StatusCode::kInvalidArgument, "--expert-type q4_K: tensor 'blk.0.ffn_gate_exps.weight' has rows of 128 weights"));
+  EXPECT_FALSE(std::filesystem::exists(tiny.output));
+}
+
 TEST(SynthTest, ValuesAreRoughlyStandardNormal) {
   double sum = 0, sum2 = 0;
   const int n = 200000;
@@ -173,7 +212,7 @@ TEST(SynthTest, PresetsAndGeometryErrorsNameTheFlag) {
   g = *PresetGeometry("qwen3moe", "tiny");
   g.n_head_kv = 3;
   EXPECT_THAT(CheckSynthGeometry(g), StatusIsWith(absl::StatusCode::kInvalidArgument, "--heads"));
-  EXPECT_THAT(ParseSynthType("q3_K").status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseSynthType("q5_0").status(), StatusIsWith(absl::StatusCode::kInvalidArgument, "'q5_0' is not one synth writes"));
 }
 
 // The shapes llama.cpp's loader creates for qwen2moe (src/models/qwen2moe.cpp): q/k/v biases, the shared

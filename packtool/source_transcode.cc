@@ -1,0 +1,111 @@
+#include "packtool/source_transcode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/status_macros.h"
+#include "kernels/format/fp16.h"
+
+namespace strata::packtool {
+namespace {
+
+constexpr int64_t kGroup = 32;  // s4's group, and the run of weights that shares one scale in the sources
+
+// The half next to `h` in magnitude (step -1 or +1 on the bit pattern, same sign); false when there is none
+// (below zero, or into the infinities and NaNs).
+bool HalfNeighbour(uint16_t h, int step, uint16_t* out) {
+  const int magnitude = (h & 0x7fff) + step;
+  if (magnitude < 0 || magnitude >= 0x7c00) return false;
+  *out = static_cast<uint16_t>((h & 0x8000) | magnitude);
+  return true;
+}
+
+// Squared error of the group decoded as s4 decodes it (d * float(q) + m) against its source values.
+double GroupError(const uint8_t* q, const float* x, float d, float m) {
+  double err = 0;
+  for (int64_t i = 0; i < kGroup; ++i) {
+    const double e = static_cast<double>(d * static_cast<float>(q[i]) + m) - x[i];
+    err += e * e;
+  }
+  return err;
+}
+
+// The pair of halves for one group: first the scale and offset rounded to nearest (exact when they are
+// halves), then each half next to the scale, with the offset that best fits it and that offset's neighbours;
+// the least squared error wins, ties to the earlier. Returns false when no finite pair exists.
+bool ChooseHalves(const uint8_t* q, const float* x, float scale, float offset, float* d_out, float* m_out) {
+  const uint16_t hd = kernels::FloatToHalf(scale), hm = kernels::FloatToHalf(offset);
+  float best_d = kernels::HalfToFloat(hd), best_m = kernels::HalfToFloat(hm);
+  if (!std::isfinite(best_d) || !std::isfinite(best_m)) return false;
+  double best = GroupError(q, x, best_d, best_m);
+  if (best == 0) {
+    *d_out = best_d, *m_out = best_m;
+    return true;
+  }
+  for (int ds = -1; ds <= 1; ++ds) {
+    uint16_t hd_candidate = hd;
+    if (ds != 0 && !HalfNeighbour(hd, ds, &hd_candidate)) continue;
+    const float d = kernels::HalfToFloat(hd_candidate);
+    // The least-squares offset for this scale: the mean of x - d q.
+    double sum_r = 0;
+    for (int64_t i = 0; i < kGroup; ++i) sum_r += static_cast<double>(x[i]) - static_cast<double>(d) * q[i];
+    const uint16_t hm_fit = kernels::FloatToHalf(static_cast<float>(sum_r / kGroup));
+    for (int ms = -1; ms <= 1; ++ms) {
+      uint16_t hm_candidate = hm_fit;
+      if (ms != 0 && !HalfNeighbour(hm_fit, ms, &hm_candidate)) continue;
+      const float m = kernels::HalfToFloat(hm_candidate);
+      if (!std::isfinite(m)) continue;
+      const double err = GroupError(q, x, d, m);
+      if (err < best) best = err, best_d = d, best_m = m;
+    }
+  }
+  *d_out = best_d, *m_out = best_m;
+  return true;
+}
+
+}  // namespace
+
+bool CanTranscode(gguf::GgmlType type, kernels::Scheme scheme) {
+  return scheme == kernels::Scheme::kS4 && gguf::HasAffine4Codes(type);
+}
+
+absl::Status TranscodeRole(gguf::GgmlType type, const uint8_t* source, const float* values, int64_t rows,
+                           int64_t cols, kernels::Scheme scheme, uint8_t* dst, kernels::QuantizeError* error) {
+  if (!CanTranscode(type, scheme)) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot carry ", gguf::TypeName(static_cast<uint32_t>(type)),
+                                                   " codes into scheme ", std::string(kernels::SchemeName(scheme)),
+                                                   " as they are (q4_0, q4_1 and q4_K into s4 only)"));
+  }
+  RETURN_IF_ERROR(kernels::CheckRoleShape(scheme, rows, cols));
+  ASSIGN_OR_RETURN(const uint64_t row_bytes, gguf::RowBytes(type, cols));
+  const int64_t groups = cols / kGroup;
+  std::vector<uint8_t> codes(static_cast<size_t>(cols));
+  std::vector<float> scale(static_cast<size_t>(groups)), offset(static_cast<size_t>(groups));
+  std::vector<float> d(static_cast<size_t>(groups)), m(static_cast<size_t>(groups));
+  kernels::QuantizeError local;
+  for (int64_t r = 0; r < rows; ++r) {
+    RETURN_IF_ERROR(gguf::ReadAffine4Codes(type, source + r * row_bytes, cols, codes.data(), scale.data(),
+                                           offset.data()));
+    const float* x = values + r * cols;
+    for (int64_t g = 0; g < groups; ++g) {
+      if (!ChooseHalves(codes.data() + g * kGroup, x + g * kGroup, scale[g], offset[g], &d[g], &m[g])) {
+        kernels::QuantizeRole(scheme, values, rows, cols, dst, error);
+        return absl::OkStatus();
+      }
+      for (int64_t i = 0; i < kGroup; ++i) {
+        const double w = x[g * kGroup + i];
+        const double e = static_cast<double>(d[g] * static_cast<float>(codes[g * kGroup + i]) + m[g]) - w;
+        local.err2 += e * e;
+        local.ref2 += w * w;
+        local.max_abs = std::max(local.max_abs, std::fabs(e));
+      }
+    }
+    kernels::PackRoleGroups(scheme, rows, cols, r * groups, groups, d.data(), m.data(), codes.data(), dst);
+  }
+  error->Merge(local);
+  return absl::OkStatus();
+}
+
+}  // namespace strata::packtool

@@ -1,0 +1,193 @@
+#include "packtool/source_transcode.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/ggml_types.h"
+#include "engine/runtime/engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/quantize.h"
+#include "packtool/convert.h"
+#include "tests/packtool/packtool_test_util.h"
+#include "tests/testing/test_util.h"
+
+namespace strata::packtool {
+namespace {
+
+using gguf::GgmlType;
+using kernels::Scheme;
+using ::strata::testing::ScratchDir;
+using testing::TinyOptions;
+
+struct EncodedRole {
+  std::vector<uint8_t> bytes;  // rows x cols in the source type
+  std::vector<float> values;   // the same decoded
+};
+
+EncodedRole EncodeRole(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 0.06f);
+  std::vector<float> x(rows * cols);
+  for (float& v : x) v = normal(gen);
+  EncodedRole role;
+  role.bytes.resize(*gguf::RowBytes(type, rows * cols));
+  role.values.resize(x.size());
+  EXPECT_TRUE(gguf::Quantize(type, x.data(), role.bytes.data(), rows * cols).ok());
+  EXPECT_TRUE(gguf::Dequantize(type, role.bytes.data(), role.values.data(), rows * cols).ok());
+  return role;
+}
+
+double RelRms(const kernels::QuantizeError& e) { return std::sqrt(e.err2 / e.ref2); }
+
+// q4_0 and q4_1 carry into s4 exactly (the generic fit adds 5% to q4_0); q4_K within the rounding of its
+// scales to half, below what the generic fit adds to the same weights. The reported error is the error of
+// the role as written.
+TEST(SourceTranscodeTest, FourBitAffineCodesCarryIntoS4) {
+  const int64_t rows = 32, cols = 512;
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K}) {
+    const std::string name = gguf::TypeName(static_cast<uint32_t>(type));
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(CanTranscode(type, Scheme::kS4));
+    const EncodedRole src = EncodeRole(type, rows, cols, 3);
+    std::vector<uint8_t> role(kernels::RoleBytes(Scheme::kS4, rows, cols));
+    kernels::QuantizeError reported;
+    ASSERT_THAT(TranscodeRole(type, src.bytes.data(), src.values.data(), rows, cols, Scheme::kS4, role.data(), &reported),
+                IsOk());
+    std::vector<float> decoded(rows * cols);
+    kernels::DequantizeRole(Scheme::kS4, role.data(), rows, cols, decoded.data());
+    kernels::QuantizeError recomputed;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const double e = static_cast<double>(decoded[i]) - src.values[i];
+      recomputed.err2 += e * e;
+      recomputed.ref2 += static_cast<double>(src.values[i]) * src.values[i];
+      recomputed.max_abs = std::max(recomputed.max_abs, std::fabs(e));
+    }
+    EXPECT_EQ(reported.err2, recomputed.err2);
+    EXPECT_EQ(reported.ref2, recomputed.ref2);
+    EXPECT_EQ(reported.max_abs, recomputed.max_abs);
+
+    std::vector<uint8_t> fitted(role.size());
+    kernels::QuantizeError generic;
+    kernels::QuantizeRole(Scheme::kS4, src.values.data(), rows, cols, fitted.data(), &generic);
+    std::printf("%s -> s4: transcoded rel_rms %.3e, generic fit %.3e\n", name.c_str(), RelRms(reported),
+                RelRms(generic));
+    if (type == GgmlType::kQ4_K) {
+      EXPECT_GT(reported.err2, 0.0);  // 17-bit scale products do not all fit a half
+      EXPECT_LT(RelRms(reported), 6e-4);
+      EXPECT_LT(RelRms(reported), RelRms(generic));
+    } else {
+      EXPECT_EQ(decoded, src.values);
+      EXPECT_EQ(reported.err2, 0.0);
+    }
+  }
+}
+
+TEST(SourceTranscodeTest, OnlyFourBitAffineSourcesIntoS4) {
+  EXPECT_FALSE(CanTranscode(GgmlType::kQ4_K, Scheme::kS8));
+  EXPECT_FALSE(CanTranscode(GgmlType::kQ5_K, Scheme::kS4));
+  EXPECT_FALSE(CanTranscode(GgmlType::kF16, Scheme::kS4));
+  const EncodedRole src = EncodeRole(GgmlType::kQ4_K, 16, 256, 4);
+  std::vector<uint8_t> role(kernels::RoleBytes(Scheme::kS8, 16, 256));
+  kernels::QuantizeError error;
+  EXPECT_THAT(TranscodeRole(GgmlType::kQ4_K, src.bytes.data(), src.values.data(), 16, 256, Scheme::kS8, role.data(), &error),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "cannot carry q4_K codes into scheme s8"));
+  EXPECT_THAT(TranscodeRole(GgmlType::kQ4_K, src.bytes.data(), src.values.data(), 8, 256, Scheme::kS4, role.data(), &error),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "rows"));
+}
+
+// Logits of every position of `tokens` from the CPU engine on `pack`.
+std::vector<float> EngineLogits(const std::string& pack, const std::vector<int32_t>& tokens) {
+  runtime::EngineOptions o;
+  o.pack_dir = pack;
+  o.threads = 1;
+  o.max_seqs = 1;
+  o.max_ctx = 64;
+  o.device.device = "cpu";
+  auto engine = runtime::Engine::Create(o);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  runtime::GenerateRequest request;
+  request.prompt_tokens = tokens;
+  request.prompt_logits = true;
+  request.sampling.temperature = 0;
+  request.sampling.max_tokens = 1;
+  auto done = (*engine)->Generate(request);
+  EXPECT_TRUE(done.ok()) << done.status();
+  if (!done.ok()) return {};
+  EXPECT_TRUE(done->result.status.ok()) << done->result.status;
+  return done->result.prompt_logits;
+}
+
+double RelativeDistance(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  EXPECT_FALSE(a.empty());
+  double d2 = 0, b2 = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    d2 += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    b2 += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(d2 / b2);
+}
+
+class SourceTranscodeModelTest : public ::testing::TestWithParam<GgmlType> {};
+
+// A q4_K (or q4_0) model converted to s4 adds almost no error (q4_0: none) against its decoded source, where
+// the generic fit adds some (q4_0: 5%); and the CPU engine's logits from the q4_K model's s4 pack are as close
+// to those of the f16 pack of its decoded source as the s4 path's int8 activations allow (they alone move the
+// logits by about 0.6%). (q4_0's logits are not compared: with this seed a near-tie in the second layer's
+// routing picks another expert in one of the packs, which moves the logits by several percent whatever the
+// weights' error.)
+TEST_P(SourceTranscodeModelTest, ConvertsToS4WithoutNeedlessError) {
+  const GgmlType type = GetParam();
+  ScratchDir dir;
+  const std::string model = dir.Join("model.gguf");
+  SynthOptions o = TinyOptions(model, type);
+  o.geometry.n_embd = 256;
+  o.geometry.expert_ff = 256;
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  auto convert = [&](const std::string& out, Scheme scheme, bool transcode) {
+    ConvertOptions c;
+    c.input = model;
+    c.output_dir = dir.Join(out);
+    c.scheme = scheme;
+    c.threads = 2;
+    c.transcode = transcode;
+    auto manifest = ConvertGguf(c, nullptr, nullptr);
+    EXPECT_TRUE(manifest.ok()) << manifest.status();
+    return manifest.ok() ? *manifest : pack::v1::Manifest();
+  };
+  const pack::v1::Manifest exact = convert("s4", Scheme::kS4, true);
+  const pack::v1::Manifest fitted = convert("s4-fit", Scheme::kS4, false);
+  ASSERT_EQ(exact.quant_error_size(), 3);
+  ASSERT_EQ(fitted.quant_error_size(), 3);
+  for (int r = 0; r < 3; ++r) {
+    const double transcoded = exact.quant_error(r).rel_rms(), generic = fitted.quant_error(r).rel_rms();
+    std::printf("%s: transcoded rel_rms %.3e, generic fit %.3e\n", exact.quant_error(r).role().c_str(), transcoded,
+                generic);
+    if (type == GgmlType::kQ4_K) {
+      EXPECT_GT(transcoded, 0.0);
+      EXPECT_LT(transcoded, 6e-4);
+      EXPECT_LT(transcoded, generic);
+    } else {
+      EXPECT_EQ(transcoded, 0.0);
+      EXPECT_GT(generic, 0.02);
+    }
+  }
+  if (type != GgmlType::kQ4_K) return;
+  convert("f16", Scheme::kF16, true);
+  const std::vector<int32_t> tokens = {1, 17, 42, 99, 5, 63, 7, 120};
+  const double distance =
+      RelativeDistance(EngineLogits(dir.Join("s4"), tokens), EngineLogits(dir.Join("f16"), tokens));
+  std::printf("logits against the f16 pack: %.3e\n", distance);
+  EXPECT_GT(distance, 0.0);  // the int8 activations of s4 differ from the f16 path's f32 ones
+  EXPECT_LT(distance, 0.015);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, SourceTranscodeModelTest, ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ4_0),
+                         [](const auto& info) { return gguf::TypeName(static_cast<uint32_t>(info.param)); });
+
+}  // namespace
+}  // namespace strata::packtool
