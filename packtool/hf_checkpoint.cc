@@ -270,7 +270,8 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
   writer.SetUint32("general.quantization_version", 2);
   for (const auto& [key, value] : vocab.entries) writer.Set(key, value);
 
-  const bool tied = config.value("tie_word_embeddings", false);
+  const bool tied = config.contains("tie_word_embeddings") && config["tie_word_embeddings"].is_boolean() &&
+                    config["tie_word_embeddings"].get<bool>();
   for (const SynthTensor& st : SynthTensors(*arch, g)) {
     if (st.name == "output.weight" && ckpt->Find("lm_head.weight") == nullptr && tied) continue;  // the engine reuses token_embd
     if (st.kind == SynthTensorKind::kExpert) {

@@ -13,6 +13,14 @@ namespace {
 
 using nlohmann::json;
 
+// json::value() throws on a value of another type; a field of the wrong type reads as absent here instead.
+std::string StringOr(const json& j, const char* key, const std::string& fallback) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
+}
+bool BoolOr(const json& j, const char* key, bool fallback) {
+  return j.is_object() && j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
+}
+
 constexpr int32_t kTypeNormal = 1, kTypeControl = 3, kTypeUserDefined = 4, kTypeUnused = 5;
 
 // Parses a JSON file; a missing file gives NOT_FOUND, so optional files can be told apart.
@@ -33,14 +41,14 @@ absl::Status Bad(const std::string& where, const std::string& what) {
 // Every Split regex and whether a ByteLevel step with use_regex (GPT-2's regex) is among the pre-tokenizers.
 void CollectPreTokenizers(const json& p, std::vector<std::string>* regexes, bool* byte_level_regex) {
   if (!p.is_object()) return;
-  const std::string type = p.value("type", "");
+  const std::string type = StringOr(p, "type", "");
   if (type == "Sequence" && p.contains("pretokenizers") && p["pretokenizers"].is_array()) {
     for (const json& q : p["pretokenizers"]) CollectPreTokenizers(q, regexes, byte_level_regex);
   } else if (type == "Split" && p.contains("pattern") && p["pattern"].is_object() &&
              p["pattern"].contains("Regex") && p["pattern"]["Regex"].is_string()) {
     regexes->push_back(p["pattern"]["Regex"].get<std::string>());
   } else if (type == "ByteLevel") {
-    *byte_level_regex = p.value("use_regex", true);
+    *byte_level_regex = BoolOr(p, "use_regex", true);
   }
 }
 
@@ -81,7 +89,7 @@ absl::StatusOr<VocabMetadata> VocabFromHfTokenizer(const HfTokenizerOptions& opt
     return Bad(path, "expected an object with a \"model\" object");
   }
   const json& model = tok["model"];
-  const std::string type = model.value("type", "");
+  const std::string type = StringOr(model, "type", "");
   if (type != "BPE") {
     return Bad(path, absl::StrCat("model.type '", type, "': only byte-level BPE is read; pass --tokenizer-gguf"));
   }
@@ -116,7 +124,7 @@ absl::StatusOr<VocabMetadata> VocabFromHfTokenizer(const HfTokenizerOptions& opt
       if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string()) {
         return Bad(path, absl::StrCat(where, ": expected an object with id and content"));
       }
-      const bool special = a.value("special", false);
+      const bool special = BoolOr(a, "special", false);
       RETURN_IF_ERROR(add(where, a["id"], a["content"].get<std::string>(), special ? kTypeControl : kTypeUserDefined));
     }
   }
