@@ -38,9 +38,10 @@ commands:
       them instead (slow; the experts then equal those of synth's GGUF converted by convert).
       Geometry flags override the preset: --layers --experts --experts-used --embd --expert-ff --heads
       --kv-heads --head-dim --vocab-size --ctx. Types: f32 f16 bf16 q8_0 q4_0 q4_1. Local only.
-  convert IN.gguf|FIRST-SHARD OUT_DIR [--scheme auto|f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
+  convert IN.gguf|FIRST-SHARD|HF_DIR OUT_DIR [--scheme auto|f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
         [--threads N]
-      Converts a GGUF model into a pack directory. --scheme auto (the default) picks the scheme that adds
+      Converts a GGUF model, or a Hugging Face checkpoint (HF_DIR: config.json, *.safetensors and a byte-level
+      BPE tokenizer.json; Qwen3MoeForCausalLM or MixtralForCausalLM), into a pack directory. --scheme auto (the default) picks the scheme that adds
       the least error to the source's experts: s4 for f32, f16, bf16, q4_0, q4_1, q4_K, q3_K and q2_K,
       s8 for q5_0, q5_1, q5_K, q6_K and q8_0 (the most precise one any expert tensor needs). --dense-type stores the dense
       weight matrices (attention, embeddings, output) as f16, bf16 or q8_0 instead of the source's type
@@ -176,7 +177,7 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
 
 int RunConvert(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
   int exit_code = kExitOk;
-  if (!CheckArity(args, 2, args.size() < 2 ? "the input GGUF and the output directory" : "the output directory", io,
+  if (!CheckArity(args, 2, args.size() < 2 ? "the input GGUF (or Hugging Face directory) and the output directory" : "the output directory", io,
                   &exit_code)) {
     return exit_code;
   }
