@@ -239,8 +239,7 @@ absl::StatusOr<pack::v1::Manifest> ConvertHfCheckpoint(const ConvertOptions& opt
     p.phase = "hf-to-gguf";
     progress(p);
   }
-  RETURN_IF_ERROR(HfCheckpointToGguf({options.input, temp, options.tokenizer_gguf}));
-  if (cancel != nullptr && cancel->load()) return absl::CancelledError("convert: cancelled");
+  RETURN_IF_ERROR(HfCheckpointToGguf({options.input, temp, options.tokenizer_gguf, cancel}));
   ConvertOptions inner = options;
   inner.input = temp;
   inner.tokenizer_gguf.clear();

@@ -265,6 +265,15 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
   };
 
   gguf::GgufWriter writer;
+  const std::atomic<bool>* cancel = options.cancel;
+  // Each tensor's filler, checking for cancellation first.
+  auto add = [&writer, cancel](const std::string& name, gguf::GgmlType type, const std::vector<int64_t>& ne,
+                               gguf::TensorFiller fill) {
+    return writer.AddTensor(name, type, ne, [cancel, fill = std::move(fill)](std::span<uint8_t> dst) {
+      if (cancel != nullptr && cancel->load()) return absl::CancelledError("convert: cancelled");
+      return fill(dst);
+    });
+  };
   SetSynthMetadata(*arch, g, &writer);
   writer.SetString("general.name", std::filesystem::path(options.dir).filename().string());
   writer.SetUint32("general.quantization_version", 2);
@@ -287,7 +296,7 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
         }
         experts.push_back(t);
       }
-      RETURN_IF_ERROR(writer.AddTensor(st.name, experts.front()->type, st.ne, [experts](std::span<uint8_t> dst) {
+      RETURN_IF_ERROR(add(st.name, experts.front()->type, st.ne, [experts](std::span<uint8_t> dst) {
         uint64_t at = 0;
         for (const SafetensorsTensor* t : experts) {
           std::memcpy(dst.data() + at, t->data.data(), t->data.size());
@@ -301,7 +310,7 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
     RETURN_IF_ERROR(CheckShape(*t, st.ne, file_of(*t)));
     if (st.kind == SynthTensorKind::kNorm || st.kind == SynthTensorKind::kRouter) {
       // llama.cpp keeps norms and the router in f32.
-      RETURN_IF_ERROR(writer.AddTensor(st.name, gguf::GgmlType::kF32, st.ne,
+      RETURN_IF_ERROR(add(st.name, gguf::GgmlType::kF32, st.ne,
                                        [t](std::span<uint8_t> dst) { return ToF32(*t, dst); }));
       continue;
     }
@@ -310,13 +319,16 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
       const int64_t heads = is_q ? g.n_head : g.n_head_kv;
       const uint64_t row_bytes = t->data.size() / static_cast<uint64_t>(heads * g.head_dim);
       const int64_t head_dim = g.head_dim;
-      RETURN_IF_ERROR(writer.AddTensor(st.name, t->type, st.ne, [t, heads, head_dim, row_bytes](std::span<uint8_t> dst) {
+      RETURN_IF_ERROR(add(st.name, t->type, st.ne, [t, heads, head_dim, row_bytes](std::span<uint8_t> dst) {
         PermuteRowsForNormalRope(t->data, dst, heads, head_dim, row_bytes);
         return absl::OkStatus();
       }));
       continue;
     }
-    RETURN_IF_ERROR(writer.AddTensorData(st.name, t->type, st.ne, t->data));
+    RETURN_IF_ERROR(add(st.name, t->type, st.ne, [t](std::span<uint8_t> dst) {
+      std::memcpy(dst.data(), t->data.data(), t->data.size());
+      return absl::OkStatus();
+    }));
   }
   for (const SafetensorsTensor* t : ckpt->tensors()) {
     if (used.contains(t->name) || absl::EndsWith(t->name, "rotary_emb.inv_freq")) continue;

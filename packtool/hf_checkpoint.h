@@ -11,6 +11,7 @@
 // F16/BF16/F32 dtype. Mixtral's q/k projections are permuted for the engine's normal (interleaved) RoPE,
 // as llama.cpp does: Hugging Face rotates (i, i + head_dim/2), GGUF "llama" rotates (2i, 2i + 1).
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -36,6 +37,7 @@ struct HfToGgufOptions {
   std::string dir;            // the checkpoint
   std::string output;         // the GGUF written
   std::string tokenizer_gguf; // non-empty: take the tokenizer.* keys from this GGUF instead of tokenizer.json
+  const std::atomic<bool>* cancel = nullptr;  // checked before each tensor: CANCELLED once true
 };
 
 // Writes the checkpoint as one GGUF file. Every tensor of the checkpoint must be used (a stray one is

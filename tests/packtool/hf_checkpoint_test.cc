@@ -274,6 +274,20 @@ TEST(HfCheckpointTest, TakesTheTokenizerFromAGgufWhenAsked) {
   ExpectSameGguf(dir.Join("synth.gguf"), dir.Join("out.gguf"), {"general.name"});
 }
 
+TEST(HfCheckpointTest, CancelLeavesNothingBehind) {
+  ScratchDir dir;
+  const std::string hf = WriteTinyCheckpoint(dir);
+  const std::atomic<bool> cancel{true};
+  ConvertOptions c;
+  c.input = hf;
+  c.output_dir = dir.Join("pack");
+  absl::Status s = ConvertGguf(c, nullptr, &cancel).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("pack")));
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("pack.partial")));
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("pack.hf.gguf")));
+}
+
 TEST(HfCheckpointTest, ConvertRefusesALeftoverTemporaryGguf) {
   ScratchDir dir;
   const std::string hf = WriteTinyCheckpoint(dir);

@@ -1,6 +1,7 @@
 #include "packtool/safetensors.h"
 
 #include <cstring>
+#include <random>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -98,6 +99,40 @@ TEST(SafetensorsTest, RefusesAHeaderLengthPastTheEnd) {
   WriteFileBytes(dir.Join("m.safetensors"), bytes);
   EXPECT_THAT(SafetensorsFile::Open(dir.Join("m.safetensors")).status(),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "exceeds the limit"));
+}
+
+// Random corruptions of a valid file's length and header: each is refused or read, and whatever is read lies
+// inside the file (under ASan, a read past it would also stop the test).
+TEST(SafetensorsTest, CorruptedHeadersNeverReadOutsideTheFile) {
+  ScratchDir dir;
+  const std::string path = dir.Join("m.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, {{"a.weight", "F16", {3, 4}, Bytes(24, 1)},
+                                      {"b.weight", "BF16", {2, 2}, Bytes(8, 2)}}).ok());
+  const std::vector<uint8_t> good = ::strata::testing::ReadFileBytes(path);
+  std::mt19937 rng(11);
+  int refused = 0;
+  for (int round = 0; round < 500; ++round) {
+    std::vector<uint8_t> bad = good;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      // Mostly the length and the JSON, where the offsets and sizes are.
+      const size_t at = rng() % (bad.size() - 32);
+      bad[at] = static_cast<uint8_t>(rng() % 4 == 0 ? rng() : "0123456789[]{},:\"\\"[rng() % 17]);
+    }
+    if (rng() % 8 == 0) bad.resize(rng() % bad.size());
+    WriteFileBytes(path, bad);
+    auto file = SafetensorsFile::Open(path);
+    if (!file.ok()) {
+      ++refused;
+      EXPECT_THAT(std::string(file.status().message()), HasSubstr(path));
+      continue;
+    }
+    for (const SafetensorsTensor& t : (*file)->tensors()) {
+      EXPECT_LE(t.data.size(), bad.size());
+      EXPECT_EQ(t.data.size(), static_cast<uint64_t>(t.n_elements()) * (t.type == gguf::GgmlType::kF32 ? 4 : 2));
+    }
+  }
+  EXPECT_GT(refused, 100);  // the corruptions do reach the checks
 }
 
 // One malformed header each: the file is refused and the message names what was wrong.
