@@ -181,17 +181,6 @@ bool IsHfCheckpointDir(const std::string& path) {
   return std::filesystem::is_directory(path, ec) && std::filesystem::is_regular_file(path + "/config.json", ec);
 }
 
-std::vector<std::string> HfArchitectures() {
-  std::vector<std::string> names;
-  for (const HfArch& a : HfArchTable()) names.emplace_back(a.hf_name);
-  return names;
-}
-
-absl::StatusOr<SynthGeometry> ReadHfGeometry(const std::string& dir) {
-  ASSIGN_OR_RETURN(auto arch_geometry, ReadGeometry(dir, nullptr));
-  return arch_geometry.second;
-}
-
 void PermuteRowsForNormalRope(std::span<const uint8_t> src, std::span<uint8_t> dst, int64_t n_head, int64_t head_dim,
                               uint64_t row_bytes) {
   const int64_t half = head_dim / 2;
@@ -234,7 +223,6 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
     HfTokenizerOptions t;
     t.dir = options.dir;
     t.n_vocab = g.n_vocab;
-    const std::string config_path = options.dir + "/config.json";
     if (config.contains("bos_token_id") && config["bos_token_id"].is_number_unsigned()) {
       t.bos_id = config["bos_token_id"].get<int64_t>();
     }

@@ -26,13 +26,6 @@ namespace strata::packtool {
 // True when `path` is a directory holding config.json.
 bool IsHfCheckpointDir(const std::string& path);
 
-// The Hugging Face architectures (config.json "architectures") that convert reads.
-std::vector<std::string> HfArchitectures();
-
-// The geometry config.json describes (arch is synth's name: "qwen3moe" or "mixtral"). Errors name
-// config.json and the field.
-absl::StatusOr<SynthGeometry> ReadHfGeometry(const std::string& dir);
-
 struct HfToGgufOptions {
   std::string dir;            // the checkpoint
   std::string output;         // the GGUF written
