@@ -22,6 +22,7 @@
 #include "engine/pack/pack_format.h"
 #include "engine/status_macros.h"
 #include "packtool/dense_convert.h"
+#include "packtool/hf_checkpoint.h"
 #include "packtool/pack_writer.h"
 #include "packtool/source_transcode.h"
 
@@ -215,11 +216,45 @@ class ShardHasher {
 
 }  // namespace
 
+namespace {
+
+// A Hugging Face checkpoint is written as a GGUF next to the output (as much disk as the checkpoint, for
+// the time of the conversion), converted like any GGUF, and removed, whatever the outcome.
+absl::StatusOr<pack::v1::Manifest> ConvertHfCheckpoint(const ConvertOptions& options, const ConvertProgressFn& progress,
+                                                       const std::atomic<bool>* cancel) {
+  const std::string temp = options.output_dir + ".hf.gguf";
+  std::error_code ec;
+  if (std::filesystem::exists(temp, ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(temp, " exists (left by an interrupted convert?); remove it or choose another output"));
+  }
+  struct RemoveOnExit {
+    const std::string& path;
+    ~RemoveOnExit() {
+      std::error_code ignored;
+      std::filesystem::remove(path, ignored);
+    }
+  } remove_temp{temp};
+  if (progress) {
+    ConvertProgress p;
+    p.phase = "hf-to-gguf";
+    progress(p);
+  }
+  RETURN_IF_ERROR(HfCheckpointToGguf({options.input, temp, options.tokenizer_gguf, cancel}));
+  ConvertOptions inner = options;
+  inner.input = temp;
+  inner.tokenizer_gguf.clear();
+  return ConvertGguf(inner, progress, cancel);
+}
+
+}  // namespace
+
 absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, const ConvertProgressFn& progress,
                                                const std::atomic<bool>* cancel) {
   if (options.input.empty()) return absl::InvalidArgumentError("input: no GGUF file given");
   if (options.output_dir.empty()) return absl::InvalidArgumentError("output: no pack directory given");
   RETURN_IF_ERROR(CheckOutputFree(options.output_dir));
+  if (IsHfCheckpointDir(options.input)) return ConvertHfCheckpoint(options, progress, cancel);
   ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufModel> model, gguf::GgufModel::Open(options.input));
   ASSIGN_OR_RETURN(SourceModel src, Describe(*model, options.input));
   // Everything else the engine would refuse at load time (RoPE scaling, head sizes, the tokenizer's list).

@@ -1,7 +1,8 @@
 #ifndef STRATA_PACKTOOL_CONVERT_H_
 #define STRATA_PACKTOOL_CONVERT_H_
 
-// Converts a GGUF model (one file or split shards) into a pack.
+// Converts a GGUF model (one file or split shards) into a pack; or a Hugging Face checkpoint (a directory
+// with config.json and *.safetensors, packtool/hf_checkpoint.h), first written as a GGUF next to the output.
 //
 // Streams expert by expert on `threads` workers, each reading (through the mapping, with the next round's
 // expert prefetched), quantizing (vectorized fits that report the error in the same pass) and writing
@@ -25,7 +26,8 @@
 namespace strata::packtool {
 
 struct ConvertOptions {
-  std::string input;       // .gguf, or any shard of a split model
+  std::string input;       // .gguf, any shard of a split model, or a Hugging Face checkpoint's directory
+  std::string tokenizer_gguf;  // Hugging Face input only: the tokenizer from this GGUF, not tokenizer.json
   std::string output_dir;  // must not exist; neither may output_dir + ".partial"
   kernels::Scheme scheme = kernels::Scheme::kS4;
   int threads = 0;         // 0 = one per core this process may use
@@ -36,7 +38,7 @@ struct ConvertOptions {
 };
 
 struct ConvertProgress {
-  std::string phase;       // "dense", "experts", "finish", "done"
+  std::string phase;       // "hf-to-gguf" (Hugging Face input), "dense", "experts", "finish", "done"
   uint64_t bytes_done = 0;   // pack expert bytes written
   uint64_t bytes_total = 0;
   uint64_t experts_done = 0;

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/status_macros.h"
+#include "packtool/hf_checkpoint.h"
+#include "packtool/safetensors.h"
 
 namespace strata::packtool {
 namespace {
@@ -56,6 +58,14 @@ absl::StatusOr<kernels::Scheme> DefaultSchemeFor(gguf::GgmlType type) {
 }
 
 absl::StatusOr<kernels::Scheme> DefaultSchemeForModel(const std::string& input) {
+  if (IsHfCheckpointDir(input)) {
+    // The experts' dtype (F16, BF16 or F32): every one maps to the same default as in a GGUF.
+    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt, SafetensorsCheckpoint::Open(input));
+    for (const SafetensorsTensor* t : ckpt->tensors()) {
+      if (absl::StrContains(t->name, ".experts.")) return DefaultSchemeFor(t->type);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(input, ": no expert tensors (model.layers.N.*.experts.E.*): not a MoE model"));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufModel> model, gguf::GgufModel::Open(input));
   bool found = false;
   kernels::Scheme best = kernels::Scheme::kS2;

@@ -31,7 +31,8 @@ namespace strata::packtool {
 // The scheme for experts stored as `type`; UNIMPLEMENTED naming the type for one Strata cannot decode.
 absl::StatusOr<kernels::Scheme> DefaultSchemeFor(gguf::GgmlType type);
 
-// The scheme for the experts of the GGUF at `input` (a file or any shard of a split model): errors name
+// The scheme for the experts of the GGUF at `input` (a file or any shard of a split model, or a Hugging Face
+// checkpoint directory: its experts' dtype): errors name
 // the file, or the tensor whose type cannot be decoded; INVALID_ARGUMENT when it has no expert tensors.
 absl::StatusOr<kernels::Scheme> DefaultSchemeForModel(const std::string& input);
 

@@ -40,14 +40,15 @@ commands:
       --heads --kv-heads --head-dim --vocab-size --ctx. Types: f32 f16 bf16 q8_0 q4_0 q4_1 q6_K q5_K q4_K
       q3_K q2_K (K types: rows of whole 256-weight blocks, e.g. --embd and --expert-ff multiples of 256).
       Local only.
-  convert IN.gguf|FIRST-SHARD OUT_DIR [--scheme auto|f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
+  convert IN.gguf|FIRST-SHARD|HF_DIR OUT_DIR [--scheme auto|f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
         [--threads N]
-      Converts a GGUF model into a pack directory. --scheme auto (the default) picks the scheme that adds
-      the least error to the source's experts: s4 for f32, f16, bf16, and for q4_0, q4_1 and q4_K (their
-      codes carried over as they are), s8 for q8_0, q6_K, q5_K, q5_0, q5_1, q3_K and q2_K (the most precise
-      one any expert tensor needs). --dense-type stores the dense
-      weight matrices (attention, embeddings, output) as f16, bf16 or q8_0 instead of the source's type
-      (keep, the default); norms and the router are copied as they are.
+      Converts a GGUF model, or a Hugging Face checkpoint (HF_DIR: config.json, *.safetensors and a
+      byte-level BPE tokenizer.json; Qwen3MoeForCausalLM or MixtralForCausalLM), into a pack directory.
+      --scheme auto (the default) picks the scheme that adds the least error to the source's experts: s4
+      for f32, f16, bf16, and for q4_0, q4_1 and q4_K (their codes carried over as they are), s8 for q8_0,
+      q6_K, q5_K, q5_0, q5_1, q3_K and q2_K (the most precise one any expert tensor needs). --dense-type
+      stores the dense weight matrices (attention, embeddings, output) as f16, bf16 or q8_0 instead of the
+      source's type (keep, the default); norms and the router are copied as they are.
   validate DIR [--quick] [--threads N]
       Checks a pack; --quick skips the per-expert checksums. Exit status 1 when it finds problems.
   inspect DIR|FILE.gguf
@@ -180,7 +181,7 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
 
 int RunConvert(const std::vector<std::string>& args, const PackCliOptions& options, const CliIo& io) {
   int exit_code = kExitOk;
-  if (!CheckArity(args, 2, args.size() < 2 ? "the input GGUF and the output directory" : "the output directory", io,
+  if (!CheckArity(args, 2, args.size() < 2 ? "the input GGUF (or Hugging Face directory) and the output directory" : "the output directory", io,
                   &exit_code)) {
     return exit_code;
   }

@@ -36,6 +36,7 @@ std::string ProgressPrinter::Describe(const packtool::ConvertProgress& p, absl::
   if (p.phase != "experts" || p.bytes_total == 0) {
     if (p.phase == "dense") return "writing dense.gguf";
     if (p.phase == "finish") return "finishing (checksums, sync, rename)";
+    if (p.phase == "hf-to-gguf") return "writing the Hugging Face checkpoint as a GGUF";
     return p.phase;
   }
   const double fraction = std::min(1.0, static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total));

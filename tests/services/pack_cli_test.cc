@@ -14,6 +14,7 @@
 #include "services/packtool_backend.h"
 #include "tests/services/inference_test_util.h"
 #include "tests/services/service_test_util.h"
+#include "tests/testing/hf_checkpoint_writer.h"
 
 namespace strata::services {
 namespace {
@@ -191,6 +192,19 @@ TEST_F(PackCliTest, ConvertPicksTheSchemeFromTheSourceByDefault) {
   const CliRun run = RunCli({"convert", root_ + "/tiny.gguf", root_ + "/out"}, options);
   ASSERT_EQ(run.code, kExitOk) << run.err;
   EXPECT_THAT(run.out, HasSubstr("scheme s4"));  // the shared tiny model has f16 experts
+}
+
+TEST_F(PackCliTest, ConvertReadsAHuggingFaceCheckpoint) {
+  fs::create_directories(root_ + "/hf");
+  ASSERT_TRUE(::strata::testing::WriteHfCheckpointFromGguf(root_ + "/tiny.gguf", root_ + "/hf").ok());
+  PackCliOptions options;
+  options.threads = 2;
+  const CliRun run = RunCli({"convert", root_ + "/hf", root_ + "/out"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("convert: writing the Hugging Face checkpoint as a GGUF\n"));
+  EXPECT_THAT(run.out, HasSubstr("scheme s4"));  // f16 experts, as from the GGUF
+  EXPECT_TRUE(fs::is_directory(root_ + "/out"));
+  EXPECT_FALSE(fs::exists(root_ + "/out.hf.gguf"));
 }
 
 TEST_F(PackCliTest, ConvertWithADenseTypeListsTheDenseErrorInTheTable) {

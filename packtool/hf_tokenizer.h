@@ -1,0 +1,35 @@
+#ifndef STRATA_PACKTOOL_HF_TOKENIZER_H_
+#define STRATA_PACKTOOL_HF_TOKENIZER_H_
+
+// The GGUF tokenizer keys (tokenizer.ggml.*, tokenizer.chat_template) of a Hugging Face checkpoint, from its
+// tokenizer.json (byte-level BPE only: model.vocab, model.merges, added_tokens, the pre-tokenizer's regex)
+// and tokenizer_config.json (bos/eos/pad tokens, add_bos_token, chat_template) when present.
+// SentencePiece-style tokenizers (byte_fallback BPE, Unigram) are refused: convert takes --tokenizer-gguf.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "packtool/builtin_vocab.h"
+
+namespace strata::packtool {
+
+// The Split regexes of the byte-level pre-tokenizers Strata implements, as tokenizer.json writes them.
+inline constexpr char kHfQwen2PreRegex[] =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr char kHfLlama3PreRegex[] =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+struct HfTokenizerOptions {
+  std::string dir;                 // holds tokenizer.json (and maybe tokenizer_config.json)
+  int64_t n_vocab = 0;             // config.json's vocab_size: the token list is padded up to it
+  std::optional<int64_t> bos_id;   // config.json's bos_token_id / eos_token_id, used when tokenizer_config.json
+  std::optional<int64_t> eos_id;   // names no such token
+};
+
+absl::StatusOr<VocabMetadata> VocabFromHfTokenizer(const HfTokenizerOptions& options);
+
+}  // namespace strata::packtool
+
+#endif  // STRATA_PACKTOOL_HF_TOKENIZER_H_
