@@ -32,7 +32,9 @@ using exec::ThreadPool;
 constexpr char kUsage[] =
     "usage: strata-expert-gemv-bench [--schemes=s2,s4,s8,f16] [--n-embd=2048] [--ff=768]\n"
     "  [--working-set-mb=1024] [--threads=<cores>] [--thread-list=1,2,...] [--tokens=1,4]\n"
-    "  [--experts-per-call=8] [--seconds=0.4] [--dram-mb=4096] [--spin-us=50]";
+    "  [--experts-per-call=8] [--seconds=0.4] [--dram-mb=4096] [--spin-us=50] [--barrier]\n"
+    "--barrier: each line also runs with a barrier between the gate/up and down phases (the baseline of\n"
+    "the pipelined schedule model::RunExpertJobs uses)";
 
 void FillRandom(uint8_t* p, size_t bytes, uint64_t seed) {
   uint64_t s = seed | 1;
@@ -79,7 +81,8 @@ struct Measurement {
 // have passed and every expert was visited at least once.
 Measurement Run(const ExpertLayout& layout, const uint8_t* base, uint64_t stride, int64_t n_experts,
                 int experts_per_call, const std::vector<const QuantizedActivation*>& xs,
-                std::vector<std::vector<float>>& out_storage, ThreadPool* pool, double seconds) {
+                std::vector<std::vector<float>>& out_storage, ThreadPool* pool, double seconds,
+                model::ExpertPhases phases = model::ExpertPhases::kPipelined) {
   const int tokens = static_cast<int>(xs.size());
   std::vector<std::vector<float*>> outs(experts_per_call);
   for (int j = 0; j < experts_per_call; ++j) {
@@ -94,7 +97,7 @@ Measurement Run(const ExpertLayout& layout, const uint8_t* base, uint64_t stride
       jobs[j] = ExpertJob{base + stride * static_cast<uint64_t>(next), xs.data(), tokens, outs[j].data()};
       next = next + 1 == n_experts ? 0 : next + 1;
     }
-    model::RunExpertJobs(layout, jobs, pool, &work);
+    model::RunExpertJobs(layout, jobs, pool, &work, phases);
     visited += experts_per_call;
     ++calls;
   }
@@ -119,6 +122,7 @@ int Main(int argc, char** argv) {
   const double seconds = flags.Double("seconds", 0.4);
   const int64_t dram_mb = flags.Int("dram-mb", 4096);
   const int spin_us = static_cast<int>(flags.Int("spin-us", 50));
+  const bool barrier = flags.Bool("barrier", false);
   flags.CheckNoUnknown();
 
   if (max_threads < 1 || experts_per_call < 1 || working_set_mb < 1) {
@@ -219,6 +223,12 @@ int Main(int argc, char** argv) {
                       std::string(kernels::SchemeName(s)).c_str(), static_cast<long long>(tokens), threads,
                       m.seconds / m.calls * 1e6);
         PrintResult(name, m.gbps, "GB/s", dram[i], "DRAM read");
+        if (barrier) {
+          const Measurement b = Run(layout, arena.buffer.get(), stride, n_experts, experts_per_call, xs, out_storage,
+                                    pool.get(), seconds, model::ExpertPhases::kBarrier);
+          std::snprintf(name, sizeof name, "  with a barrier between phases (%.1f us/call)", b.seconds / b.calls * 1e6);
+          PrintResult(name, b.gbps, "GB/s", m.gbps, "pipelined");
+        }
       }
       // The same few experts over and over: cache-resident, so this is the compute ceiling.
       std::unique_ptr<ThreadPool> pool = *ThreadPool::Create(max_threads, spin_us);

@@ -17,8 +17,6 @@ inline int64_t NowNs() {
       .count();
 }
 
-inline void CpuRelax() { __builtin_ia32_pause(); }
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::Create(int num_threads, int spin_us) {

@@ -118,6 +118,13 @@ class ThreadPool {
   int64_t posted_ns_ ABSL_GUARDED_BY(posted_mu_) = 0;
 };
 
+// One iteration of a spin-wait: a pause that lets the sibling hyperthread run.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // The CPUs this process may run on (its affinity mask, as taskset or a container sets it), at least 1;
 // what "one thread per core" means everywhere.
 int AvailableCores();

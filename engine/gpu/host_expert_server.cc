@@ -17,12 +17,6 @@ constexpr int kPoolSpinMicros = 2000;
 constexpr std::chrono::milliseconds kSpinBeforeSleeping{5};
 constexpr std::chrono::microseconds kIdlePoll{50};
 
-void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HostExpertServer>> HostExpertServer::Create(pack::ExpertSource* arena,
@@ -116,7 +110,7 @@ void HostExpertServer::Loop() {
         Serve(request);
         last_work = std::chrono::steady_clock::now();
       } else if (std::chrono::steady_clock::now() - last_work < kSpinBeforeSleeping) {
-        CpuRelax();
+        exec::CpuRelax();
       } else {
         // A step with no share for the host (a long prompt's, or one that failed before Disarm): poll gently.
         std::this_thread::sleep_for(kIdlePoll);

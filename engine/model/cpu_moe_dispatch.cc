@@ -1,6 +1,8 @@
 #include "engine/model/cpu_moe_dispatch.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
@@ -32,22 +34,47 @@ void AccountRouting(RoutingCounter& counter, const kernels::ExpertLayout& layout
 }
 
 void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels::ExpertJob> jobs,
-                   exec::ThreadPool* pool, kernels::ExpertWork* work) {
+                   exec::ThreadPool* pool, kernels::ExpertWork* work, ExpertPhases phases) {
   if (jobs.empty()) return;
   work->Prepare(layout, jobs);
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   const int64_t ff = layout.expert_ff, n_embd = layout.n_embd;
+  const int64_t n_jobs = static_cast<int64_t>(jobs.size());
   const int64_t rows1 = kernels::ExpertRowsPerTask(ff, jobs.size(), threads, kernels::kActBlock);
   const int64_t chunks1 = (ff + rows1 - 1) / rows1;
-  exec::ParallelFor(pool, static_cast<int64_t>(jobs.size()) * chunks1, [&](int64_t task) {
-    const int64_t r0 = task % chunks1 * rows1;
-    work->GateUpRows(static_cast<size_t>(task / chunks1), r0, std::min(ff, r0 + rows1));
-  });
   const int64_t rows2 = kernels::ExpertRowsPerTask(n_embd, jobs.size(), threads, kernels::kRowTile);
   const int64_t chunks2 = (n_embd + rows2 - 1) / rows2;
-  exec::ParallelFor(pool, static_cast<int64_t>(jobs.size()) * chunks2, [&](int64_t task) {
+  auto gate_up = [&](int64_t task) {
+    const int64_t r0 = task % chunks1 * rows1;
+    work->GateUpRows(static_cast<size_t>(task / chunks1), r0, std::min(ff, r0 + rows1));
+  };
+  auto down = [&](int64_t task) {
     const int64_t r0 = task % chunks2 * rows2;
     work->DownRows(static_cast<size_t>(task / chunks2), r0, std::min(n_embd, r0 + rows2));
+  };
+  if (phases == ExpertPhases::kBarrier) {
+    exec::ParallelFor(pool, n_jobs * chunks1, gate_up);
+    exec::ParallelFor(pool, n_jobs * chunks2, down);
+    return;
+  }
+  // Tasks are claimed in index order, so every gate/up task is claimed (and runs to its end on some
+  // thread) before any down task: a down task's wait always ends.
+  std::vector<std::atomic<int64_t>> gate_up_done(static_cast<size_t>(n_jobs));
+  const int64_t n_gate_up = n_jobs * chunks1;
+  exec::ParallelFor(pool, n_gate_up + n_jobs * chunks2, [&](int64_t task) {
+    if (task < n_gate_up) {
+      gate_up(task);
+      gate_up_done[static_cast<size_t>(task / chunks1)].fetch_add(1, std::memory_order_release);
+      return;
+    }
+    const int64_t t = task - n_gate_up;
+    const std::atomic<int64_t>& done = gate_up_done[static_cast<size_t>(t / chunks2)];
+    // Yielding now and then: on a loaded host the thread finishing those rows may be waiting for this core.
+    for (uint32_t spins = 1; done.load(std::memory_order_acquire) < chunks1; ++spins) {
+      if (spins % 64 == 0) std::this_thread::yield();
+      exec::CpuRelax();
+    }
+    down(t);
   });
 }
 

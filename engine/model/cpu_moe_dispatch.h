@@ -32,9 +32,21 @@ class RoutingCounter {
 void AccountRouting(RoutingCounter& counter, const kernels::ExpertLayout& layout, const int32_t* ids, int n_pairs,
                     bool in_vram, DispatchStats* stats);
 
-// Runs the two phases of kernels::ExpertWork over the pool: all gate/up rows, then all down rows.
+// How RunExpertJobs orders the two phases of kernels::ExpertWork over the pool.
+enum class ExpertPhases {
+  // One ParallelFor: every job's gate/up tasks, then every job's down tasks, a down task waiting only for
+  // its own job's gate/up rows. Threads that finish early go on to the first jobs' down rows instead of
+  // idling at a barrier while the last gate/up tasks finish (the tail of a phase is a large part of a
+  // decode layer's few hundred microseconds).
+  kPipelined,
+  // All gate/up rows, a barrier, then all down rows (the baseline the benches compare with).
+  kBarrier,
+};
+
+// Runs the jobs' experts over the pool (the caller's thread when null). Same results either way.
 void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels::ExpertJob> jobs,
-                   exec::ThreadPool* pool, kernels::ExpertWork* work);
+                   exec::ThreadPool* pool, kernels::ExpertWork* work,
+                   ExpertPhases phases = ExpertPhases::kPipelined);
 
 class CpuMoeDispatch : public MoeDispatch {
  public:
