@@ -5,8 +5,10 @@
 // added in warp order (so a logit does not depend on the grid). With a norm, every block first forms its
 // tokens' RMS scales (while its first weights load) and normalizes x on the fly; block 0 stores the
 // normed rows. Two experts a block give a decode step n_expert / 2 blocks, enough to read the router's
-// rows at the memory rate. The last of the expert blocks of token block t to finish (a counter per token block, which that block resets to zero for the next call
-// or graph replay) then reads all of their logits and does the softmax and top-k, a warp per token.
+// rows at the memory rate. The last of the expert blocks of token block t to finish (a counter per token
+// block, which that block resets to zero for the next call or graph replay) then reads all of their logits
+// and does the softmax and top-k: the block's 8 warps split between its tokens (8 warps on a decode token's
+// 512 experts, a warp each for 8 tokens), each warp a top-k of its slice, merged by the token's first warp.
 // Softmax, top-k and the weights follow strata::model::Softmax / TopK and Model::Forward: float exp, sum in
 // double, probs times a float 1 / sum, selection on the probs with ties to the lower id, weights as double
 // quotients.
@@ -48,12 +50,27 @@ size_t CounterBytes(int n_tokens) {
   return (bytes + 255) / 256 * 256;
 }
 
+// The warp's largest (p, id): larger p, then lower id; every lane gets it.
+__device__ __forceinline__ void WarpArgMax(float& p, int& id) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(kFullMask, p, offset);
+    const int other_id = __shfl_xor_sync(kFullMask, id, offset);
+    if (other > p || (other == p && other_id < id)) {
+      p = other;
+      id = other_id;
+    }
+  }
+}
+
 // Dynamic shared memory: kRouterWarps * n_expert floats (each softmax warp's probabilities).
 template <int kWeightRun>
 __global__ void __launch_bounds__(kRouterThreads)
     RouterKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, int n_tokens, int k,
                  int32_t* ids, float* weights, unsigned* counters, float* logits) {
   extern __shared__ float s_probs[];
+  __shared__ float s_warp_max[kRouterWarps];
+  __shared__ double s_warp_sum[kRouterWarps];
   __shared__ float s_top_p[kRouterWarps][kMaxK];
   __shared__ int s_top_id[kRouterWarps][kMaxK];
   __shared__ bool s_is_last;
@@ -163,62 +180,112 @@ __global__ void __launch_bounds__(kRouterThreads)
   if (!s_is_last) return;
   __threadfence();  // see the other blocks' logits
 
-  if (warp < block_tokens) {
-    const int64_t t = token0 + warp;
-    float* probs = s_probs + warp * n_expert;
+  // The softmax and top-k of the block's tokens: a group of `group_warps` warps per token (all 8 for a
+  // decode token), each warp taking a slice of the experts, their local top-k merged by the group's first
+  // warp. Every thread reaches each __syncthreads below.
+  int token_groups = 1;
+  while (token_groups < block_tokens) token_groups *= 2;
+  const int group_warps = kRouterWarps / token_groups;
+  const int g = warp / group_warps, wi = warp % group_warps;
+  const bool has_token = g < block_tokens;
+  const int64_t t = token0 + g;
+  const int slice = (n_expert + group_warps - 1) / group_warps;
+  const int e_begin = min(wi * slice, n_expert), e_end = min(e_begin + slice, n_expert);
+  float* probs = s_probs + g * n_expert;
+  float local_max = -INFINITY;
+  if (has_token) {
     const float* lt = logits + t * n_expert;
-    float max_logit = -INFINITY;
     // Unrolled so a lane's loads are in flight together rather than one L2 round trip each.
-#pragma unroll 8
-    for (int e = lane; e < n_expert; e += 32) {
+#pragma unroll 4
+    for (int e = e_begin + lane; e < e_end; e += 32) {
       probs[e] = __ldcg(lt + e);  // from L2: written by other blocks
-      max_logit = fmaxf(max_logit, probs[e]);
+      local_max = fmaxf(local_max, probs[e]);
     }
-    max_logit = detail::WarpMax(max_logit);
+    local_max = detail::WarpMax(local_max);
+    if (lane == 0) s_warp_max[warp] = local_max;
+  }
+  __syncthreads();
+  if (has_token) {
+    float max_logit = -INFINITY;
+    for (int i = 0; i < group_warps; ++i) max_logit = fmaxf(max_logit, s_warp_max[g * group_warps + i]);
     double sum = 0;
-#pragma unroll 8
-    for (int e = lane; e < n_expert; e += 32) {
+#pragma unroll 4
+    for (int e = e_begin + lane; e < e_end; e += 32) {
       probs[e] = expf(probs[e] - max_logit);
       sum += probs[e];
     }
-    const float inv = static_cast<float>(1.0 / detail::WarpSumDouble(sum));
-    for (int e = lane; e < n_expert; e += 32) probs[e] *= inv;
+    sum = detail::WarpSumDouble(sum);
+    if (lane == 0) s_warp_sum[warp] = sum;
+  }
+  __syncthreads();
+  if (has_token) {
+    double total = 0;
+    for (int i = 0; i < group_warps; ++i) total += s_warp_sum[g * group_warps + i];
+    const float inv = static_cast<float>(1.0 / total);
+    for (int e = e_begin + lane; e < e_end; e += 32) probs[e] *= inv;
     __syncwarp();
-
-    // Top-k by k rounds of a warp arg-max (largest prob, then lowest id); a chosen prob becomes -inf.
+    // This warp's top-k of its slice by rounds of a warp arg-max (largest prob, then lowest id); a chosen
+    // prob becomes -inf. A slice with fewer than k experts pads with (-inf, INT_MAX).
     for (int j = 0; j < k; ++j) {
       float best = -INFINITY;
       int best_id = INT_MAX;
-#pragma unroll 8
-      for (int e = lane; e < n_expert; e += 32) {
+      for (int e = e_begin + lane; e < e_end; e += 32) {
         if (probs[e] > best) {  // ids rise within a lane: equal probs keep the lower id
           best = probs[e];
           best_id = e;
         }
       }
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) {
-        const float other = __shfl_xor_sync(kFullMask, best, offset);
-        const int other_id = __shfl_xor_sync(kFullMask, best_id, offset);
-        if (other > best || (other == best && other_id < best_id)) {
-          best = other;
-          best_id = other_id;
-        }
-      }
+      WarpArgMax(best, best_id);
       if (lane == 0) {
         s_top_p[warp][j] = best;
         s_top_id[warp][j] = best_id;
-        probs[best_id] = -INFINITY;
+        if (best_id < n_expert) probs[best_id] = -INFINITY;
       }
       __syncwarp();
     }
-    if (lane == 0) {
-      double total = 0;
-      for (int j = 0; j < k; ++j) total += s_top_p[warp][j];
-      for (int j = 0; j < k; ++j) {
-        ids[t * k + j] = s_top_id[warp][j];
-        weights[t * k + j] = static_cast<float>(s_top_p[warp][j] / total);
+  }
+  __syncthreads();
+  if (has_token && wi == 0) {
+    // The group's top-k of its warps' candidates, held in registers: entry c of a lane is candidate
+    // lane + 32 c of group_warps * k.
+    constexpr int kMaxPerLane = kRouterWarps * kMaxK / 32;
+    const int n_cand = group_warps * k;
+    float cand_p[kMaxPerLane];
+    int cand_id[kMaxPerLane];
+#pragma unroll
+    for (int c = 0; c < kMaxPerLane; ++c) {
+      const int i = lane + 32 * c;
+      cand_p[c] = i < n_cand ? s_top_p[warp + i / k][i % k] : -INFINITY;
+      cand_id[c] = i < n_cand ? s_top_id[warp + i / k][i % k] : INT_MAX;
+    }
+    float my_p = 0.0f;
+    int my_id = 0;
+    for (int j = 0; j < k; ++j) {
+      float best = -INFINITY;
+      int best_id = INT_MAX;
+#pragma unroll
+      for (int c = 0; c < kMaxPerLane; ++c) {
+        if (cand_p[c] > best || (cand_p[c] == best && cand_id[c] < best_id)) {
+          best = cand_p[c];
+          best_id = cand_id[c];
+        }
       }
+      WarpArgMax(best, best_id);
+#pragma unroll
+      for (int c = 0; c < kMaxPerLane; ++c) {
+        if (cand_id[c] == best_id) cand_p[c] = -INFINITY;  // ids are distinct among real candidates
+      }
+      if (lane == j) {
+        my_p = best;
+        my_id = best_id;
+      }
+    }
+    // Every lane sums the k probs in the same order; lane j writes the j-th choice.
+    double total = 0;
+    for (int j = 0; j < k; ++j) total += __shfl_sync(kFullMask, my_p, j);
+    if (lane < k) {
+      ids[t * k + lane] = my_id;
+      weights[t * k + lane] = static_cast<float>(my_p / total);
     }
   }
   if (threadIdx.x == 0) counters[blockIdx.y] = 0;  // every block of this token block has counted
