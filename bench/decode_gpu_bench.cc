@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
                              "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
                              "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
-                             "[--vram-experts -1] [--cache-policy lfu-decay] [--miss-path both] [--preset seed --scheme s2 (to make --pack when "
+                             "[--vram-experts -1] [--cache-policy lfu-decay] [--miss-path both] [--gpu-miss-reads staged,in-place] [--preset seed --scheme s2 (to make --pack when "
                              "it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> vram_experts = flags.IntList("vram-experts", {-1});
   const std::string cache_policy = flags.String("cache-policy", "lfu-decay");
   const std::string miss_path = flags.String("miss-path", "both");
+  // How the GPU reads its decode misses: copied into VRAM first (staged) or inside the expert kernel (in-place);
+  // each cache size with misses runs once per item.
+  const std::vector<std::string> miss_reads = flags.StringList("gpu-miss-reads", {"staged"});
   const std::string flags_preset = flags.String("preset", "seed");
   const std::string flags_scheme = flags.String("scheme", "s2");
   flags.CheckNoUnknown();
@@ -139,7 +142,25 @@ int main(int argc, char** argv) {
   for (int64_t n : concurrency) max_seqs = std::max(max_seqs, n);
   int64_t longest = 0;
   for (int64_t p : prefill) longest = std::max(longest, p);
+  for (const std::string& reads : miss_reads) {
+    if (reads != "staged" && reads != "in-place") {
+      std::fprintf(stderr, "--gpu-miss-reads: %s is neither staged nor in-place\n", reads.c_str());
+      return 2;
+    }
+  }
+  struct Config {
+    int64_t slots;
+    std::string reads;
+  };
+  std::vector<Config> configs;
   for (int64_t slots : vram_experts) {
+    if (slots < 0) {
+      configs.push_back({slots, "staged"});
+      continue;
+    }
+    for (const std::string& reads : miss_reads) configs.push_back({slots, reads});
+  }
+  for (const auto& [slots, reads] : configs) {
     strata::runtime::EngineOptions eo;
     eo.pack_dir = pack;
     eo.threads = threads;
@@ -151,6 +172,7 @@ int main(int argc, char** argv) {
     eo.device.vram_experts = slots;
     eo.device.cache_policy = cache_policy;
     eo.device.miss_path = miss_path;
+    eo.device.stage_gpu_misses = reads == "staged";
     strata::bench::Timer load;
     auto engine = Engine::Create(eo);
     if (!engine.ok()) {
@@ -164,11 +186,11 @@ int main(int argc, char** argv) {
                 pack.c_str(), info.config.arch.c_str(), (long long)info.config.n_layer,
                 (long long)info.config.n_expert, (long long)info.config.n_expert_used, (long long)info.config.n_embd,
                 info.scheme.c_str(), load.Seconds());
-    std::printf("device %s (%s), %.2f GiB in use, experts from %s%s, VRAM experts %s of %llu (%s)\n",
+    std::printf("device %s (%s), %.2f GiB in use, experts from %s%s, VRAM experts %s of %llu (%s)%s\n",
                 info.backend.name.c_str(), info.backend.isa.c_str(), info.backend.memory_used / 1073741824.0,
                 info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
                 slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
-                cache_policy.c_str());
+                cache_policy.c_str(), slots < 0 ? "" : (", GPU misses " + reads).c_str());
     if (!info.device_note.empty()) std::printf("note: %s\n", info.device_note.c_str());
     // Batch 1: hits from HBM, misses by the miss paths; at a hit rate h the bound is
     // 1 / max(dense/HBM + h*experts/HBM, (1-h)*experts/miss bandwidth) (both run at once).
@@ -186,10 +208,13 @@ int main(int argc, char** argv) {
         const double requests = static_cast<double>(after.host_requests - before.host_requests);
         const double busy = after.host_busy_seconds - before.host_busy_seconds;
         const double experts = static_cast<double>(after.host_experts - before.host_experts);
-        std::printf("  host: %.0f layer shares, %.1f experts and %.1f us each, %.1f GB/s of expert weights\n",
+        const double waited = static_cast<double>(after.gpu_waited_for_host - before.gpu_waited_for_host);
+        std::printf("  host: %.0f layer shares, %.1f experts and %.1f us each, %.1f GB/s of expert weights; the GPU "
+                    "had finished its part first in %.0f%% of them\n",
                     requests, experts / requests, busy / requests * 1e6,
                     experts * static_cast<double>(info.expert_bytes_per_token) /
-                        (info.config.n_layer * info.config.n_expert_used) / busy / 1e9);
+                        (info.config.n_layer * info.config.n_expert_used) / busy / 1e9,
+                    100.0 * waited / requests);
       }
       const double h = r.hit_rate;
       const double t_hbm = (info.dense_bytes_per_token + h * info.expert_bytes_per_token) / (*hbm * 1e9);

@@ -64,6 +64,9 @@ class CudaDenseBackend : public model::DenseBackend {
                               int max_prefill);
 
   void set_graphs(bool enabled) { graphs_enabled_ = enabled; }
+  // The scheduler thread sleeps until a step's results are back instead of spinning (CUDA's default while
+  // cores are free), leaving every core to host threads that compute experts during the step.
+  absl::Status SleepWhileWaiting();
   cudaStream_t stream() const { return stream_; }
   void add_memory_used(uint64_t bytes) { memory_used_ += bytes; }
 
@@ -92,6 +95,7 @@ class CudaDenseBackend : public model::DenseBackend {
   int max_tokens_ = 0;  // max(max_batch, max_prefill)
   int max_batch_ = 0;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t step_done_ = nullptr;  // with SleepWhileWaiting: a blocking-sync event the step end waits on
   std::unique_ptr<kernels::cuda::MatmulContext> matmul_;
   CudaKvMemory kv_memory_;
   uint64_t memory_used_ = 0;

@@ -55,6 +55,12 @@ bool CudaDevicePresent(std::string* why) {
   return true;
 }
 
+// Tokens of a decode step at most, as the offload tier sizes its buffers: the batch rounded up to a power of
+// two (the graph buckets).
+int MaxDecode(const CudaModelOptions& options) {
+  return static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(1, options.max_batch))));
+}
+
 absl::StatusOr<VramPlan> PlanVram(const pack::Pack& pack, const model::ModelConfig& config,
                                   const model::ModelWeights& weights, const CudaModelOptions& options) {
   size_t free_bytes = 0, total_bytes = 0;
@@ -64,7 +70,7 @@ absl::StatusOr<VramPlan> PlanVram(const pack::Pack& pack, const model::ModelConf
   plan.dense_bytes = CudaDenseBackend::DeviceBytes(config, weights, options.max_batch, options.max_prefill);
   plan.allowed = options.vram_bytes > 0 ? options.vram_bytes : (free_bytes > kMargin ? free_bytes - kMargin : 0);
   const uint64_t all = GpuMoeDispatch::DeviceBytes(pack, max_tokens);
-  const uint64_t fixed = OffloadMoeDispatch::FixedDeviceBytes(pack, max_tokens);
+  const uint64_t fixed = OffloadMoeDispatch::FixedDeviceBytes(pack, max_tokens, MaxDecode(options));
   if (plan.dense_bytes + fixed > plan.allowed) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the dense weights and buffers need ", Gib(plan.dense_bytes + fixed), " of device memory but ",
@@ -106,12 +112,14 @@ absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, cons
     offload.cache.slots = plan.slots;
     ASSIGN_OR_RETURN(offload.miss_path, model::ParseMissPath(options.miss_path));
     offload.max_tokens = max_tokens;
-    offload.max_decode = static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(1, options.max_batch))));
-    // One core stays with the scheduler thread, which waits on the GPU while the host computes.
-    offload.host_threads = pool != nullptr ? std::max(1, pool->num_threads() - 1) : 1;
+    offload.max_decode = MaxDecode(options);
+    offload.stage_gpu_misses = options.stage_gpu_misses;
+    // The scheduler thread sleeps through a step (below), so the host's expert threads take every core.
+    offload.host_threads = pool != nullptr ? pool->num_threads() : 1;
     ASSIGN_OR_RETURN(std::unique_ptr<OffloadMoeDispatch> dispatch, OffloadMoeDispatch::Create(pack, arena, offload));
     backend->add_memory_used(dispatch->device_bytes());
     backend->set_graphs(dispatch->capturable());
+    if (offload.miss_path != model::MissPath::kGpu) RETURN_IF_ERROR(backend->SleepWhileWaiting());
     parts.dispatch = std::move(dispatch);
   }
   parts.backend = std::move(backend);

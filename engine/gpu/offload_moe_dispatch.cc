@@ -40,6 +40,20 @@ StagingPlan PlanStaging(const pack::Pack& pack, int max_tokens, bool always = fa
   return p;
 }
 
+// Staging slots for a decode step's GPU misses: one per pair of the largest decode step, at most 64 and
+// 256 MiB (misses past them are read in place). 0 when the GPU computes no decode misses, or the step's pairs
+// are more than StageMisses takes.
+constexpr int kMaxMissSlots = 64;
+constexpr uint64_t kMissSlotBytes = uint64_t{256} << 20;
+int PlanMissSlots(const pack::Pack& pack, int max_decode, bool gpu_reads_misses) {
+  const int64_t pairs = int64_t{max_decode} * static_cast<int64_t>(pack.manifest().geometry().n_expert_used());
+  if (!gpu_reads_misses || pairs < 1 || pairs > kernels::cuda::kMaxStagePairs) return 0;
+  const uint64_t blob_bytes = pack.manifest().blob_bytes();
+  if (blob_bytes % 16 != 0) return 0;
+  return static_cast<int>(std::min<int64_t>({pairs, kMaxMissSlots, kernels::cuda::kMaxStageSlots,
+                                             static_cast<int64_t>(kMissSlotBytes / blob_bytes)}));
+}
+
 // host_state_: gpu ids, host ids (max_pairs int32 each), the request counter, the host's pair count, its
 // share.
 struct HostState {
@@ -58,7 +72,7 @@ HostState PlanHostState(int max_pairs) {
 
 }  // namespace
 
-uint64_t OffloadMoeDispatch::FixedDeviceBytes(const pack::Pack& pack, int max_tokens) {
+uint64_t OffloadMoeDispatch::FixedDeviceBytes(const pack::Pack& pack, int max_tokens, int max_decode) {
   const pack::v1::Geometry& g = pack.manifest().geometry();
   const int k = static_cast<int>(g.n_expert_used()), n_expert = static_cast<int>(g.n_expert());
   const StagingPlan staging = PlanStaging(pack, max_tokens);
@@ -66,7 +80,9 @@ uint64_t OffloadMoeDispatch::FixedDeviceBytes(const pack::Pack& pack, int max_to
   return pack.n_blobs() * sizeof(void*) +
          kernels::cuda::ExpertFfnWorkspaceBytes(pack.layout(), max_tokens, k, n_expert) +
          staged_blobs * pack.manifest().blob_bytes() + static_cast<uint64_t>(staging.ring) * n_expert * sizeof(void*) +
-         static_cast<uint64_t>(max_tokens) * k * sizeof(int32_t) + PlanHostState(max_tokens * k).total;
+         static_cast<uint64_t>(max_tokens) * k * sizeof(int32_t) + PlanHostState(max_tokens * k).total +
+         static_cast<uint64_t>(PlanMissSlots(pack, max_decode, true)) * pack.manifest().blob_bytes() +
+         static_cast<uint64_t>(n_expert) * sizeof(void*);
 }
 
 absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(const pack::Pack& pack,
@@ -130,6 +146,14 @@ absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(c
     }
   }
 
+  d->n_miss_slots_ = options.stage_gpu_misses
+                        ? PlanMissSlots(pack, options.max_decode, d->pinned_ && d->options_.miss_path != model::MissPath::kCpu)
+                        : 0;
+  if (d->n_miss_slots_ > 0) {
+    ASSIGN_OR_RETURN(d->miss_slots_, DeviceBuffer::Allocate(static_cast<size_t>(d->n_miss_slots_) * blob_bytes));
+    ASSIGN_OR_RETURN(d->miss_table_, DeviceBuffer::Allocate(static_cast<size_t>(d->n_expert_) * sizeof(void*)));
+  }
+
   if (d->options_.miss_path != model::MissPath::kGpu && options.max_decode > 0) {
     ASSIGN_OR_RETURN(d->host_, HostExpertServer::Create(arena, d->layout_, d->n_expert_, options.max_decode, k,
                                                         std::max(1, options.host_threads)));
@@ -183,9 +207,29 @@ absl::Status OffloadMoeDispatch::Run(const model::MoeBatch& batch) {
   if (Streams(batch)) return RunStreamed(batch, table);
   if (host_ != nullptr && batch.n_tokens <= host_->max_tokens()) return RunWithHost(batch, table);
   if (!pinned_) return absl::InternalError("a step the unpinned arena's paths do not cover reached the GPU path");
-  return kernels::cuda::ExpertFfn(layout_, table, static_cast<int>(n_expert_), batch.ids_device, batch.n_tokens,
-                                  batch.k, batch.x_device, batch.parts_device, workspace_.data(), workspace_.bytes(),
-                                  stream_);
+  return RunDecodeOnGpu(batch, table, batch.ids_device);
+}
+
+absl::Status OffloadMoeDispatch::RunDecodeOnGpu(const model::MoeBatch& batch, const uint8_t* const* table,
+                                                const int32_t* ids) {
+  const int n_pairs = batch.n_tokens * batch.k;
+  if (n_miss_slots_ > 0 && batch.n_tokens <= options_.max_decode && n_pairs <= kernels::cuda::kMaxStagePairs) {
+    kernels::cuda::StageMissesArgs s;
+    s.ids = ids;
+    s.n_pairs = n_pairs;
+    s.table = table;
+    s.n_expert = static_cast<int>(n_expert_);
+    s.host_begin = arena_;
+    s.host_end = arena_end_;
+    s.staging = miss_slots_.as<uint8_t>();
+    s.max_slots = n_miss_slots_;
+    s.blob_bytes = pack_->manifest().blob_bytes();
+    s.out_table = miss_table_.as<const uint8_t*>();
+    RETURN_IF_ERROR(kernels::cuda::StageMisses(s, stream_));
+    table = s.out_table;
+  }
+  return kernels::cuda::ExpertFfn(layout_, table, static_cast<int>(n_expert_), ids, batch.n_tokens, batch.k,
+                                  batch.x_device, batch.parts_device, workspace_.data(), workspace_.bytes(), stream_);
 }
 
 bool OffloadMoeDispatch::Streams(const model::MoeBatch& batch) const {
@@ -273,9 +317,7 @@ absl::Status OffloadMoeDispatch::RunWithHost(const model::MoeBatch& batch, const
   a.mailbox_ids = host_->ids();
   a.mailbox_x = host_->x();
   RETURN_IF_ERROR(kernels::cuda::SplitForHost(a, stream_));
-  RETURN_IF_ERROR(kernels::cuda::ExpertFfn(layout_, table, a.n_expert, a.gpu_ids, batch.n_tokens, batch.k,
-                                           batch.x_device, batch.parts_device, workspace_.data(), workspace_.bytes(),
-                                           stream_));
+  RETURN_IF_ERROR(RunDecodeOnGpu(batch, table, a.gpu_ids));
   return kernels::cuda::CollectFromHost(a.host_ids, n_pairs, a.sequence, a.host_pairs, host_->mailbox(),
                                         host_->parts(), layout_.n_embd, options_.host_timeout_ns,
                                         batch.parts_device, stream_);
@@ -307,6 +349,7 @@ model::CacheReport OffloadMoeDispatch::cache() const {
     r.host_experts = h.experts;
     r.host_requests = h.requests;
     r.host_busy_seconds = h.busy_seconds;
+    r.gpu_waited_for_host = static_cast<uint64_t>(host_->mailbox()->waited);
   }
   return r;
 }

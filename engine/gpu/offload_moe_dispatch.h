@@ -53,6 +53,10 @@ struct OffloadOptions {
   int max_decode = 1;       // tokens of a decode step at most (the host's mailbox holds that many)
   int host_threads = 1;     // the host's expert threads, its serving thread included (paths cpu and both)
   uint64_t host_timeout_ns = 10'000'000'000;  // how long the GPU waits for the host's share of a layer
+  // Decode steps (paths gpu and both): the GPU's misses are first copied into VRAM staging slots by the SMs
+  // (kernels/cuda StageMisses), then computed there; false reads them in place over PCIe inside the
+  // grouped kernel (slower: kept for comparison in the benches).
+  bool stage_gpu_misses = true;
 };
 
 class OffloadMoeDispatch : public model::MoeDispatch {
@@ -69,8 +73,9 @@ class OffloadMoeDispatch : public model::MoeDispatch {
                                                                     const OffloadOptions& options);
   ~OffloadMoeDispatch() override;
 
-  // Device bytes Create takes besides the slots.
-  static uint64_t FixedDeviceBytes(const pack::Pack& pack, int max_tokens);
+  // Device bytes Create takes besides the slots, for steps of max_tokens tokens and decode steps of
+  // max_decode.
+  static uint64_t FixedDeviceBytes(const pack::Pack& pack, int max_tokens, int max_decode);
 
   std::string_view device() const override { return "cuda"; }
   bool capturable() const override { return true; }
@@ -83,7 +88,7 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   model::CacheReport cache() const override;
   uint64_t device_bytes() const {
     return slots_.bytes() + table_.bytes() + workspace_.bytes() + staging_.bytes() + stage_tables_.bytes() +
-           select_ids_.bytes() + host_state_.bytes();
+           select_ids_.bytes() + host_state_.bytes() + miss_slots_.bytes() + miss_table_.bytes();
   }
   int64_t n_slots() const { return n_slots_; }
   // Whether a blob is in VRAM for the next step (tests).
@@ -96,6 +101,9 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   bool Streams(const model::MoeBatch& batch) const;
   absl::Status RunStreamed(const model::MoeBatch& batch, const uint8_t* const* table);
   absl::Status RunWithHost(const model::MoeBatch& batch, const uint8_t* const* table);
+  // ExpertFfn over `ids` (device, n_tokens x k) of a decode step, its misses staged in VRAM first when there
+  // are slots for them.
+  absl::Status RunDecodeOnGpu(const model::MoeBatch& batch, const uint8_t* const* table, const int32_t* ids);
   void BalanceHostShare();
 
   const pack::Pack* pack_ = nullptr;
@@ -137,6 +145,10 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   kernels::cuda::DeviceBuffer select_ids_;  // max_tokens x k: the pairs of one call
   std::vector<cudaEvent_t> staged_, freed_;
   std::vector<int32_t> misses_;  // scratch: a layer's experts not in VRAM
+  // Decode steps: staging slots for the GPU's misses and the layer's table pointing at them.
+  int n_miss_slots_ = 0;
+  kernels::cuda::DeviceBuffer miss_slots_;
+  kernels::cuda::DeviceBuffer miss_table_;
   bool streamed_step_ = false;
 
   // The host path: its server, and on the device the gpu/host ids of the layer, the request counter, the

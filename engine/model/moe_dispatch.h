@@ -56,6 +56,9 @@ struct CacheReport {
   uint64_t host_experts = 0;  // expert computations done by host threads so far
   uint64_t host_requests = 0;  // layers whose share the host computed
   double host_busy_seconds = 0;  // the host's time computing them
+  // Of host_requests, the layers in which the GPU had finished its own part (the hits and its share of the
+  // misses) before the host answered and waited for it: evidence that the two ran at the same time.
+  uint64_t gpu_waited_for_host = 0;
 };
 
 class MoeDispatch {

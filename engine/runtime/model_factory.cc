@@ -107,6 +107,7 @@ absl::StatusOr<LoadedModel> LoadModel(
     o.verify = experts.verify;
     o.vram_experts = options.vram_experts;
     o.miss_path = options.miss_path;
+    o.stage_gpu_misses = options.stage_gpu_misses;
     ASSIGN_OR_RETURN(const gpu::VramPlan plan, gpu::PlanVram(pack, m.config(), m.weights(), o));
     ASSIGN_OR_RETURN(o.cache, ExpertCacheOptions(pack, options, plan.slots));
     if (!plan.all_experts) {

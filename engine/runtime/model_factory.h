@@ -26,6 +26,9 @@ struct DeviceOptions {
   std::string cache_policy = "lfu-decay";  // the VRAM expert cache's: lru, lfu-decay or static
   std::string miss_path = "both";  // where experts not in VRAM are computed: gpu, cpu or both (model/miss_path.h)
   bool pin_arena = true;           // page-lock the expert arena for the GPU (false: as if locking were refused)
+  // Decode misses the GPU computes are copied into VRAM first (false: read in place inside the expert
+  // kernel, the earlier and slower way; for the benches' comparison).
+  bool stage_gpu_misses = true;
 };
 
 // OK when the options name a known device, cache policy and miss path, vram_gib is a finite number >= 0 (at most

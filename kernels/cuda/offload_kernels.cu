@@ -178,6 +178,73 @@ __global__ void __launch_bounds__(kCollectThreads)
   }
 }
 
+constexpr int kStageThreads = 256;
+constexpr int kStageBlocks = 528;  // four per SM of an H100/H200; the copy loop strides over the grid
+constexpr int kStageInFlight = 8;  // 16-byte reads a thread issues before it stores them
+
+// Every block finds the staged experts (a few hundred pairs at most: quadratic scans in shared memory);
+// block 0 writes the table; all blocks copy.
+__global__ void __launch_bounds__(kStageThreads) StageMissesKernel(const StageMissesArgs a) {
+  __shared__ int32_t s_first[kMaxStagePairs];  // the pair's expert if it is that missed expert's first pair, else -1
+  __shared__ int32_t s_slot_expert[kMaxStageSlots];
+  __shared__ int s_missed;
+  const int tid = threadIdx.x;
+  if (tid == 0) s_missed = 0;
+  __syncthreads();
+  auto missed = [&](int32_t e) { return e >= 0 && e < a.n_expert && OnHost(a.table[e], a.host_begin, a.host_end); };
+  for (int p = tid; p < a.n_pairs; p += kStageThreads) {
+    const int32_t e = a.ids[p];
+    bool first = missed(e);
+    for (int q = 0; q < p && first; ++q) first = a.ids[q] != e;
+    s_first[p] = first ? e : -1;
+    if (first) atomicAdd(&s_missed, 1);
+  }
+  __syncthreads();
+  // An expert's slot: how many missed experts have a lower id.
+  auto slot_of = [&](int32_t e) {
+    int rank = 0;
+    for (int q = 0; q < a.n_pairs; ++q) rank += s_first[q] >= 0 && s_first[q] < e;
+    return rank;
+  };
+  for (int p = tid; p < a.n_pairs; p += kStageThreads) {
+    if (s_first[p] < 0) continue;
+    const int slot = slot_of(s_first[p]);
+    if (slot < a.max_slots) s_slot_expert[slot] = s_first[p];
+  }
+  if (blockIdx.x == 0) {
+    for (int p = tid; p < a.n_pairs; p += kStageThreads) {
+      const int32_t e = a.ids[p];
+      if (e < 0 || e >= a.n_expert) continue;
+      const int slot = missed(e) ? slot_of(e) : a.max_slots;
+      // Pairs of one expert write the same value.
+      a.out_table[e] = slot < a.max_slots ? a.staging + static_cast<uint64_t>(slot) * a.blob_bytes : a.table[e];
+    }
+  }
+  __syncthreads();
+  const int64_t blob16 = static_cast<int64_t>(a.blob_bytes / 16);
+  const int64_t total = static_cast<int64_t>(min(s_missed, a.max_slots)) * blob16;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kStageThreads;
+  int4* dst = reinterpret_cast<int4*>(a.staging);  // slot-major: element i of the copy is dst[i]
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kStageThreads + tid; base < total;
+       base += kStageInFlight * stride) {
+    int4 v[kStageInFlight];
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      const int64_t i = base + u * stride;
+      if (i < total) {
+        const int64_t slot = i / blob16;
+        // The arena does not change while serving: a read-only load.
+        v[u] = __ldg(reinterpret_cast<const int4*>(a.table[s_slot_expert[slot]]) + (i - slot * blob16));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      const int64_t i = base + u * stride;
+      if (i < total) dst[i] = v[u];
+    }
+  }
+}
+
 unsigned Blocks(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 }  // namespace
@@ -251,6 +318,25 @@ absl::Status CollectFromHost(const int32_t* host_ids, int n_pairs, const int64_t
   CollectFromHostKernel<<<static_cast<unsigned>(n_pairs), kCollectThreads, 0, stream>>>(
       host_ids, n_pairs, sequence, host_pairs, mailbox, mailbox_parts, n_embd, timeout_ns, parts);
   return LaunchStatus("CollectFromHostKernel");
+}
+
+absl::Status StageMisses(const StageMissesArgs& a, cudaStream_t stream) {
+  if (a.ids == nullptr || a.table == nullptr || a.staging == nullptr || a.out_table == nullptr) {
+    return absl::InvalidArgumentError("StageMisses: ids, table, staging and out_table must be device pointers");
+  }
+  if (a.n_pairs < 0 || a.n_pairs > kMaxStagePairs || a.n_expert < 1 || a.max_slots < 1 ||
+      a.max_slots > kMaxStageSlots) {
+    return absl::InvalidArgumentError(absl::StrCat("StageMisses: n_pairs ", a.n_pairs, " (0..", kMaxStagePairs,
+                                                   "), n_expert ", a.n_expert, " (>= 1) or max_slots ", a.max_slots,
+                                                   " (1..", kMaxStageSlots, ") out of range"));
+  }
+  if (a.blob_bytes == 0 || a.blob_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(a.staging) % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("StageMisses: blob_bytes ", a.blob_bytes,
+                                                   " must be a positive multiple of 16 and staging 16-byte aligned"));
+  }
+  if (a.n_pairs == 0) return absl::OkStatus();
+  StageMissesKernel<<<kStageBlocks, kStageThreads, 0, stream>>>(a);
+  return LaunchStatus("StageMissesKernel");
 }
 
 }  // namespace strata::kernels::cuda

@@ -40,6 +40,28 @@ absl::Status SelectStagedPairs(const int32_t* ids, int n_pairs, const StagedChun
                                uint64_t blob_bytes, const uint8_t** table, int n_expert, int32_t* out,
                                cudaStream_t stream);
 
+// A decode step's GPU misses moved into VRAM before they are computed: the distinct experts routed by `ids`
+// (-1 skipped) whose table entry is on the host, in expert order, the first max_slots of them, are copied
+// into consecutive staging slots of blob_bytes by the SMs (16-byte reads over PCIe, many in flight: about
+// the copy engine's rate, where the grouped kernel reading them in place gets a fraction of it); then
+// out_table[e], for every expert e routed by `ids`, is its slot or table[e] (misses past max_slots are read
+// in place). Entries of experts not routed are left as they were. One launch of a fixed grid.
+struct StageMissesArgs {
+  const int32_t* ids = nullptr;  // n_pairs
+  int n_pairs = 0;               // <= kMaxStagePairs
+  const uint8_t* const* table = nullptr;  // n_expert entries
+  int n_expert = 0;
+  const uint8_t* host_begin = nullptr;
+  const uint8_t* host_end = nullptr;
+  uint8_t* staging = nullptr;  // max_slots x blob_bytes, 16-byte aligned
+  int max_slots = 0;           // 1 .. kMaxStageSlots
+  uint64_t blob_bytes = 0;     // a multiple of 16
+  const uint8_t** out_table = nullptr;  // n_expert entries
+};
+inline constexpr int kMaxStagePairs = 2048;
+inline constexpr int kMaxStageSlots = 256;
+absl::Status StageMisses(const StageMissesArgs& args, cudaStream_t stream);
+
 // The mailbox header, in mapped page-locked host memory. The GPU writes a request's fields and arrays, then
 // (after a system-wide fence) `request`; the host computes the pairs and stores their rows, then `done` =
 // request. Every counter only grows. `waited` and `posted` count, over the mailbox's life, the requests

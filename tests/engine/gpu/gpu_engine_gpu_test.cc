@@ -63,6 +63,7 @@ struct Offload {
   std::string policy = "lfu-decay";
   std::string miss_path = "gpu";
   bool pin_arena = true;
+  bool stage_gpu_misses = true;
 };
 
 EngineOptions Options(const std::string& pack, const std::string& device, int max_seqs, const Offload& offload = {}) {
@@ -76,6 +77,7 @@ EngineOptions Options(const std::string& pack, const std::string& device, int ma
   o.device.cache_policy = offload.policy;
   o.device.miss_path = offload.miss_path;
   o.device.pin_arena = offload.pin_arena;
+  o.device.stage_gpu_misses = offload.stage_gpu_misses;
   return o;
 }
 
@@ -324,6 +326,11 @@ TEST_P(GpuOffloadTest, EveryCacheSizeAndPolicyGivesTheSameBitsAsAllInVram) {
           EXPECT_DOUBLE_EQ(a.hit_rate, 1.0);
         }
       }
+    }
+    // Misses read in place by the expert kernel instead of staged in VRAM first: the same bits too.
+    for (int64_t slots : {int64_t{0}, n_blobs / 2}) {
+      const Agreement a = CheckAgainstCpu(pack, n_seqs, 8, 10, bound, {slots, "lru", "gpu", true, false});
+      EXPECT_EQ(a.gpu_logits, all.gpu_logits) << "in place with " << slots << " slots, " << n_seqs << " sequences";
     }
   }
 }
