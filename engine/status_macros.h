@@ -1,10 +1,23 @@
 #ifndef STRATA_ENGINE_STATUS_MACROS_H_
 #define STRATA_ENGINE_STATUS_MACROS_H_
 
-// Abseil 20220623 ships Status and StatusOr but no propagation macros; these are the project's pair.
+// Abseil 20220623 ships Status and StatusOr but no propagation macros; these are the project's pair, and
+// its one way to say where an error happened (WithContext).
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace strata {
+
+// `status` with "context: " before its message and its code kept; OK stays OK.
+inline absl::Status WithContext(const absl::Status& status, absl::string_view context) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+}
+
+}  // namespace strata
 
 #define STRATA_CONCAT_INNER_(a, b) a##b
 #define STRATA_CONCAT_(a, b) STRATA_CONCAT_INNER_(a, b)

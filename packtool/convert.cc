@@ -66,7 +66,7 @@ absl::StatusOr<SourceModel> Describe(const gguf::GgufModel& model, const std::st
   src.arch = *arch;
   // Refused before any work: an architecture the engine cannot run would convert for hours for nothing.
   if (auto supported = model::FindArchitecture(src.arch); !supported.ok()) {
-    return absl::Status(supported.status().code(), absl::StrCat(input, ": ", supported.status().message()));
+    return WithContext(supported.status(), input);
   }
   const std::string a = src.arch;
   auto meta_uint = [&](const std::string& key) -> absl::StatusOr<uint64_t> {
@@ -259,7 +259,7 @@ absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, co
   ASSIGN_OR_RETURN(SourceModel src, Describe(*model, options.input));
   // Everything else the engine would refuse at load time (RoPE scaling, head sizes, the tokenizer's list).
   if (auto config = model::ReadModelConfig(model->metadata()); !config.ok()) {
-    return absl::Status(config.status().code(), absl::StrCat(options.input, ": ", config.status().message()));
+    return WithContext(config.status(), options.input);
   }
   ASSIGN_OR_RETURN(pack::BlobLayout layout,
                    pack::ComputeBlobLayout(options.scheme, src.geometry.n_embd(), src.geometry.expert_ff()));

@@ -41,7 +41,7 @@ absl::StatusOr<SafetensorsTensor> ParseTensor(const std::string& tname, const js
   if (dtype == entry.end() || !dtype->is_string()) return Bad(where, "dtype: expected a string");
   t.dtype = dtype->get<std::string>();
   absl::StatusOr<std::pair<uint64_t, gguf::GgmlType>> kind = DtypeOf(t.dtype);
-  if (!kind.ok()) return absl::Status(kind.status().code(), absl::StrCat(where, ": ", kind.status().message()));
+  if (!kind.ok()) return WithContext(kind.status(), where);
   t.type = kind->second;
 
   auto shape = entry.find("shape");

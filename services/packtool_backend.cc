@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/status_macros.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -140,7 +141,7 @@ class RemoteBackend final : public PackToolBackend {
     absl::Status converted = FromGrpcStatusAt(status, channel_, address_, v1::PackTool::service_full_name());
     if (converted.code() == absl::StatusCode::kUnimplemented) return converted;
     if (converted.code() == absl::StatusCode::kUnavailable || converted.code() == absl::StatusCode::kDeadlineExceeded) {
-      return absl::Status(converted.code(), absl::StrCat("strata-packd at ", address_, ": ", converted.message()));
+      return WithContext(converted, absl::StrCat("strata-packd at ", address_));
     }
     return converted;
   }

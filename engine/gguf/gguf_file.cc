@@ -33,12 +33,6 @@ constexpr uint64_t kMaxArrayElements = uint64_t{1} << 24;
 constexpr uint64_t kMinEntryBytes = 8 + 4 + 1;
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
 
-// Prefixes `context` to a status's message, keeping its code.
-absl::Status Annotate(const absl::Status& status, absl::string_view context) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
-}
-
 // A key or tensor name as it appears in an error: quoted, escaped and shortened, since a damaged file
 // can hold binary or megabyte-long "names".
 std::string Quoted(const std::string& s) {
@@ -78,7 +72,7 @@ class Cursor {
   absl::Status ReadString(std::string* out) {
     const uint64_t at = pos_;
     uint64_t length = 0;
-    RETURN_IF_ERROR(Annotate(Read(&length), "string length"));
+    RETURN_IF_ERROR(WithContext(Read(&length), "string length"));
     if (length > remaining()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "string length %d at offset %d exceeds the %d bytes left in the file", length, at, remaining()));
@@ -97,7 +91,7 @@ class Cursor {
 absl::StatusOr<ValueType> ReadValueType(Cursor& cursor) {
   const uint64_t at = cursor.offset();
   uint32_t id = 0;
-  RETURN_IF_ERROR(Annotate(cursor.Read(&id), "value type"));
+  RETURN_IF_ERROR(WithContext(cursor.Read(&id), "value type"));
   if (id > static_cast<uint32_t>(ValueType::kFloat64)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("value type id %d at offset %d is not a GGUF type (expected 0 to 12)", id, at));
@@ -118,14 +112,14 @@ absl::Status ReadValue(Cursor& cursor, ValueType type, int depth, Value* out);
 
 absl::Status ReadArray(Cursor& cursor, int depth, Value* out) {
   absl::StatusOr<ValueType> element_type = ReadValueType(cursor);
-  if (!element_type.ok()) return Annotate(element_type.status(), "array element type");
+  if (!element_type.ok()) return WithContext(element_type.status(), "array element type");
   if (*element_type == ValueType::kArray && depth + 1 >= kMaxArrayDepth) {
     return absl::InvalidArgumentError(
         absl::StrFormat("arrays nest deeper than %d levels at offset %d", kMaxArrayDepth, cursor.offset()));
   }
   const uint64_t at = cursor.offset();
   uint64_t count = 0;
-  RETURN_IF_ERROR(Annotate(cursor.Read(&count), "array length"));
+  RETURN_IF_ERROR(WithContext(cursor.Read(&count), "array length"));
   const uint64_t min_bytes = MinEncodedBytes(*element_type);
   if (count > cursor.remaining() / min_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -143,7 +137,7 @@ absl::Status ReadArray(Cursor& cursor, int depth, Value* out) {
   for (uint64_t i = 0; i < count; ++i) {
     Value element;
     absl::Status status = ReadValue(cursor, *element_type, depth + 1, &element);
-    if (!status.ok()) return Annotate(status, absl::StrCat("element ", i));
+    if (!status.ok()) return WithContext(status, absl::StrCat("element ", i));
     array.elements.push_back(std::move(element));
   }
   out->type = ValueType::kArray;
@@ -203,7 +197,7 @@ absl::Status ReadPreamble(Cursor& cursor, uint64_t file_size, Header* h, uint64_
     return absl::InvalidArgumentError(
         absl::StrFormat("bad magic 0x%08x, expected 0x%08x (\"GGUF\"); not a GGUF file", magic, kMagic));
   }
-  RETURN_IF_ERROR(Annotate(cursor.Read(&h->version), "version"));
+  RETURN_IF_ERROR(WithContext(cursor.Read(&h->version), "version"));
   if (h->version != 2 && h->version != 3) {
     const uint32_t swapped = __builtin_bswap32(h->version);
     if (swapped == 2 || swapped == 3) {
@@ -213,8 +207,8 @@ absl::Status ReadPreamble(Cursor& cursor, uint64_t file_size, Header* h, uint64_
     return absl::UnimplementedError(
         absl::StrFormat("GGUF version %d is not supported (Strata reads versions 2 and 3)", h->version));
   }
-  RETURN_IF_ERROR(Annotate(cursor.Read(n_tensors), "tensor count"));
-  RETURN_IF_ERROR(Annotate(cursor.Read(n_kv), "metadata count"));
+  RETURN_IF_ERROR(WithContext(cursor.Read(n_tensors), "tensor count"));
+  RETURN_IF_ERROR(WithContext(cursor.Read(n_kv), "metadata count"));
   if (*n_kv > cursor.remaining() / kMinEntryBytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "metadata count %d cannot fit: each entry takes at least %d bytes and %d bytes follow the header",
@@ -231,13 +225,13 @@ absl::Status ReadPreamble(Cursor& cursor, uint64_t file_size, Header* h, uint64_
 absl::Status ReadMetadata(Cursor& cursor, uint64_t n_kv, Header* h) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key;
-    RETURN_IF_ERROR(Annotate(cursor.ReadString(&key), absl::StrCat("metadata entry ", i, " key")));
+    RETURN_IF_ERROR(WithContext(cursor.ReadString(&key), absl::StrCat("metadata entry ", i, " key")));
     const std::string context = absl::StrCat("metadata entry ", i, " ", Quoted(key));
     if (h->metadata.Has(key)) return absl::InvalidArgumentError(absl::StrCat(context, ": duplicate key"));
     absl::StatusOr<ValueType> type = ReadValueType(cursor);
-    if (!type.ok()) return Annotate(type.status(), context);
+    if (!type.ok()) return WithContext(type.status(), context);
     Value value;
-    RETURN_IF_ERROR(Annotate(ReadValue(cursor, *type, 0, &value), context));
+    RETURN_IF_ERROR(WithContext(ReadValue(cursor, *type, 0, &value), context));
     h->metadata.Add(std::move(key), std::move(value));
   }
   ASSIGN_OR_RETURN(h->alignment, h->metadata.GetUintOr("general.alignment", kDefaultAlignment));
@@ -250,25 +244,25 @@ absl::Status ReadMetadata(Cursor& cursor, uint64_t n_kv, Header* h) {
 
 absl::Status ReadTensorInfo(Cursor& cursor, uint64_t index, Header* h) {
   TensorInfo t;
-  RETURN_IF_ERROR(Annotate(cursor.ReadString(&t.name), absl::StrCat("tensor ", index, " name")));
+  RETURN_IF_ERROR(WithContext(cursor.ReadString(&t.name), absl::StrCat("tensor ", index, " name")));
   const std::string context = absl::StrCat("tensor ", index, " ", Quoted(t.name));
   auto fail = [&](absl::string_view detail) { return absl::InvalidArgumentError(absl::StrCat(context, ": ", detail)); };
   uint32_t n_dims = 0;
-  RETURN_IF_ERROR(Annotate(cursor.Read(&n_dims), absl::StrCat(context, ": n_dims")));
+  RETURN_IF_ERROR(WithContext(cursor.Read(&n_dims), absl::StrCat(context, ": n_dims")));
   if (n_dims == 0 || n_dims > kMaxDims) {
     return fail(absl::StrFormat("has %d dimensions, expected 1 to %d", n_dims, kMaxDims));
   }
   t.ne.resize(n_dims);
   for (uint32_t d = 0; d < n_dims; ++d) {
-    RETURN_IF_ERROR(Annotate(cursor.Read(&t.ne[d]), absl::StrCat(context, ": ne[", d, "]")));
+    RETURN_IF_ERROR(WithContext(cursor.Read(&t.ne[d]), absl::StrCat(context, ": ne[", d, "]")));
     if (t.ne[d] <= 0) return fail(absl::StrFormat("ne[%d] is %d, expected a positive size", d, t.ne[d]));
   }
   uint32_t type_id = 0;
-  RETURN_IF_ERROR(Annotate(cursor.Read(&type_id), absl::StrCat(context, ": type")));
+  RETURN_IF_ERROR(WithContext(cursor.Read(&type_id), absl::StrCat(context, ": type")));
   absl::StatusOr<GgmlTypeInfo> info = LookupType(type_id);
   if (!info.ok()) return fail(absl::StrFormat("type id %d is not a ggml type", type_id));
   t.type = static_cast<GgmlType>(type_id);
-  RETURN_IF_ERROR(Annotate(cursor.Read(&t.offset), absl::StrCat(context, ": offset")));
+  RETURN_IF_ERROR(WithContext(cursor.Read(&t.offset), absl::StrCat(context, ": offset")));
   absl::StatusOr<uint64_t> bytes = TensorBytes(t.type, t.ne);
   if (!bytes.ok()) {
     return fail(absl::StrCat("shape ", ShapeString(t.ne), " of type ", std::string(info->name), ": ", bytes.status().message()));
@@ -355,7 +349,7 @@ int64_t TensorInfo::n_rows() const {
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::string name, std::span<const uint8_t> bytes) {
   Header h;
   absl::Status status = ParseHeader(bytes, &h);
-  if (!status.ok()) return Annotate(status, name);
+  if (!status.ok()) return WithContext(status, name);
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = std::move(name);
   file->version_ = h.version;
@@ -426,7 +420,7 @@ absl::StatusOr<std::vector<float>> DequantizeTensor(const TensorInfo& tensor) {
     return absl::FailedPreconditionError(absl::StrCat("tensor '", tensor.name, "' has no data mapped"));
   }
   std::vector<float> out(static_cast<size_t>(tensor.n_elements()));
-  RETURN_IF_ERROR(Annotate(Dequantize(tensor.type, tensor.data, out.data(), tensor.n_elements()),
+  RETURN_IF_ERROR(WithContext(Dequantize(tensor.type, tensor.data, out.data(), tensor.n_elements()),
                            absl::StrCat("tensor '", tensor.name, "'")));
   return out;
 }

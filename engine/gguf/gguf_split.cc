@@ -26,10 +26,6 @@ bool ParseDigits(std::string_view s, int* out) {
   return ec == std::errc() && ptr == s.data() + s.size();
 }
 
-absl::Status Prefixed(const absl::Status& status, absl::string_view prefix) {
-  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
-}
-
 // Checks the split.* keys of shard `index` (0-based) of `count`, given the model's total tensor count.
 absl::Status CheckSplitKeys(const GgufFile& shard, uint64_t index, uint64_t count, uint64_t total_tensors) {
   const Metadata& md = shard.metadata();
@@ -37,14 +33,14 @@ absl::Status CheckSplitKeys(const GgufFile& shard, uint64_t index, uint64_t coun
   const std::string where = absl::StrFormat("shard %05d of %05d", index + 1, count);
 
   absl::StatusOr<uint64_t> split_count = md.GetUintOr(kSplitCount, 0);
-  if (!split_count.ok()) return Prefixed(split_count.status(), shard.path());
+  if (!split_count.ok()) return WithContext(split_count.status(), shard.path());
   if (count > 1 && !md.Has(kSplitCount)) return fail(absl::StrCat(kSplitCount, " is missing (", where, ")"));
   if (*split_count != count && !(count == 1 && *split_count == 0)) {
     return fail(absl::StrFormat("%s is %d, expected %d (%s)", kSplitCount, *split_count, count, where));
   }
 
   absl::StatusOr<uint64_t> split_no = md.GetUintOr(kSplitNo, 0);
-  if (!split_no.ok()) return Prefixed(split_no.status(), shard.path());
+  if (!split_no.ok()) return WithContext(split_no.status(), shard.path());
   if (count > 1 && !md.Has(kSplitNo)) return fail(absl::StrCat(kSplitNo, " is missing (", where, ")"));
   if (*split_no != index) {
     return fail(absl::StrFormat("%s is %d, expected %d (%s; split.no counts from 0)", kSplitNo, *split_no, index,
@@ -56,7 +52,7 @@ absl::Status CheckSplitKeys(const GgufFile& shard, uint64_t index, uint64_t coun
   }
   if (md.Has(kSplitTensorsCount)) {
     absl::StatusOr<uint64_t> declared = md.GetUint(kSplitTensorsCount);
-    if (!declared.ok()) return Prefixed(declared.status(), shard.path());
+    if (!declared.ok()) return WithContext(declared.status(), shard.path());
     if (*declared != total_tensors) {
       return fail(absl::StrFormat("%s is %d but the %d shards hold %d tensors", kSplitTensorsCount, *declared, count,
                                   total_tensors));
@@ -87,7 +83,7 @@ absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::Open(const std::string& pa
   if (paths.empty()) {
     ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
     absl::StatusOr<uint64_t> split_count = file->metadata().GetUintOr(kSplitCount, 1);
-    if (!split_count.ok()) return Prefixed(split_count.status(), path);
+    if (!split_count.ok()) return WithContext(split_count.status(), path);
     if (*split_count > 1) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s: %s is %d but the file name does not follow <prefix>-NNNNN-of-MMMMM.gguf, so the other shards "
@@ -99,7 +95,7 @@ absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::Open(const std::string& pa
     for (size_t i = 0; i < paths.size(); ++i) {
       absl::StatusOr<std::unique_ptr<GgufFile>> shard = GgufFile::Open(paths[i]);
       if (!shard.ok()) {
-        return Prefixed(shard.status(),
+        return WithContext(shard.status(),
                         absl::StrFormat("%s: shard %d of %d", path, i + 1, paths.size()));
       }
       model->shards_.push_back(*std::move(shard));

@@ -235,7 +235,7 @@ uint64_t GgufWriter::PlannedFileSize() const {
 }
 
 absl::Status GgufWriter::WriteFile(const std::string& path) {
-  auto fail = [&](const absl::Status& s) { return absl::Status(s.code(), absl::StrCat(path, ": ", s.message())); };
+  auto fail = [&](const absl::Status& s) { return WithContext(s, path); };
   if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0 || alignment_ > 0x80000000u) {
     return fail(absl::InvalidArgumentError(
         absl::StrFormat("alignment %d is not a power of two between 1 and 2^31", alignment_)));
@@ -294,7 +294,7 @@ absl::Status GgufWriter::WriteFile(const std::string& path) {
     if (status.ok()) status = WriteAll(fd, buffer.data(), buffer.size());
     if (status.ok()) status = WritePadding(fd, Pad(t.bytes, alignment_));
     if (!status.ok()) {
-      return abandon(absl::Status(status.code(), absl::StrCat("tensor '", t.name, "': ", status.message())));
+      return abandon(WithContext(status, absl::StrCat("tensor '", t.name, "'")));
     }
   }
   if (::close(fd) != 0) {

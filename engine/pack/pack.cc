@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<Pack>> Pack::Open(const std::string& dir, const P
   const std::string dense = absl::StrCat(dir, "/", kDenseFile);
   ASSIGN_OR_RETURN(p->dense_, gguf::GgufFile::Open(dense));
   if (absl::Status s = CheckDenseBytes(p->manifest_, p->dense_->file_size()); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(dense, ": ", s.message()));
+    return WithContext(s, dense);
   }
   p->blob_hashes_.reserve(p->manifest_.blob_xxh3_size());
   for (const std::string& h : p->manifest_.blob_xxh3()) p->blob_hashes_.push_back(*ParseHashHex(h));

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/pack/pack_format.h"
+#include "engine/status_macros.h"
 #include "xxhash.h"
 
 namespace strata::pack {
@@ -162,7 +163,7 @@ absl::StatusOr<std::optional<RoutingProfile>> ReadRoutingProfile(const std::stri
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read failed"));
   absl::StatusOr<RoutingProfile> profile = ParseRoutingProfile(bytes.view(), manifest);
   if (!profile.ok()) {
-    return absl::Status(profile.status().code(), absl::StrCat(path, ": ", profile.status().message()));
+    return WithContext(profile.status(), path);
   }
   return std::optional<RoutingProfile>(*std::move(profile));
 }
@@ -171,7 +172,7 @@ absl::Status WriteRoutingProfile(const RoutingProfile& profile, const v1::Manife
                                  const std::string& pack_dir) {
   const std::string path = absl::StrCat(pack_dir, "/", kRoutingProfileFile);
   if (absl::Status s = CheckRoutingProfile(profile, manifest); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(path, ": not written: ", s.message()));
+    return WithContext(s, absl::StrCat(path, ": not written"));
   }
   const std::string partial = path + ".partial";
   const std::string bytes = SerializeRoutingProfile(profile);

@@ -12,9 +12,7 @@
 namespace strata::tokenizer {
 namespace {
 
-absl::Status Annotate(const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat("tokenizer metadata: ", status.message()));
-}
+absl::Status Annotate(const absl::Status& status) { return WithContext(status, "tokenizer metadata"); }
 
 // Reads an optional key; absent keys leave `out` unset.
 absl::Status ReadOptionalInt(const gguf::Metadata& metadata, std::string_view key, std::optional<int64_t>* out) {
