@@ -9,6 +9,7 @@
 
 #include "engine/exec/thread_pool.h"
 #include "engine/model/moe_dispatch.h"
+#include "engine/model/weights.h"
 #include "engine/pack/expert_source.h"
 #include "kernels/cpu/expert_forward.h"
 #include "kernels/format/expert_layout.h"
@@ -34,13 +35,24 @@ void AccountRouting(RoutingCounter& counter, const kernels::ExpertLayout& layout
 
 // Runs the two phases of kernels::ExpertWork over the pool: all gate/up rows, then all down rows.
 void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels::ExpertJob> jobs,
-                   exec::ThreadPool* pool, kernels::ExpertWork* work);
+                   exec::ThreadPool* pool, kernels::ExpertWork* work,
+                   kernels::ExpertActivation activation = kernels::ExpertActivation::kSwiGlu);
+
+// What a model adds to the experts the pack holds (gpt-oss): their activation and, per MoE layer, their
+// biases (pointing into the model's weights, which must outlive the dispatch).
+struct ExpertExtras {
+  kernels::ExpertActivation activation = kernels::ExpertActivation::kSwiGlu;
+  std::vector<const ExpertBiases*> biases;  // one per MoE layer, or empty: no biases
+};
+
+// The extras `config` needs, from its weights (one MoE layer per block from n_dense_lead on).
+ExpertExtras ExpertExtrasOf(const ModelConfig& config, const ModelWeights& weights);
 
 class CpuMoeDispatch : public MoeDispatch {
  public:
   // `source` and `pool` must outlive the dispatch; `pool` may be null.
   CpuMoeDispatch(pack::ExpertSource* source, const kernels::ExpertLayout& layout, int64_t n_expert,
-                 exec::ThreadPool* pool);
+                 exec::ThreadPool* pool, ExpertExtras extras = {});
   std::string_view device() const override { return "cpu"; }
   absl::Status Run(const MoeBatch& batch) override;
   void Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k, DispatchStats* stats) const override;
@@ -50,6 +62,7 @@ class CpuMoeDispatch : public MoeDispatch {
   kernels::ExpertLayout layout_;
   int64_t n_expert_;
   exec::ThreadPool* pool_;
+  ExpertExtras extras_;
   mutable RoutingCounter counter_;
   // Reused between calls so the token path does not allocate once warmed up.
   std::vector<kernels::QuantizedActivation> acts_;

@@ -1,6 +1,7 @@
 // The engine against the independent reference model: every architecture's f16 logits and greedy tokens, each
 // expert scheme's quantized logits, and each dense weight type.
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -56,9 +57,12 @@ INSTANTIATE_TEST_SUITE_P(Architectures, EngineArchTest,
                          ::testing::Values(ArchPreset{"qwen3moe", "tiny"}, ArchPreset{"mixtral", "tiny"},
                                            ArchPreset{"qwen2moe", "tiny"}, ArchPreset{"qwen2moe", "small"},
                                            ArchPreset{"olmoe", "tiny"}, ArchPreset{"olmoe", "small"},
-                                           ArchPreset{"glm4moe", "tiny"}, ArchPreset{"glm4moe", "small"}),
+                                           ArchPreset{"glm4moe", "tiny"}, ArchPreset{"glm4moe", "small"},
+                                           ArchPreset{"gpt-oss", "tiny"}, ArchPreset{"gpt-oss", "small"}),
                          [](const ::testing::TestParamInfo<ArchPreset>& info) {
-                           return info.param.arch + "_" + info.param.preset;
+                           std::string name = info.param.arch + "_" + info.param.preset;
+                           std::replace(name.begin(), name.end(), '-', '_');  // gtest names are identifiers
+                           return name;
                          });
 
 class EngineSchemeTest : public ::testing::TestWithParam<kernels::Scheme> {};
