@@ -229,13 +229,13 @@ absl::StatusOr<gguf::GgmlType> ParseSynthType(std::string_view name) {
       {"f32", gguf::GgmlType::kF32},   {"f16", gguf::GgmlType::kF16},   {"bf16", gguf::GgmlType::kBF16},
       {"q8_0", gguf::GgmlType::kQ8_0}, {"q4_0", gguf::GgmlType::kQ4_0}, {"q4_1", gguf::GgmlType::kQ4_1},
       {"q6_K", gguf::GgmlType::kQ6_K}, {"q5_K", gguf::GgmlType::kQ5_K}, {"q4_K", gguf::GgmlType::kQ4_K},
-      {"q3_K", gguf::GgmlType::kQ3_K}, {"q2_K", gguf::GgmlType::kQ2_K}};
+      {"q3_K", gguf::GgmlType::kQ3_K}, {"q2_K", gguf::GgmlType::kQ2_K}, {"mxfp4", gguf::GgmlType::kMXFP4}};
   for (const auto& [n, t] : types) {
     if (n == name) return t;
   }
   return absl::InvalidArgumentError(absl::StrCat("tensor type '", std::string(name),
                                                  "' is not one synth writes (expected f32, f16, bf16, q8_0, q4_0, "
-                                                 "q4_1, q6_K, q5_K, q4_K, q3_K, q2_K)"));
+                                                 "q4_1, q6_K, q5_K, q4_K, q3_K, q2_K, mxfp4)"));
 }
 
 absl::Status SynthesizeGguf(const SynthOptions& options) {

@@ -83,8 +83,8 @@ absl::Status SynthesizeGguf(const SynthOptions& options);
 absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, const ConvertProgressFn& progress,
                                                   const std::atomic<bool>* cancel);
 
-// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q6_K", "q5_K", "q4_K", "q3_K", "q2_K" (the types
-// synth can write). A K type (blocks of 256) needs rows that are multiples of 256: for experts, --embd and
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q6_K", "q5_K", "q4_K", "q3_K", "q2_K", "mxfp4" (the
+// types synth can write). A K type (blocks of 256) needs rows that are multiples of 256: for experts, --embd and
 // --expert-ff; SynthesizeGguf refuses other shapes naming the flag and the tensor.
 absl::StatusOr<gguf::GgmlType> ParseSynthType(std::string_view name);
 
