@@ -75,7 +75,7 @@ void ApplyRope(RopeStyle style, double freq_base, int64_t pos, std::span<float> 
 class ReferenceModel {
  public:
   struct Hparams {
-    std::string arch;  // general.architecture: "qwen3moe", "llama", "qwen2moe" or "olmoe"
+    std::string arch;  // general.architecture: "qwen3moe", "llama", "qwen2moe", "olmoe", "glm4moe" or "gpt-oss"
     int64_t n_layer = 0;
     int64_t n_embd = 0;
     int64_t n_head = 0;
