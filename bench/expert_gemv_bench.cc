@@ -97,7 +97,7 @@ Measurement Run(const ExpertLayout& layout, const uint8_t* base, uint64_t stride
       jobs[j] = ExpertJob{base + stride * static_cast<uint64_t>(next), xs.data(), tokens, outs[j].data()};
       next = next + 1 == n_experts ? 0 : next + 1;
     }
-    model::RunExpertJobs(layout, jobs, pool, &work, phases);
+    model::RunExpertJobs(layout, jobs, pool, &work, kernels::ExpertActivation::kSwiGlu, phases);
     visited += experts_per_call;
     ++calls;
   }

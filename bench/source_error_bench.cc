@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
                              "[--expert-ff 512] [--experts 8] [--layers 2] [--threads N] [--keep]");
   const std::string dir = flags.String("dir", "/tmp/strata-source-error-bench");
   const std::vector<std::string> types =
-      flags.StringList("types", {"f16", "q8_0", "q6_K", "q5_K", "q4_K", "q4_1", "q4_0", "q3_K", "q2_K"});
+      flags.StringList("types", {"f16", "q8_0", "q6_K", "q5_K", "q4_K", "q4_1", "q4_0", "q3_K", "q2_K", "mxfp4"});
   const int64_t embd = flags.Int("embd", 512), expert_ff = flags.Int("expert-ff", 512);
   const int64_t experts = flags.Int("experts", 8), layers = flags.Int("layers", 2);
   const int threads = static_cast<int>(flags.Int("threads", 0));

@@ -82,7 +82,8 @@ std::string_view DenseTargetName(DenseTarget target) {
 }
 
 bool IsConvertibleDenseMatrix(const gguf::TensorInfo& t) {
-  return t.ne.size() == 2 && !absl::EndsWith(t.name, "ffn_gate_inp.weight");
+  // The router and biases (gpt-oss's per-expert ones are 2-D) stay as they are, f32 in llama.cpp's files.
+  return t.ne.size() == 2 && !absl::EndsWith(t.name, "ffn_gate_inp.weight") && !absl::EndsWith(t.name, ".bias");
 }
 
 absl::Status WriteDenseGguf(const gguf::GgufModel& model, bool (*is_expert)(std::string_view name),

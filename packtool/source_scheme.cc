@@ -50,6 +50,7 @@ absl::StatusOr<kernels::Scheme> DefaultSchemeFor(gguf::GgmlType type) {
     case gguf::GgmlType::kQ5_K:
     case gguf::GgmlType::kQ6_K:
     case gguf::GgmlType::kQ8_0:
+    case gguf::GgmlType::kMXFP4:
       return kernels::Scheme::kS8;
     default:
       return absl::UnimplementedError(absl::StrCat("expert type ", gguf::TypeName(static_cast<uint32_t>(type)),

@@ -65,10 +65,51 @@ bool ChooseHalves(const uint8_t* q, const float* x, float scale, float offset, f
   return true;
 }
 
+// MXFP4 into s8: each block's doubled E2M1 values (integers -12..12) are s8 codes and its power of two,
+// 2^exponent, the group's scale, exact as a half for exponents -24..15. False (nothing written) when a block
+// with a non-zero value has its power of two outside a half's range.
+bool TranscodeMxfp4ToS8(const uint8_t* source, const float* values, int64_t rows, int64_t cols, uint8_t* dst,
+                        kernels::QuantizeError* error) {
+  const uint64_t row_bytes = static_cast<uint64_t>(cols / kGroup) * 17;
+  const int64_t groups = cols / kGroup;
+  std::vector<int8_t> codes(static_cast<size_t>(cols));
+  std::vector<int> exponents(static_cast<size_t>(groups));
+  std::vector<float> d(static_cast<size_t>(groups)), m(static_cast<size_t>(groups), 0.0f);
+  // Checked for every row first, so that a role is either carried over or fitted whole.
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!gguf::ReadMxfp4Codes(source + r * row_bytes, cols, codes.data(), exponents.data()).ok()) return false;
+    for (int64_t g = 0; g < groups; ++g) {
+      const bool zero = std::all_of(codes.begin() + g * kGroup, codes.begin() + (g + 1) * kGroup,
+                                    [](int8_t c) { return c == 0; });
+      if (!zero && (exponents[g] < -24 || exponents[g] > 15)) return false;
+    }
+  }
+  kernels::QuantizeError local;
+  for (int64_t r = 0; r < rows; ++r) {
+    (void)gguf::ReadMxfp4Codes(source + r * row_bytes, cols, codes.data(), exponents.data());
+    const float* x = values + r * cols;
+    for (int64_t g = 0; g < groups; ++g) {
+      d[g] = exponents[g] < -24 || exponents[g] > 15 ? 0.0f : std::ldexp(1.0f, exponents[g]);
+      for (int64_t i = 0; i < kGroup; ++i) {
+        const double w = x[g * kGroup + i];
+        const double e = static_cast<double>(d[g] * static_cast<float>(codes[g * kGroup + i])) - w;
+        local.err2 += e * e;
+        local.ref2 += w * w;
+        local.max_abs = std::max(local.max_abs, std::fabs(e));
+      }
+    }
+    kernels::PackRoleGroups(kernels::Scheme::kS8, rows, cols, r * groups, groups, d.data(), m.data(),
+                            reinterpret_cast<const uint8_t*>(codes.data()), dst);
+  }
+  error->Merge(local);
+  return true;
+}
+
 }  // namespace
 
 bool CanTranscode(gguf::GgmlType type, kernels::Scheme scheme) {
-  return scheme == kernels::Scheme::kS4 && gguf::HasAffine4Codes(type);
+  return (scheme == kernels::Scheme::kS4 && gguf::HasAffine4Codes(type)) ||
+         (scheme == kernels::Scheme::kS8 && type == gguf::GgmlType::kMXFP4);
 }
 
 absl::Status TranscodeRole(gguf::GgmlType type, const uint8_t* source, const float* values, int64_t rows,
@@ -76,9 +117,15 @@ absl::Status TranscodeRole(gguf::GgmlType type, const uint8_t* source, const flo
   if (!CanTranscode(type, scheme)) {
     return absl::InvalidArgumentError(absl::StrCat("cannot carry ", gguf::TypeName(static_cast<uint32_t>(type)),
                                                    " codes into scheme ", std::string(kernels::SchemeName(scheme)),
-                                                   " as they are (q4_0, q4_1 and q4_K into s4 only)"));
+                                                   " as they are (q4_0, q4_1 and q4_K into s4, mxfp4 into s8 only)"));
   }
   RETURN_IF_ERROR(kernels::CheckRoleShape(scheme, rows, cols));
+  if (type == gguf::GgmlType::kMXFP4) {
+    if (!TranscodeMxfp4ToS8(source, values, rows, cols, dst, error)) {
+      kernels::QuantizeRole(scheme, values, rows, cols, dst, error);
+    }
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(const uint64_t row_bytes, gguf::RowBytes(type, cols));
   const int64_t groups = cols / kGroup;
   std::vector<uint8_t> codes(static_cast<size_t>(cols));

@@ -11,6 +11,10 @@
 //   takes, among the halves next to its scale and offset, the pair with the least squared error over its
 //   weights (measured: 4.3e-4 relative RMS error added, where the generic fit added 8.7e-4 to the same
 //   weights, and 4.8% to q4_0's; bench/RESULTS.md).
+//   mxfp4 -> s8: every 32 weights are an E2M1 value times a power of two, i.e. an integer -12..12 (ggml's
+//   doubled table) times 2^(e - 128); s8 stores that integer as its code and the power of two as its half
+//   scale: exact (the generic s8 fit adds 0.5%, s4 6.8%). A block whose power of two a half cannot hold
+//   (below 2^-24 or above 2^15, with a non-zero value) makes the role go through QuantizeRole.
 //
 // Pure functions, any thread.
 

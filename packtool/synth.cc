@@ -167,6 +167,15 @@ absl::StatusOr<SynthGeometry> PresetGeometry(std::string_view arch, std::string_
     g.shared_ff = g.expert_ff;
     g.rope_dim = g.head_dim / 2;
   }
+  if (arch == "gpt-oss") {
+    // gpt-oss's rope base and epsilon; a window short enough that the tests' prompts pass it.
+    g.rope_freq_base = 150000.0f, g.rms_norm_eps = 1e-5f;
+    g.sliding_window = 8;
+    if (preset == "seed") {  // gpt-oss-120b (its config.json)
+      g.n_layer = 36, g.n_expert = 128, g.n_expert_used = 4, g.n_embd = 2880, g.expert_ff = 2880;
+      g.n_head = 64, g.n_head_kv = 8, g.head_dim = 64, g.n_ctx = 131072, g.sliding_window = 128;
+    }
+  }
   if (arch == "olmoe") {
     // llama.cpp loads OLMoE's k norm with n_embd weights: as many kv heads as heads.
     g.n_head_kv = g.n_head;
@@ -205,11 +214,12 @@ absl::Status CheckSynthGeometry(const SynthGeometry& g) {
   if (g.n_vocab < 0) return absl::InvalidArgumentError(absl::StrCat("--vocab-size: ", g.n_vocab, " is negative"));
   // Set by the presets only (no flags): checked for what the writers assume.
   if (g.n_dense_lead < 0 || g.n_dense_lead >= g.n_layer || g.dense_ff <= 0 || g.rope_dim < 0 || g.rope_dim > g.head_dim ||
-      g.rope_dim % 2 != 0 || (g.arch == "glm4moe" && g.shared_ff % g.expert_ff != 0)) {
+      g.rope_dim % 2 != 0 || (g.arch == "glm4moe" && g.shared_ff % g.expert_ff != 0) || g.sliding_window <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("synth geometry: dense blocks ", g.n_dense_lead, " of --layers ",
                                                    g.n_layer, ", dense width ", g.dense_ff, ", rope dimensions ",
                                                    g.rope_dim, " of --head-dim ", g.head_dim, ", --shared-ff ",
-                                                   g.shared_ff, " of --expert-ff ", g.expert_ff, " do not fit"));
+                                                   g.shared_ff, " of --expert-ff ", g.expert_ff, ", sliding window ",
+                                                   g.sliding_window, " do not fit"));
   }
   return absl::OkStatus();
 }
@@ -219,13 +229,13 @@ absl::StatusOr<gguf::GgmlType> ParseSynthType(std::string_view name) {
       {"f32", gguf::GgmlType::kF32},   {"f16", gguf::GgmlType::kF16},   {"bf16", gguf::GgmlType::kBF16},
       {"q8_0", gguf::GgmlType::kQ8_0}, {"q4_0", gguf::GgmlType::kQ4_0}, {"q4_1", gguf::GgmlType::kQ4_1},
       {"q6_K", gguf::GgmlType::kQ6_K}, {"q5_K", gguf::GgmlType::kQ5_K}, {"q4_K", gguf::GgmlType::kQ4_K},
-      {"q3_K", gguf::GgmlType::kQ3_K}, {"q2_K", gguf::GgmlType::kQ2_K}};
+      {"q3_K", gguf::GgmlType::kQ3_K}, {"q2_K", gguf::GgmlType::kQ2_K}, {"mxfp4", gguf::GgmlType::kMXFP4}};
   for (const auto& [n, t] : types) {
     if (n == name) return t;
   }
   return absl::InvalidArgumentError(absl::StrCat("tensor type '", std::string(name),
                                                  "' is not one synth writes (expected f32, f16, bf16, q8_0, q4_0, "
-                                                 "q4_1, q6_K, q5_K, q4_K, q3_K, q2_K)"));
+                                                 "q4_1, q6_K, q5_K, q4_K, q3_K, q2_K, mxfp4)"));
 }
 
 absl::Status SynthesizeGguf(const SynthOptions& options) {

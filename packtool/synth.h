@@ -36,6 +36,7 @@ struct SynthGeometry {
   int64_t n_dense_lead = 0;  // leading blocks with a dense FFN instead of experts (glm4moe)
   int64_t dense_ff = 512;    // their width
   int64_t rope_dim = 0;      // values of a head RoPE rotates; 0: all (glm4moe rotates half)
+  int64_t sliding_window = 128;  // positions the windowed (even) blocks of gpt-oss attend to
   int64_t n_head = 4;
   int64_t n_head_kv = 2;
   int64_t head_dim = 32;
@@ -48,7 +49,8 @@ struct SynthGeometry {
 // Architectures synth can write.
 std::vector<std::string> SynthArchitectures();
 // Presets: "tiny" (well under a second per token on one core), "small" (~1 GB of f16 GGUF) and "seed"
-// (48 layers, 512 experts, top-10, n_embd 2560, expert FF 640).
+// (48 layers, 512 experts, top-10, n_embd 2560, expert FF 640; for gpt-oss, gpt-oss-120b's geometry: 36 layers,
+// 128 experts, top-4, n_embd and expert FF 2880, 64 q heads and 8 kv heads of 64, sliding window 128).
 std::vector<std::string> SynthPresets();
 absl::StatusOr<SynthGeometry> PresetGeometry(std::string_view arch, std::string_view preset);
 // Checks that the geometry is one the engine and every scheme can hold; errors name the field.
@@ -81,8 +83,8 @@ absl::Status SynthesizeGguf(const SynthOptions& options);
 absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, const ConvertProgressFn& progress,
                                                   const std::atomic<bool>* cancel);
 
-// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q6_K", "q5_K", "q4_K", "q3_K", "q2_K" (the types
-// synth can write). A K type (blocks of 256) needs rows that are multiples of 256: for experts, --embd and
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q6_K", "q5_K", "q4_K", "q3_K", "q2_K", "mxfp4" (the
+// types synth can write). A K type (blocks of 256) needs rows that are multiples of 256: for experts, --embd and
 // --expert-ff; SynthesizeGguf refuses other shapes naming the flag and the tensor.
 absl::StatusOr<gguf::GgmlType> ParseSynthType(std::string_view name);
 

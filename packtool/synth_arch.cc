@@ -17,6 +17,8 @@ const std::vector<SynthArch>& SynthArchTable() {
       {"olmoe", "olmoe", /*qk_norm=*/false, /*qk_norm_whole=*/true},
       {"glm4moe", "glm4moe", /*qk_norm=*/false, /*qk_norm_whole=*/false, /*qkv_bias=*/true,
        /*shared_expert=*/true, /*shared_gate=*/false, /*sigmoid_router=*/true},
+      {"gpt-oss", "gpt-oss", /*qk_norm=*/false, /*qk_norm_whole=*/false, /*qkv_bias=*/true,
+       /*shared_expert=*/false, /*shared_gate=*/false, /*sigmoid_router=*/false, /*gpt_oss=*/true},
   };
   return table;
 }
@@ -51,11 +53,16 @@ std::vector<SynthTensor> SynthTensors(const SynthArch& arch, const SynthGeometry
       t.push_back({p + "attn_k.bias", {kv_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
       t.push_back({p + "attn_v.bias", {kv_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
     }
+    if (arch.gpt_oss) {
+      t.push_back({p + "attn_output.bias", {g.n_embd}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+      // Sink logits of the order of the attention scores, so that they take a varying share.
+      t.push_back({p + "attn_sinks.weight", {g.n_head}, SynthTensorKind::kBias, 1.0f, 0.0f, l});
+    }
     if (arch.qk_norm || arch.qk_norm_whole) {
       t.push_back({p + "attn_q_norm.weight", {arch.qk_norm ? g.head_dim : q_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
       t.push_back({p + "attn_k_norm.weight", {arch.qk_norm ? g.head_dim : kv_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
     }
-    t.push_back({p + (arch.sigmoid_router ? "post_attention_norm.weight" : "ffn_norm.weight"), {g.n_embd},
+    t.push_back({p + (arch.sigmoid_router || arch.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {g.n_embd},
                  SynthTensorKind::kNorm, 0.05f, 1.0f, l});
     if (l < g.n_dense_lead) {
       const float inv_sqrt_dense = 1.0f / std::sqrt(static_cast<float>(g.dense_ff));
@@ -67,6 +74,13 @@ std::vector<SynthTensor> SynthTensors(const SynthArch& arch, const SynthGeometry
     // A router with a larger spread than the other weights so that routing differs between tokens.
     t.push_back({p + "ffn_gate_inp.weight", {g.n_embd, g.n_expert}, SynthTensorKind::kRouter,
                  2.0f * inv_sqrt_embd, 0.0f, l});
+    if (arch.gpt_oss) {
+      t.push_back({p + "ffn_gate_inp.bias", {g.n_expert}, SynthTensorKind::kBias, 0.5f, 0.0f, l});
+      // Gate and up biases wide enough that some pre-activations pass the clamped SwiGLU's limit of 7.
+      t.push_back({p + "ffn_gate_exps.bias", {g.expert_ff, g.n_expert}, SynthTensorKind::kBias, 3.0f, 0.0f, l});
+      t.push_back({p + "ffn_up_exps.bias", {g.expert_ff, g.n_expert}, SynthTensorKind::kBias, 3.0f, 0.0f, l});
+      t.push_back({p + "ffn_down_exps.bias", {g.n_embd, g.n_expert}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+    }
     if (arch.sigmoid_router) {
       // A bias of the order of the sigmoid scores' spread, so that it changes some choices.
       t.push_back({p + "exp_probs_b.bias", {g.n_expert}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
@@ -105,7 +119,7 @@ void SetSynthMetadata(const SynthArch& arch, const SynthGeometry& g, gguf::GgufW
   // their own key, and qwen2moe's feed_forward_length is the shared expert's width (as its converter writes).
   const int64_t ff = arch.sigmoid_router ? g.dense_ff : arch.shared_expert ? g.shared_ff : g.expert_ff;
   w->SetUint32(a + ".feed_forward_length", static_cast<uint32_t>(ff));
-  if (arch.name == "qwen3moe" || arch.name == "qwen2moe" || arch.name == "glm4moe") {
+  if (arch.name == "qwen3moe" || arch.name == "qwen2moe" || arch.name == "glm4moe" || arch.gpt_oss) {
     w->SetUint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(g.expert_ff));
   }
   if (arch.shared_expert && !arch.sigmoid_router) {
@@ -118,6 +132,13 @@ void SetSynthMetadata(const SynthArch& arch, const SynthGeometry& g, gguf::GgufW
     w->SetUint32(a + ".expert_gating_func", 2);  // sigmoid
     w->SetBool(a + ".expert_weights_norm", true);
     w->SetFloat32(a + ".expert_weights_scale", 2.5f);
+  }
+  if (arch.gpt_oss) {
+    // gpt-oss's YaRN (factor 32 over an original context of 4096) and its sliding window.
+    w->SetUint32(a + ".attention.sliding_window", static_cast<uint32_t>(g.sliding_window));
+    w->SetString(a + ".rope.scaling.type", "yarn");
+    w->SetFloat32(a + ".rope.scaling.factor", 32.0f);
+    w->SetUint32(a + ".rope.scaling.original_context_length", 4096);
   }
   w->SetUint32(a + ".attention.head_count", static_cast<uint32_t>(g.n_head));
   w->SetUint32(a + ".attention.head_count_kv", static_cast<uint32_t>(g.n_head_kv));

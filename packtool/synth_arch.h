@@ -37,6 +37,8 @@ struct SynthArch {
   bool shared_gate = false;    // blk.N.ffn_gate_inp_shexp.weight (qwen2moe)
   bool sigmoid_router = false; // blk.N.exp_probs_b.bias, sigmoid gating keys, FFN pre-norm post_attention_norm,
                                // SynthGeometry::n_dense_lead dense blocks and partial RoPE (glm4moe)
+  bool gpt_oss = false;        // q/k/v/output biases, attn_sinks, post_attention_norm, the router's bias,
+                               // per-expert biases, sliding window and YaRN keys (gpt-oss)
 };
 
 absl::StatusOr<const SynthArch*> FindSynthArch(std::string_view name);

@@ -171,7 +171,8 @@ bool CheckDense(const std::string& path, const pack::v1::Manifest& m, bool quick
     }
   }
   for (const gguf::TensorInfo& t : (*file)->tensors()) {
-    if (t.name.find("_exps.") != std::string::npos) {
+    // Per-expert biases (gpt-oss's blk.N.ffn_*_exps.bias) are small and belong here; the weights do not.
+    if (t.name.find("_exps.weight") != std::string::npos) {
       out->Add(name, absl::StrCat("holds routed-expert tensor '", t.name, "', which belongs in experts.bin"));
     }
   }

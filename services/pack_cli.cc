@@ -29,7 +29,7 @@ constexpr char kUsage[] =
     R"(usage: strata-pack <command> [arguments] [flags]
 
 commands:
-  synth --out FILE.gguf [--arch qwen3moe|mixtral|qwen2moe|olmoe|glm4moe] [--preset tiny|small|seed] [geometry flags]
+  synth --out FILE.gguf [--arch qwen3moe|mixtral|qwen2moe|olmoe|glm4moe|gpt-oss] [--preset tiny|small|seed] [geometry flags]
         [--type T] [--expert-type T] [--seed N] [--vocab FILE.gguf] [--pack-only --scheme S
         [--exact-quantize]] [--threads N]
       Writes a synthetic MoE model with random weights (a pack directory with --pack-only). With
@@ -38,7 +38,8 @@ commands:
       them instead (slow; the experts then equal those of synth's GGUF converted by convert).
       Geometry flags override the preset: --layers --experts --experts-used --embd --expert-ff --shared-ff
       --heads --kv-heads --head-dim --vocab-size --ctx. Types: f32 f16 bf16 q8_0 q4_0 q4_1 q6_K q5_K q4_K
-      q3_K q2_K (K types: rows of whole 256-weight blocks, e.g. --embd and --expert-ff multiples of 256).
+      q3_K q2_K mxfp4 (K types: rows of whole 256-weight blocks, e.g. --embd and --expert-ff multiples of
+      256).
       Local only.
   convert IN.gguf|FIRST-SHARD|HF_DIR OUT_DIR [--scheme auto|f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
         [--threads N]
@@ -46,7 +47,8 @@ commands:
       byte-level BPE tokenizer.json; Qwen3MoeForCausalLM or MixtralForCausalLM), into a pack directory.
       --scheme auto (the default) picks the scheme that adds the least error to the source's experts: s4
       for f32, f16, bf16, and for q4_0, q4_1 and q4_K (their codes carried over as they are), s8 for q8_0,
-      q6_K, q5_K, q5_0, q5_1, q3_K and q2_K (the most precise one any expert tensor needs). --dense-type
+      mxfp4 (carried over exactly), q6_K, q5_K, q5_0, q5_1, q3_K and q2_K (the most precise one any expert
+      tensor needs). --dense-type
       stores the dense weight matrices (attention, embeddings, output) as f16, bf16 or q8_0 instead of the
       source's type (keep, the default); norms and the router are copied as they are.
   validate DIR [--quick] [--threads N]

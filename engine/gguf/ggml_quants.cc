@@ -256,6 +256,40 @@ void EncodeQ4_1(const float* x, uint8_t* b) {
   }
 }
 
+// MXFP4 (ggml type 39, ggml-common.h block_mxfp4): e (an E8M0 exponent byte), qs[16]; element j < 16 is
+// the low nibble of qs[j], element j + 16 the high one. A nibble is an E2M1 value, doubled in ggml's table
+// kvalues_mxfp4, and the scale is ggml_e8m0_to_fp32_half(e) = 2^(e - 128) (2^-128 and 2^-127, subnormal,
+// for e = 0 and 1), so element = kvalues_mxfp4[nibble] * 2^(e - 128) (dequantize_row_mxfp4).
+constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float Mxfp4Scale(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 128); }
+
+void DecodeMxfp4(const uint8_t* b, float* y) {
+  const float d = Mxfp4Scale(b[0]);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = kMxfp4Values[b[1 + j] & 0x0F] * d;
+    y[j + 16] = kMxfp4Values[b[1 + j] >> 4] * d;
+  }
+}
+
+// As ggml's quantize_row_mxfp4_ref: e = floor(log2(amax)) - 2 + 127 (so 2^(e - 128) * 12 is about amax),
+// each element the nearest table value (the first of equals).
+void EncodeMxfp4(const float* x, uint8_t* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const int e = amax > 0.0f ? std::clamp(static_cast<int>(std::floor(std::log2(amax))) - 2 + 127, 0, 254) : 0;
+  b[0] = static_cast<uint8_t>(e);
+  const float d = Mxfp4Scale(b[0]);
+  auto nearest = [&](float v) {
+    int best = 0;
+    for (int i = 1; i < 16; ++i) {
+      if (std::fabs(kMxfp4Values[i] * d - v) < std::fabs(kMxfp4Values[best] * d - v)) best = i;
+    }
+    return best;
+  };
+  for (int j = 0; j < 16; ++j) b[1 + j] = static_cast<uint8_t>(nearest(x[j]) | (nearest(x[j + 16]) << 4));
+}
+
 using BlockDecoder = void (*)(const uint8_t*, float*);
 
 struct Codec {
@@ -271,6 +305,7 @@ bool FindDecoder(GgmlType type, Codec* codec) {
     case GgmlType::kQ5_0: *codec = {DecodeQ5_0, 32, 22}; return true;
     case GgmlType::kQ5_1: *codec = {DecodeQ5_1, 32, 24}; return true;
     case GgmlType::kQ8_0: *codec = {DecodeQ8_0, 32, 34}; return true;
+    case GgmlType::kMXFP4: *codec = {DecodeMxfp4, 32, 17}; return true;
     case GgmlType::kQ2_K: *codec = {DecodeQ2_K, 256, 84}; return true;
     case GgmlType::kQ3_K: *codec = {DecodeQ3_K, 256, 110}; return true;
     case GgmlType::kQ4_K: *codec = {DecodeQ4_K, 256, 144}; return true;
@@ -292,6 +327,17 @@ const float* HalfTable() {
 }
 
 }  // namespace
+
+void ReadMxfp4Blocks(const uint8_t* src, int64_t n_blocks, int8_t* values, int* exponents) {
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const uint8_t* b = src + 17 * i;
+    exponents[i] = static_cast<int>(b[0]) - 128;
+    for (int j = 0; j < 16; ++j) {
+      values[32 * i + j] = kMxfp4Values[b[1 + j] & 0x0F];
+      values[32 * i + j + 16] = kMxfp4Values[b[1 + j] >> 4];
+    }
+  }
+}
 
 bool DequantizeBlocks(GgmlType type, const uint8_t* src, float* dst, int64_t n_blocks) {
   switch (type) {
@@ -385,6 +431,9 @@ bool QuantizeBlocks(GgmlType type, const float* src, uint8_t* dst, int64_t n_blo
       return true;
     case GgmlType::kQ4_1:
       for (int64_t i = 0; i < n_blocks; ++i) EncodeQ4_1(src + 32 * i, dst + 20 * i);
+      return true;
+    case GgmlType::kMXFP4:
+      for (int64_t i = 0; i < n_blocks; ++i) EncodeMxfp4(src + 32 * i, dst + 17 * i);
       return true;
     default:
       break;

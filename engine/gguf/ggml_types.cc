@@ -37,7 +37,7 @@ constexpr TypeRow kTypes[] = {
     {29, "iq1_m", 256, 56, false},  {30, "bf16", 1, 2, true},       {31, "q4_0_4x4", 32, 18, false},
     {32, "q4_0_4x8", 32, 18, false}, {33, "q4_0_8x8", 32, 18, false}, {34, "tq1_0", 256, 54, false},
     {35, "tq2_0", 256, 66, false},  {36, "iq4_nl_4x4", 32, 18, false}, {37, "iq4_nl_4x8", 32, 18, false},
-    {38, "iq4_nl_8x8", 32, 18, false}, {39, "mxfp4", 32, 17, false}, {40, "nvfp4", 64, 36, false},
+    {38, "iq4_nl_8x8", 32, 18, false}, {39, "mxfp4", 32, 17, true}, {40, "nvfp4", 64, 36, false},
     {41, "q1_0", 128, 18, false},
 };
 
@@ -162,6 +162,7 @@ absl::Status Quantize(GgmlType type, const float* src, void* dst, int64_t n) {
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
+    case GgmlType::kMXFP4:
       break;
     default:
       return absl::UnimplementedError(absl::StrCat("Strata cannot encode ggml type ", std::string(info->name)));
@@ -199,6 +200,13 @@ absl::Status ReadAffine4Codes(GgmlType type, const void* src, int64_t n, uint8_t
   if (!internal::ReadAffine4Blocks(type, static_cast<const uint8_t*>(src), n / block, codes, scale, offset)) {
     return absl::InternalError(absl::StrCat("no code reader for ggml type ", TypeName(static_cast<uint32_t>(type))));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ReadMxfp4Codes(const void* src, int64_t n, int8_t* values, int* exponents) {
+  absl::StatusOr<uint64_t> bytes = RowBytes(GgmlType::kMXFP4, n);
+  if (!bytes.ok()) return bytes.status();
+  internal::ReadMxfp4Blocks(static_cast<const uint8_t*>(src), n / 32, values, exponents);
   return absl::OkStatus();
 }
 

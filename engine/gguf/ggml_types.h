@@ -33,6 +33,7 @@ enum class GgmlType : uint32_t {
   kQ6_K = 14,
   kQ8_K = 15,
   kBF16 = 30,
+  kMXFP4 = 39,  // blocks of 32 E2M1 values with one shared E8M0 exponent (gpt-oss's experts)
 };
 
 struct GgmlTypeInfo {
@@ -42,7 +43,7 @@ struct GgmlTypeInfo {
   bool can_dequantize;    // Strata can decode it to f32
 };
 
-// Information on any type id a GGUF may hold. Ids ggml knows but Strata cannot decode (IQ*, MXFP4, ...)
+// Information on any type id a GGUF may hold. Ids ggml knows but Strata cannot decode (IQ*, NVFP4, ...)
 // yield an UNIMPLEMENTED status naming the type; unknown ids yield INVALID_ARGUMENT naming the id.
 absl::StatusOr<GgmlTypeInfo> GetTypeInfo(uint32_t type_id);
 
@@ -65,7 +66,7 @@ absl::StatusOr<uint64_t> RowBytes(GgmlType type, int64_t n);
 absl::Status Dequantize(GgmlType type, const void* src, float* dst, int64_t n);
 
 // Encodes `n` floats (a multiple of the block size) into `dst` (RowBytes(type, n) bytes).
-// Supported for F32, F16, BF16, Q8_0, Q4_0, Q4_1 and Q2_K .. Q6_K (enough to write test models of the
+// Supported for F32, F16, BF16, Q8_0, Q4_0, Q4_1, MXFP4 and Q2_K .. Q6_K (enough to write test models of the
 // types users bring); others UNIMPLEMENTED.
 absl::Status Quantize(GgmlType type, const float* src, void* dst, int64_t n);
 
@@ -80,6 +81,12 @@ bool HasAffine4Codes(GgmlType type);
 // the type for any other type, and for a partial block.
 absl::Status ReadAffine4Codes(GgmlType type, const void* src, int64_t n, uint8_t* codes, float* scale,
                               float* offset);
+
+// MXFP4's codes of `n` consecutive elements (a multiple of 32) from `src` (RowBytes(kMXFP4, n) bytes):
+// values[i] the E2M1 value doubled, an integer in -12..12 (ggml's kvalues_mxfp4), and per 32 elements an
+// exponent such that Dequantize gives exactly values[i] * 2^exponent[i / 32] (exponent = e - 128, ggml's
+// GGML_E8M0_TO_FP32_HALF). Fails for a partial block.
+absl::Status ReadMxfp4Codes(const void* src, int64_t n, int8_t* values, int* exponents);
 
 // The half and bfloat16 conversions are kernels/format/fp16.h's, the project's one definition.
 using kernels::Bf16ToFloat;

@@ -17,7 +17,9 @@ CpuDenseBackend::CpuDenseBackend(const ModelConfig& config, const ModelWeights& 
     : config_(config),
       weights_(weights),
       pool_(pool),
-      rope_frequencies_(RopeFrequencies(config.rope_dim, config.rope_freq_base)) {}
+      rope_frequencies_(config.rope_yarn ? YarnFrequencies(config.rope_dim, config.rope_freq_base, config.yarn)
+                                         : RopeFrequencies(config.rope_dim, config.rope_freq_base)),
+      rope_magnitude_(config.rope_yarn ? YarnMagnitude(config.yarn) : 1.0f) {}
 
 BackendInfo CpuDenseBackend::info() const {
   BackendInfo b;
@@ -61,7 +63,8 @@ absl::Status CpuDenseBackend::BeginBatch(std::span<const ForwardToken> tokens) {
   EnsureCapacity(n_);
   const int64_t half = config_.rope_dim / 2;
   for (int t = 0; t < n_; ++t) {
-    RopeAngles(rope_frequencies_, tokens[t].pos, rope_cos_.data() + t * half, rope_sin_.data() + t * half);
+    RopeAngles(rope_frequencies_, tokens[t].pos, rope_cos_.data() + t * half, rope_sin_.data() + t * half,
+               rope_magnitude_);
   }
   return absl::OkStatus();
 }
@@ -91,31 +94,37 @@ void CpuDenseBackend::AttendAll(int64_t layer) {
   const int64_t q_dim = c.n_head * c.head_dim;
   const int64_t group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const int64_t window = AttentionWindow(c, layer);
+  const std::vector<float>& sinks = weights_.layers[layer].attn_sinks;
   auto task = [&](int64_t i) {
     const int64_t t = i / c.n_head, head = i % c.n_head;
     const ForwardToken& tok = tokens_[t];
     const float* q = q_.data() + t * q_dim + head * c.head_dim;
     const int64_t kv_off = (head / group) * c.head_dim;
+    // A windowed block sees its last `window` positions, itself included.
+    const int64_t first = window > 0 ? std::max<int64_t>(0, tok.pos - window + 1) : 0;
     thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>(tok.pos + 1));
-    float max = -INFINITY;
-    for (int64_t p = 0; p <= tok.pos; ++p) {
+    scores.resize(static_cast<size_t>(tok.pos + 1 - first));
+    // A sink is one more logit in the softmax, unscaled and with no value (ggml_soft_max_ext's sinks).
+    const float sink = sinks.empty() ? -INFINITY : sinks[head];
+    float max = sink;
+    for (int64_t p = first; p <= tok.pos; ++p) {
       const float* key = tok.cache->key(layer, p) + kv_off;
       float s = 0;
       for (int64_t d = 0; d < c.head_dim; ++d) s += q[d] * key[d];
-      scores[p] = s * scale;
-      max = std::max(max, scores[p]);
+      scores[p - first] = s * scale;
+      max = std::max(max, scores[p - first]);
     }
-    double sum = 0;
-    for (int64_t p = 0; p <= tok.pos; ++p) {
-      scores[p] = std::exp(scores[p] - max);
-      sum += scores[p];
+    double sum = sinks.empty() ? 0.0 : std::exp(sink - max);
+    for (float& s : scores) {
+      s = std::exp(s - max);
+      sum += s;
     }
     float* out = attn_.data() + t * q_dim + head * c.head_dim;
     std::fill(out, out + c.head_dim, 0.0f);
     const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t p = 0; p <= tok.pos; ++p) {
-      const float w = scores[p] * inv;
+    for (int64_t p = first; p <= tok.pos; ++p) {
+      const float w = scores[p - first] * inv;
       const float* value = tok.cache->value(layer, p) + kv_off;
       for (int64_t d = 0; d < c.head_dim; ++d) out[d] += w * value[d];
     }
@@ -163,6 +172,9 @@ absl::Status CpuDenseBackend::Attention(int64_t l) {
   AttendAll(l);
   Project(L.wo, attn_.data(), n, o_.data());
   for (int64_t i = 0; i < n * E; ++i) x_[i] += o_[i];
+  if (c.attn_output_bias) {
+    for (int t = 0; t < n; ++t) AddBias(x_.data() + t * E, L.bo.data(), E);
+  }
   return absl::OkStatus();
 }
 
@@ -176,12 +188,22 @@ absl::Status CpuDenseBackend::Router(int64_t l, MoeBatch* moe) {
   int32_t* layer_ids = ids_.data() + l * n_ * k;
   for (int t = 0; t < n_; ++t) {
     float* probs = router_.data() + t * c.n_expert;
+    int32_t* ids = layer_ids + t * k;
+    if (c.router_logit_bias) AddBias(probs, L.router_logit_bias.data(), c.n_expert);
+    if (c.router_gating == RouterGating::kSoftmaxTopK) {
+      // The k largest logits, then a softmax over those k alone.
+      TopK(probs, c.n_expert, k, ids);
+      float* w = weights_buf_.data() + t * k;
+      for (int j = 0; j < k; ++j) w[j] = probs[ids[j]];
+      Softmax(w, k);
+      for (int j = 0; j < k; ++j) w[j] *= c.routed_scale;
+      continue;
+    }
     if (c.router_gating == RouterGating::kSigmoid) {
       for (int64_t e = 0; e < c.n_expert; ++e) probs[e] = Sigmoid(probs[e]);
     } else {
       Softmax(probs, c.n_expert);
     }
-    int32_t* ids = layer_ids + t * k;
     // The score-correction bias moves the choice only; the weights are the unbiased scores.
     const float* choice = probs;
     if (c.router_score_bias) {

@@ -45,6 +45,7 @@ class CpuDenseBackend : public DenseBackend {
   const ModelWeights& weights_;
   exec::ThreadPool* pool_;
   std::vector<double> rope_frequencies_;
+  float rope_magnitude_;  // YaRN's scale of cos and sin; 1 without YaRN
 
   std::span<const ForwardToken> tokens_;
   int n_ = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
@@ -34,9 +35,10 @@ void AccountRouting(RoutingCounter& counter, const kernels::ExpertLayout& layout
 }
 
 void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels::ExpertJob> jobs,
-                   exec::ThreadPool* pool, kernels::ExpertWork* work, ExpertPhases phases) {
+                   exec::ThreadPool* pool, kernels::ExpertWork* work, kernels::ExpertActivation activation,
+                   ExpertPhases phases) {
   if (jobs.empty()) return;
-  work->Prepare(layout, jobs);
+  work->Prepare(layout, jobs, activation);
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   const int64_t ff = layout.expert_ff, n_embd = layout.n_embd;
   const int64_t n_jobs = static_cast<int64_t>(jobs.size());
@@ -78,12 +80,24 @@ void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels
   });
 }
 
+ExpertExtras ExpertExtrasOf(const ModelConfig& config, const ModelWeights& weights) {
+  ExpertExtras extras;
+  if (config.clamped_swiglu) extras.activation = kernels::ExpertActivation::kClampedSwiGlu;
+  if (config.expert_biases) {
+    for (int64_t l = config.n_dense_lead; l < config.n_layer; ++l) {
+      extras.biases.push_back(&weights.layers[l].expert_biases);
+    }
+  }
+  return extras;
+}
+
 CpuMoeDispatch::CpuMoeDispatch(pack::ExpertSource* source, const kernels::ExpertLayout& layout, int64_t n_expert,
-                               exec::ThreadPool* pool)
+                               exec::ThreadPool* pool, ExpertExtras extras)
     : source_(source),
       layout_(layout),
       n_expert_(n_expert),
       pool_(pool),
+      extras_(std::move(extras)),
       counter_(n_expert),
       routed_(static_cast<size_t>(n_expert)) {}
 
@@ -132,8 +146,18 @@ absl::Status CpuMoeDispatch::Run(const MoeBatch& batch) {
       out_ptrs_.push_back(batch.parts + static_cast<int64_t>(slot) * n_embd);
     }
     jobs_.push_back({blob, x_ptrs_.data() + first, static_cast<int>(r.size()), out_ptrs_.data() + first});
+    kernels::ExpertJob& job = jobs_.back();
+    if (!extras_.biases.empty()) {
+      if (batch.moe_layer < 0 || batch.moe_layer >= static_cast<int64_t>(extras_.biases.size())) {
+        return absl::InternalError(absl::StrCat("no expert biases for MoE layer ", batch.moe_layer));
+      }
+      const ExpertBiases& b = *extras_.biases[batch.moe_layer];
+      job.gate_bias = b.gate.data() + e * layout_.expert_ff;
+      job.up_bias = b.up.data() + e * layout_.expert_ff;
+      job.down_bias = b.down.data() + e * layout_.n_embd;
+    }
   }
-  RunExpertJobs(layout_, jobs_, pool_, &work_);
+  RunExpertJobs(layout_, jobs_, pool_, &work_, extras_.activation);
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 
 #include "engine/exec/thread_pool.h"
 #include "engine/model/moe_dispatch.h"
+#include "engine/model/weights.h"
 #include "engine/pack/expert_source.h"
 #include "kernels/cpu/expert_forward.h"
 #include "kernels/format/expert_layout.h"
@@ -46,13 +47,24 @@ enum class ExpertPhases {
 // Runs the jobs' experts over the pool (the caller's thread when null). Same results either way.
 void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels::ExpertJob> jobs,
                    exec::ThreadPool* pool, kernels::ExpertWork* work,
+                   kernels::ExpertActivation activation = kernels::ExpertActivation::kSwiGlu,
                    ExpertPhases phases = ExpertPhases::kPipelined);
+
+// What a model adds to the experts the pack holds (gpt-oss): their activation and, per MoE layer, their
+// biases (pointing into the model's weights, which must outlive the dispatch).
+struct ExpertExtras {
+  kernels::ExpertActivation activation = kernels::ExpertActivation::kSwiGlu;
+  std::vector<const ExpertBiases*> biases;  // one per MoE layer, or empty: no biases
+};
+
+// The extras `config` needs, from its weights (one MoE layer per block from n_dense_lead on).
+ExpertExtras ExpertExtrasOf(const ModelConfig& config, const ModelWeights& weights);
 
 class CpuMoeDispatch : public MoeDispatch {
  public:
   // `source` and `pool` must outlive the dispatch; `pool` may be null.
   CpuMoeDispatch(pack::ExpertSource* source, const kernels::ExpertLayout& layout, int64_t n_expert,
-                 exec::ThreadPool* pool);
+                 exec::ThreadPool* pool, ExpertExtras extras = {});
   std::string_view device() const override { return "cpu"; }
   absl::Status Run(const MoeBatch& batch) override;
   void Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k, DispatchStats* stats) const override;
@@ -62,6 +74,7 @@ class CpuMoeDispatch : public MoeDispatch {
   kernels::ExpertLayout layout_;
   int64_t n_expert_;
   exec::ThreadPool* pool_;
+  ExpertExtras extras_;
   mutable RoutingCounter counter_;
   // Reused between calls so the token path does not allocate once warmed up.
   std::vector<kernels::QuantizedActivation> acts_;

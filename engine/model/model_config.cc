@@ -16,6 +16,7 @@ const std::vector<Architecture>& ArchitectureTable() {
       {"qwen2moe", "Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B)", &ConfigureQwen2Moe},
       {"olmoe", "OLMoE", &ConfigureOlmoe},
       {"glm4moe", "GLM-4.5 / GLM-4.6", &ConfigureGlm4Moe},
+      {"gpt-oss", "gpt-oss", &ConfigureGptOss},
   };
   return table;
 }
@@ -50,6 +51,14 @@ std::string_view BlockName(Block block) {
       return "routed expert scaling";
     case Block::kDenseLeadingBlocks:
       return "dense leading blocks";
+    case Block::kSinkWindowAttention:
+      return "attention with sinks and sliding-window blocks";
+    case Block::kYarnRope:
+      return "YaRN RoPE scaling";
+    case Block::kSoftmaxTopKRouter:
+      return "biased router with a softmax over the top k";
+    case Block::kBiasedClampedExperts:
+      return "experts with biases and the clamped SwiGLU";
   }
   return "unknown block";
 }
@@ -62,9 +71,13 @@ std::vector<Block> BlocksNeeded(const ModelConfig& c) {
   if (c.shared_expert_ff > 0) blocks.push_back(Block::kSharedExpert);
   if (c.shared_expert_gate) blocks.push_back(Block::kSharedExpertGate);
   if (c.rope_dim != c.head_dim) blocks.push_back(Block::kPartialRope);
-  if (c.router_gating != RouterGating::kSoftmax || c.router_score_bias) blocks.push_back(Block::kSigmoidRouter);
+  if (c.router_gating == RouterGating::kSigmoid || c.router_score_bias) blocks.push_back(Block::kSigmoidRouter);
   if (c.routed_scale != 1.0f) blocks.push_back(Block::kRoutedScale);
   if (c.n_dense_lead > 0) blocks.push_back(Block::kDenseLeadingBlocks);
+  if (c.attn_sinks || c.attn_output_bias || c.sliding_window > 0) blocks.push_back(Block::kSinkWindowAttention);
+  if (c.rope_yarn) blocks.push_back(Block::kYarnRope);
+  if (c.router_gating == RouterGating::kSoftmaxTopK || c.router_logit_bias) blocks.push_back(Block::kSoftmaxTopKRouter);
+  if (c.expert_biases || c.clamped_swiglu) blocks.push_back(Block::kBiasedClampedExperts);
   return blocks;
 }
 
@@ -132,26 +145,19 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
                                                  c.head_dim, "; Strata needs them equal"));
   }
   // Hyper-parameters the forward pass does not implement are refused, never ignored.
-  ASSIGN_OR_RETURN(const double rope_scale, m.GetFloatOr(p + "rope.scaling.factor", 1.0));
-  if (rope_scale != 1.0 && rope_scale != 0.0) {
-    return absl::UnimplementedError(absl::StrCat(p, "rope.scaling.factor is ", rope_scale,
-                                                 "; Strata does not implement RoPE scaling (expected 1)"));
-  }
-  if (m.Has(p + "rope.scaling.type")) {
-    ASSIGN_OR_RETURN(const std::string kind, m.GetString(p + "rope.scaling.type"));
-    if (kind != "none" && kind != "linear") {  // linear with factor 1 (checked above) is no scaling
-      return absl::UnimplementedError(absl::StrCat(p, "rope.scaling.type is '", kind,
-                                                   "'; Strata does not implement RoPE scaling (expected none)"));
-    }
-  }
+  RETURN_IF_ERROR(ReadRopeScaling(m, &c));
   // Router keys some converters write: each must say what the architecture's file configured.
   ASSIGN_OR_RETURN(const uint64_t gating, m.GetUintOr(p + "expert_gating_func", 0));
-  // 0: unset (the architecture's own), 1: softmax, 2: sigmoid (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_*).
-  const uint64_t expected_gating = c.router_gating == RouterGating::kSoftmax ? 1 : 2;
+  // 0: unset (the architecture's own), 1: softmax, 2: sigmoid, 3: softmax over the top k
+  // (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_*).
+  const uint64_t expected_gating = c.router_gating == RouterGating::kSoftmax   ? 1
+                                   : c.router_gating == RouterGating::kSigmoid ? 2
+                                                                               : 3;
   if (gating != 0 && gating != expected_gating) {
+    static constexpr const char* kGatingNames[] = {"", "softmax", "sigmoid", "top-k softmax"};
     return absl::UnimplementedError(absl::StrCat(p, "expert_gating_func is ", gating, "; ", c.arch, " in Strata has a ",
-                                                 expected_gating == 1 ? "softmax" : "sigmoid", " router (expected ",
-                                                 expected_gating, ")"));
+                                                 kGatingNames[expected_gating], " router (expected ", expected_gating,
+                                                 ")"));
   }
   ASSIGN_OR_RETURN(const uint64_t groups, m.GetUintOr(p + "expert_group_count", 1));
   if (groups > 1) {

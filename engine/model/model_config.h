@@ -3,7 +3,7 @@
 
 // Hyper-parameters of a MoE model, read from GGUF metadata only, and the table of architectures the
 // engine runs. Each architecture lives in its own file (qwen3moe.cc, mixtral.cc, qwen2moe.cc, olmoe.cc,
-// glm4moe.cc) and is listed once in ArchitectureTable(); it only switches on the shared blocks below.
+// glm4moe.cc, gpt_oss.cc) and is listed once in ArchitectureTable(); it only switches on the shared blocks below.
 
 #include <cstdint>
 #include <optional>
@@ -24,6 +24,19 @@ enum class RopeStyle : uint8_t {
 enum class RouterGating : uint8_t {
   kSoftmax,  // softmax over the router logits
   kSigmoid,  // an independent sigmoid per expert (GLM-4.5, DeepSeek-V3)
+  kSoftmaxTopK,  // top-k of the logits, then a softmax over those k only (gpt-oss: llama.cpp's SOFTMAX_WEIGHT)
+};
+
+// YaRN RoPE scaling as llama.cpp computes it (ggml rope_yarn / ggml_rope_yarn_corr_dims, ext_factor 1): each
+// frequency mixes its interpolated (/ factor) and original value by a ramp over the rotation index between
+// the correction dimensions of beta_fast and beta_slow, and cos and sin are scaled by
+// attn_factor * (1 + 0.1 ln(factor)).
+struct RopeYarn {
+  float factor = 1.0f;             // rope.scaling.factor (> 1)
+  int64_t original_context = 0;    // rope.scaling.original_context_length
+  float beta_fast = 32.0f;         // rope.scaling.yarn_beta_fast
+  float beta_slow = 1.0f;          // rope.scaling.yarn_beta_slow
+  float attn_factor = 1.0f;        // rope.scaling.yarn_attn_factor
 };
 
 struct ModelConfig {
@@ -55,7 +68,24 @@ struct ModelConfig {
   int64_t n_dense_lead = 0;         // the first blocks have a dense SwiGLU FFN instead of experts
   int64_t dense_ff = 0;             // its width (feed_forward_length); 0 without dense blocks
   std::string ffn_norm_name = "ffn_norm";  // blk.N.<name>.weight, the FFN's pre-norm
+  bool rope_yarn = false;           // RoPE frequencies and magnitude scaled by `yarn`
+  RopeYarn yarn;
+  // gpt-oss: attention with a learned per-head sink logit (attn_sinks) in each softmax denominator, an output
+  // bias (attn_output.bias), and every even block attending to its last sliding_window positions only.
+  bool attn_sinks = false;
+  bool attn_output_bias = false;
+  int64_t sliding_window = 0;       // 0: every block attends to every earlier position
+  bool router_logit_bias = false;   // ffn_gate_inp.bias is added to the router logits
+  bool expert_biases = false;       // ffn_{gate,up,down}_exps.bias per expert, in dense.gguf
+  bool clamped_swiglu = false;      // experts use gpt-oss's clamped SwiGLU (kernels::ExpertActivation)
 };
+
+// The number of latest positions block `layer` attends to, itself included; 0: all of them. gpt-oss windows
+// the even blocks (llama.cpp: hparams.set_swa_pattern(2), swa_layers[il] = il % 2 < 1; a key at p0 is masked
+// for a query at p1 when p1 - p0 >= n_swa, llama_hparams::is_masked_swa).
+inline int64_t AttentionWindow(const ModelConfig& config, int64_t layer) {
+  return config.sliding_window > 0 && layer % 2 == 0 ? config.sliding_window : 0;
+}
 
 // The blocks of the forward pass beyond the base every backend has (GQA attention with optional per-head
 // q/k norm, NORMAL or NEOX RoPE, softmax router with renormalised top-k, SwiGLU experts).
@@ -69,6 +99,10 @@ enum class Block : uint8_t {
   kSigmoidRouter,      // with the score-correction bias
   kRoutedScale,
   kDenseLeadingBlocks,
+  kSinkWindowAttention,  // attention sinks, sliding-window blocks, output bias (gpt-oss)
+  kYarnRope,
+  kSoftmaxTopKRouter,    // router logit bias, softmax over the top k (gpt-oss)
+  kBiasedClampedExperts, // expert biases and the clamped SwiGLU (gpt-oss)
 };
 std::string_view BlockName(Block block);
 
@@ -109,6 +143,11 @@ absl::Status ConfigureMixtral(const gguf::Metadata& metadata, ModelConfig* confi
 absl::Status ConfigureQwen2Moe(const gguf::Metadata& metadata, ModelConfig* config);
 absl::Status ConfigureOlmoe(const gguf::Metadata& metadata, ModelConfig* config);
 absl::Status ConfigureGlm4Moe(const gguf::Metadata& metadata, ModelConfig* config);
+absl::Status ConfigureGptOss(const gguf::Metadata& metadata, ModelConfig* config);
+
+// Reads <arch>.rope.scaling.* into `config` (rope_yarn, yarn): none, linear with factor 1, or yarn; any other
+// kind or factor is refused naming the key (engine/model/rope_scaling.cc).
+absl::Status ReadRopeScaling(const gguf::Metadata& metadata, ModelConfig* config);
 
 }  // namespace strata::model
 

@@ -22,11 +22,31 @@ std::vector<double> RopeFrequencies(int64_t rope_dim, float freq_base) {
   return frequencies;
 }
 
-void RopeAngles(std::span<const double> frequencies, int64_t pos, float* cos, float* sin) {
+std::vector<double> YarnFrequencies(int64_t rope_dim, float freq_base, const RopeYarn& yarn) {
+  std::vector<double> frequencies = RopeFrequencies(rope_dim, freq_base);
+  const double n_dims = static_cast<double>(rope_dim), base = freq_base;
+  auto corr_dim = [&](double n_rot) {
+    return n_dims * std::log(static_cast<double>(yarn.original_context) / (n_rot * 2.0 * M_PI)) / (2.0 * std::log(base));
+  };
+  const double low = std::max(0.0, std::floor(corr_dim(yarn.beta_fast)));
+  const double high = std::min(n_dims - 1.0, std::ceil(corr_dim(yarn.beta_slow)));
+  for (size_t i = 0; i < frequencies.size(); ++i) {
+    const double y = (static_cast<double>(i) - low) / std::max(0.001, high - low);
+    const double ramp = 1.0 - std::min(1.0, std::max(0.0, y));
+    frequencies[i] *= (1.0 - ramp) / yarn.factor + ramp;
+  }
+  return frequencies;
+}
+
+float YarnMagnitude(const RopeYarn& yarn) {
+  return yarn.attn_factor * (1.0f + 0.1f * std::log(yarn.factor));
+}
+
+void RopeAngles(std::span<const double> frequencies, int64_t pos, float* cos, float* sin, float magnitude) {
   for (size_t i = 0; i < frequencies.size(); ++i) {
     const double theta = static_cast<double>(pos) * frequencies[i];
-    cos[i] = static_cast<float>(std::cos(theta));
-    sin[i] = static_cast<float>(std::sin(theta));
+    cos[i] = static_cast<float>(std::cos(theta)) * magnitude;
+    sin[i] = static_cast<float>(std::sin(theta)) * magnitude;
   }
 }
 

@@ -19,9 +19,18 @@ void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* o
 // head size, or less for partial RoPE (ModelConfig::rope_dim).
 std::vector<double> RopeFrequencies(int64_t rope_dim, float freq_base);
 
-// The rotation of position `pos`: cos and sin of pos * frequencies[i], for each of the frequencies. The
-// same for every head and layer, so computed once per token.
-void RopeAngles(std::span<const double> frequencies, int64_t pos, float* cos, float* sin);
+// The frequencies of YaRN-scaled RoPE, as ggml computes theta (ggml-cpu rope_yarn with ext_factor 1 and
+// ggml_rope_yarn_corr_dims): theta_i = pos * f_i * ((1 - ramp_i) / factor + ramp_i), f_i the unscaled
+// frequency, ramp_i = 1 - clamp((i - low) / max(0.001, high - low), 0, 1), low = max(0, floor(d(beta_fast))),
+// high = min(rope_dim - 1, ceil(d(beta_slow))), d(b) = rope_dim ln(original_context / (2 pi b)) / (2 ln base).
+std::vector<double> YarnFrequencies(int64_t rope_dim, float freq_base, const RopeYarn& yarn);
+
+// The factor YaRN multiplies cos and sin by: attn_factor * (1 + 0.1 ln(factor)) (ggml's mscale).
+float YarnMagnitude(const RopeYarn& yarn);
+
+// The rotation of position `pos`: magnitude times cos and sin of pos * frequencies[i], for each of the
+// frequencies. The same for every head and layer, so computed once per token.
+void RopeAngles(std::span<const double> frequencies, int64_t pos, float* cos, float* sin, float magnitude = 1.0f);
 
 // Rotates the first `rope_dim` values of one head in place by the angles RopeAngles gave (NEOX pairs (i,
 // i + rope_dim / 2), as ggml's partial RoPE); the rest of the head is left as it is.

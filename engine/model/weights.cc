@@ -37,6 +37,15 @@ absl::StatusOr<std::vector<float>> LoadVector(const gguf::GgufFile& file, const 
   return v;
 }
 
+// A [width, n] tensor of n vectors, widened to f32.
+absl::StatusOr<std::vector<float>> LoadStack(const gguf::GgufFile& file, const std::string& name, int64_t width,
+                                             int64_t n) {
+  ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(file, name, {width, n}));
+  std::vector<float> v(static_cast<size_t>(width * n));
+  RETURN_IF_ERROR(gguf::Dequantize(t->type, t->data, v.data(), width * n));
+  return v;
+}
+
 // `force_f32`: widen whatever the type (the router is small and read in f32).
 absl::StatusOr<DenseMatrix> LoadMatrix(const gguf::GgufFile& file, const std::string& name, int64_t cols,
                                        int64_t rows, bool force_f32 = false) {
@@ -104,6 +113,12 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const gguf::GgufFile& 
       ASSIGN_OR_RETURN(L.bk, LoadVector(dense, p + "attn_k.bias", kv_dim));
       ASSIGN_OR_RETURN(L.bv, LoadVector(dense, p + "attn_v.bias", kv_dim));
     }
+    if (c.attn_output_bias) {
+      ASSIGN_OR_RETURN(L.bo, LoadVector(dense, p + "attn_output.bias", c.n_embd));
+    }
+    if (c.attn_sinks) {
+      ASSIGN_OR_RETURN(L.attn_sinks, LoadVector(dense, p + "attn_sinks.weight", c.n_head));
+    }
     if (c.qk_norm || c.qk_norm_whole) {
       ASSIGN_OR_RETURN(L.q_norm, LoadVector(dense, p + "attn_q_norm.weight", c.qk_norm ? c.head_dim : q_dim));
       ASSIGN_OR_RETURN(L.k_norm, LoadVector(dense, p + "attn_k_norm.weight", c.qk_norm ? c.head_dim : kv_dim));
@@ -123,6 +138,15 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const gguf::GgufFile& 
     ASSIGN_OR_RETURN(L.router, LoadMatrix(dense, p + "ffn_gate_inp.weight", c.n_embd, c.n_expert, /*force_f32=*/true));
     if (c.router_score_bias) {
       ASSIGN_OR_RETURN(L.router_bias, LoadVector(dense, p + "exp_probs_b.bias", c.n_expert));
+    }
+    if (c.router_logit_bias) {
+      ASSIGN_OR_RETURN(L.router_logit_bias, LoadVector(dense, p + "ffn_gate_inp.bias", c.n_expert));
+    }
+    if (c.expert_biases) {
+      ExpertBiases& b = L.expert_biases;
+      ASSIGN_OR_RETURN(b.gate, LoadStack(dense, p + "ffn_gate_exps.bias", c.expert_ff, c.n_expert));
+      ASSIGN_OR_RETURN(b.up, LoadStack(dense, p + "ffn_up_exps.bias", c.expert_ff, c.n_expert));
+      ASSIGN_OR_RETURN(b.down, LoadStack(dense, p + "ffn_down_exps.bias", c.n_embd, c.n_expert));
     }
     per_token += L.router.bytes();
     if (c.shared_expert_ff > 0) {

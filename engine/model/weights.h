@@ -38,14 +38,27 @@ struct FfnWeights {
   std::vector<float> gate_inp;  // n_embd; empty unless shared_expert_gate
 };
 
+// The per-expert biases of a MoE block (gpt-oss), f32, expert e's at e * width: added to the gate and up
+// projections before the activation and to the down projection before the router weight. They are small
+// (2 * ff + n_embd floats an expert), so a pack keeps them in dense.gguf under llama.cpp's names
+// (blk.N.ffn_{gate,up,down}_exps.bias), not in the expert blobs.
+struct ExpertBiases {
+  std::vector<float> gate, up;  // n_expert x expert_ff
+  std::vector<float> down;      // n_expert x n_embd
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm;
   DenseMatrix wq, wk, wv, wo;
   std::vector<float> bq, bk, bv;      // qkv_bias architectures only
+  std::vector<float> bo;              // n_embd; attn_output_bias only
+  std::vector<float> attn_sinks;      // n_head sink logits; attn_sinks only
   std::vector<float> q_norm, k_norm;  // head_dim (qk_norm) or the whole q / k width (qk_norm_whole)
   std::vector<float> ffn_norm;
   DenseMatrix router;               // n_expert x n_embd, F32; rows == 0 in a dense block
   std::vector<float> router_bias;   // n_expert (exp_probs_b); router_score_bias architectures only
+  std::vector<float> router_logit_bias;  // n_expert (ffn_gate_inp.bias); router_logit_bias only
+  ExpertBiases expert_biases;       // expert_biases only
   FfnWeights shared;                // rows == 0 without a shared expert
   FfnWeights dense_ffn;             // the FFN of a dense leading block; rows == 0 in a MoE block
 };

@@ -27,7 +27,9 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
     return model::CheckBackendBlocks(config, "CPU",
                                      {Block::kQkvBias, Block::kWholeQkNorm, Block::kRouterWithoutRenorm,
                                       Block::kSharedExpert, Block::kSharedExpertGate, Block::kPartialRope,
-                                      Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks});
+                                      Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks,
+                                      Block::kSinkWindowAttention, Block::kYarnRope, Block::kSoftmaxTopKRouter,
+                                      Block::kBiasedClampedExperts});
   }
   // engine/gpu implements the base blocks only; add each block here as its CUDA twin lands.
   return model::CheckBackendBlocks(config, "CUDA", {});
@@ -88,7 +90,8 @@ absl::StatusOr<LoadedModel> LoadModel(
   auto attach_cpu = [&] {
     m.Attach(std::make_unique<model::CpuDenseBackend>(m.config(), m.weights(), pool),
              std::make_unique<model::CpuMoeDispatch>(loaded.source.get(), pack.layout(),
-                                                     pack.manifest().geometry().n_expert(), pool));
+                                                     pack.manifest().geometry().n_expert(), pool,
+                                                     model::ExpertExtrasOf(m.config(), m.weights())));
     loaded.device = "cpu";
   };
   if (cuda) {

@@ -5,7 +5,8 @@
 //   h = silu(gate . x) * (up . x)    (f32, ff elements, then quantized like any activation)
 //   out = down . h                   (f32, n_embd elements)
 // for every token routed to an expert, streaming each expert's weights once for all its tokens. The
-// router weight is not applied here.
+// router weight is not applied here. An expert may add biases (gate . x + b_gate, up . x + b_up, down . h +
+// b_down) and use gpt-oss's clamped SwiGLU instead (ExpertActivation::kClampedSwiGlu).
 //
 // The work comes in two phases of row ranges, which a caller spreads over its threads (the engine's
 // thread pool does): every GateUpRows of a set of jobs, then, after all of them finished, every DownRows.
@@ -21,12 +22,26 @@
 
 namespace strata::kernels {
 
+enum class ExpertActivation : uint8_t {
+  kSwiGlu,         // silu(g) * u
+  // gpt-oss (llama.cpp ggml_swiglu_oai, alpha 1.702, limit 7): g' = min(g, 7), u' = clamp(u, -7, 7),
+  // h = g' * sigmoid(1.702 g') * (u' + 1).
+  kClampedSwiGlu,
+};
+
+// h[r] of one gate value and one up value.
+float ExpertGlu(ExpertActivation activation, float gate, float up);
+
 // One expert's work: its blob and the tokens routed to it.
 struct ExpertJob {
   const uint8_t* blob = nullptr;
   const QuantizedActivation* const* xs = nullptr;  // n_tokens activations of n_embd
   int n_tokens = 0;
   float* const* outs = nullptr;  // n_tokens outputs of n_embd floats, overwritten
+  // The expert's biases (expert_ff, expert_ff and n_embd floats), or null: none.
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
 };
 
 // The hidden states of a set of jobs between the two phases. Owned by one caller; reused between calls.
@@ -38,7 +53,8 @@ class ExpertWork {
 
   // Sizes the scratch for `jobs` (each with n_tokens >= 1 and activations of n_embd elements; blobs laid
   // out as `layout`). `jobs` must stay valid until the last phase call.
-  void Prepare(const ExpertLayout& layout, absl::Span<const ExpertJob> jobs);
+  void Prepare(const ExpertLayout& layout, absl::Span<const ExpertJob> jobs,
+               ExpertActivation activation = ExpertActivation::kSwiGlu);
 
   size_t n_jobs() const { return jobs_.size(); }
   // Rows [row_begin, row_end) of gate and up of job `job`, and h for those rows. The bounds are multiples
@@ -49,6 +65,7 @@ class ExpertWork {
 
  private:
   ExpertLayout layout_;
+  ExpertActivation activation_ = ExpertActivation::kSwiGlu;
   absl::Span<const ExpertJob> jobs_;
   std::vector<size_t> first_slot_;  // per job: its first slot
   std::vector<float> gate_;         // per (job, token) slot: ff

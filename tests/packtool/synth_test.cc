@@ -323,6 +323,91 @@ TEST(SynthTest, Glm4MoePackOnlyEqualsSynthesizeThenConvert) {
   EXPECT_EQ(ReadFileBytes(dir.Join("direct/experts.bin")), ReadFileBytes(dir.Join("converted/experts.bin")));
 }
 
+// llama.cpp's gpt-oss loader (llama-model.cpp, LLM_ARCH_OPENAI_MOE): q/k/v and output biases, attn_sinks, the
+// FFN norm named post_attention_norm, the router's bias and per-expert biases ([width, n_expert], f32), the
+// sliding window and YaRN keys.
+TEST(SynthTest, GptOssHasLlamaCppTensorNamesShapesAndKeys) {
+  ScratchDir dir;
+  SynthOptions o = TinyOptions(dir.Join("m.gguf"));
+  o.geometry = *PresetGeometry("gpt-oss", "tiny");
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  auto file = gguf::GgufFile::Open(o.output);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const gguf::Metadata& m = (*file)->metadata();
+  EXPECT_EQ(*m.GetString("general.architecture"), "gpt-oss");
+  EXPECT_EQ(*m.GetUint("gpt-oss.expert_feed_forward_length"), 128u);
+  EXPECT_EQ(*m.GetUint("gpt-oss.attention.sliding_window"), 8u);
+  EXPECT_EQ(*m.GetString("gpt-oss.rope.scaling.type"), "yarn");
+  EXPECT_FLOAT_EQ(static_cast<float>(*m.GetFloat("gpt-oss.rope.scaling.factor")), 32.0f);
+  EXPECT_EQ(*m.GetUint("gpt-oss.rope.scaling.original_context_length"), 4096u);
+  EXPECT_FLOAT_EQ(static_cast<float>(*m.GetFloat("gpt-oss.rope.freq_base")), 150000.0f);
+  auto shape = [&](const std::string& name) {
+    const gguf::TensorInfo* t = (*file)->FindTensor(name);
+    return t == nullptr ? std::vector<int64_t>{} : t->ne;
+  };
+  EXPECT_EQ(shape("blk.0.attn_q.bias"), (std::vector<int64_t>{128}));
+  EXPECT_EQ(shape("blk.0.attn_output.bias"), (std::vector<int64_t>{128}));
+  EXPECT_EQ(shape("blk.0.attn_sinks.weight"), (std::vector<int64_t>{4}));
+  EXPECT_EQ(shape("blk.0.post_attention_norm.weight"), (std::vector<int64_t>{128}));
+  EXPECT_EQ(shape("blk.0.ffn_norm.weight"), std::vector<int64_t>{});
+  EXPECT_EQ(shape("blk.1.ffn_gate_inp.bias"), (std::vector<int64_t>{8}));
+  EXPECT_EQ(shape("blk.1.ffn_gate_exps.bias"), (std::vector<int64_t>{128, 8}));
+  EXPECT_EQ(shape("blk.1.ffn_up_exps.bias"), (std::vector<int64_t>{128, 8}));
+  EXPECT_EQ(shape("blk.1.ffn_down_exps.bias"), (std::vector<int64_t>{128, 8}));
+  EXPECT_EQ((*file)->FindTensor("blk.1.ffn_down_exps.bias")->type, gguf::GgmlType::kF32);
+}
+
+// The expert biases travel in dense.gguf (f32, llama.cpp's names), whether synth writes the pack or convert
+// makes it from the GGUF; both packs validate and hold the same experts.
+TEST(SynthTest, GptOssPackOnlyEqualsSynthesizeThenConvertWithTheExpertBiasesInDenseGguf) {
+  ScratchDir dir;
+  SynthOptions o = TinyOptions(dir.Join("m.gguf"));
+  o.geometry = *PresetGeometry("gpt-oss", "tiny");
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  ConvertOptions c;
+  c.input = o.output;
+  c.output_dir = dir.Join("converted");
+  c.scheme = kernels::Scheme::kS8;
+  c.threads = 2;
+  auto converted = ConvertGguf(c, nullptr, nullptr);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  o.output = dir.Join("direct");
+  o.pack_scheme = kernels::Scheme::kS8;
+  auto direct = SynthesizePack(o, nullptr, nullptr);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_EQ(direct->geometry().SerializeAsString(), converted->geometry().SerializeAsString());
+  EXPECT_EQ(ReadFileBytes(dir.Join("direct/experts.bin")), ReadFileBytes(dir.Join("converted/experts.bin")));
+  for (const std::string pack : {"direct", "converted"}) {
+    auto dense = gguf::GgufFile::Open(dir.Join(pack + "/dense.gguf"));
+    ASSERT_TRUE(dense.ok()) << dense.status();
+    for (const std::string role : {"gate", "up", "down"}) {
+      const gguf::TensorInfo* t = (*dense)->FindTensor("blk.1.ffn_" + role + "_exps.bias");
+      ASSERT_NE(t, nullptr) << pack << " " << role;
+      EXPECT_EQ(t->type, gguf::GgmlType::kF32);
+      EXPECT_EQ(t->ne, (std::vector<int64_t>{128, 8}));
+    }
+    EXPECT_EQ((*dense)->FindTensor("blk.1.ffn_gate_exps.weight"), nullptr);
+    auto report = ValidatePack(dir.Join(pack), ValidateOptions{});
+    ASSERT_TRUE(report.ok()) << report.status();
+    for (const ValidationProblem& p : report->problems) ADD_FAILURE() << pack << ": " << p.file << ": " << p.message;
+  }
+}
+
+// gpt-oss-120b's geometry, as the real-size preset.
+TEST(SynthTest, GptOssSeedPresetIsGptOss120b) {
+  const SynthGeometry g = *PresetGeometry("gpt-oss", "seed");
+  EXPECT_EQ(g.n_layer, 36);
+  EXPECT_EQ(g.n_expert, 128);
+  EXPECT_EQ(g.n_expert_used, 4);
+  EXPECT_EQ(g.n_embd, 2880);
+  EXPECT_EQ(g.expert_ff, 2880);
+  EXPECT_EQ(g.n_head, 64);
+  EXPECT_EQ(g.n_head_kv, 8);
+  EXPECT_EQ(g.head_dim, 64);
+  EXPECT_EQ(g.sliding_window, 128);
+  EXPECT_THAT(CheckSynthGeometry(g), IsOk());
+}
+
 TEST(SynthTest, PackOnlyEqualsSynthesizeThenConvert) {
   ScratchDir dir;
   const pack::v1::Manifest converted = testing::MakeTinyPack(dir.Join("m.gguf"), dir.Join("converted"),

@@ -120,9 +120,14 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
     auto scale = md.GetFloatOr("glm4moe.expert_weights_scale", 0.0);
     if (!scale.ok()) return fail(scale.status());
     hp.routed_scale = *scale == 0.0 ? 1.0 : *scale;
+  } else if (hp.arch == "gpt-oss") {
+    hp.rope_style = RopeStyle::kNeox;
+    hp.qkv_bias = true;
+    hp.gpt_oss = true;
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        path, ": general.architecture is '", hp.arch, "'; the reference model knows qwen3moe, llama, qwen2moe, olmoe and glm4moe"));
+    return absl::UnimplementedError(absl::StrCat(path, ": general.architecture is '", hp.arch,
+                                                 "'; the reference model knows qwen3moe, llama, qwen2moe, olmoe, "
+                                                 "glm4moe and gpt-oss"));
   }
   const std::string a = hp.arch + ".";
   ASSIGN_OR_RETURN(hp.n_layer, uint_key(a + "block_count"));
@@ -167,8 +172,32 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
     }
   }
   hp.rope_dim = n_rot;
+  if (hp.gpt_oss) {
+    ASSIGN_OR_RETURN(hp.sliding_window, uint_key(a + "attention.sliding_window"));
+  }
   auto scaling = md.GetFloatOr(a + "rope.scaling.factor", 0.0);
   if (!scaling.ok()) return fail(scaling.status());
+  auto scaling_type = md.Has(a + "rope.scaling.type") ? md.GetString(a + "rope.scaling.type") : std::string("none");
+  if (!scaling_type.ok()) return fail(scaling_type.status());
+  const bool yarn = *scaling_type == "yarn";
+  if (yarn) {
+    // llama.cpp's defaults: original context = context_length, beta_fast 32, beta_slow 1, attn_factor 1.
+    hp.yarn.factor = *scaling;
+    ASSIGN_OR_RETURN(const int64_t n_ctx, uint_key(a + "context_length"));
+    ASSIGN_OR_RETURN(hp.yarn.original_context, uint_or(a + "rope.scaling.original_context_length", n_ctx));
+    const std::pair<const char*, double*> floats[] = {{"rope.scaling.yarn_beta_fast", &hp.yarn.beta_fast},
+                                                      {"rope.scaling.yarn_beta_slow", &hp.yarn.beta_slow},
+                                                      {"rope.scaling.yarn_attn_factor", &hp.yarn.attn_factor}};
+    for (const auto& [key, out] : floats) {
+      auto v = md.GetFloatOr(a + key, *out);
+      if (!v.ok()) return fail(v.status());
+      *out = *v;
+    }
+    if (!(hp.yarn.factor > 1.0)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", a, "rope.scaling.factor is ", hp.yarn.factor,
+                                                     " with yarn; expected above 1"));
+    }
+  }
 
   const bool partial_rope = hp.arch == "glm4moe" && n_rot < hp.head_dim && n_rot % 2 == 0;
   if (hp.head_dim % 2 != 0 || value_length != hp.head_dim || (n_rot != hp.head_dim && !partial_rope)) {
@@ -188,7 +217,7 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
     return absl::UnimplementedError(absl::StrCat(path, ": ", a, "expert_shared_count is ", *shared,
                                                  "; the reference model has no shared experts"));
   }
-  if (*scaling != 0.0 && *scaling != 1.0) {
+  if (!yarn && *scaling != 0.0 && *scaling != 1.0) {
     return absl::UnimplementedError(
         absl::StrCat(path, ": ", a, "rope.scaling.factor is ", *scaling, "; RoPE scaling is not implemented"));
   }
@@ -233,8 +262,12 @@ absl::Status LoadDense(const gguf::GgufModel& model, const TensorLoader& loader,
       ASSIGN_OR_RETURN(layer.q_norm, loader.Load(p + "attn_q_norm.weight", {q_dim}));
       ASSIGN_OR_RETURN(layer.k_norm, loader.Load(p + "attn_k_norm.weight", {kv_dim}));
     }
-    ASSIGN_OR_RETURN(layer.ffn_norm,
-                     loader.Load(p + (hp->arch == "glm4moe" ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}));
+    if (hp->gpt_oss) {
+      ASSIGN_OR_RETURN(layer.bo, loader.Load(p + "attn_output.bias", {d}));
+      ASSIGN_OR_RETURN(layer.sinks, loader.Load(p + "attn_sinks.weight", {hp->n_head}));
+    }
+    const bool post_norm = hp->arch == "glm4moe" || hp->gpt_oss;
+    ASSIGN_OR_RETURN(layer.ffn_norm, loader.Load(p + (post_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}));
     if (l < hp->n_dense_lead) {
       const int64_t ff = hp->dense_ff;
       ASSIGN_OR_RETURN(layer.dense_ffn.gate, loader.LoadMatrix(p + "ffn_gate.weight", d, ff));
@@ -245,6 +278,9 @@ absl::Status LoadDense(const gguf::GgufModel& model, const TensorLoader& loader,
     ASSIGN_OR_RETURN(layer.router, loader.LoadMatrix(p + "ffn_gate_inp.weight", d, hp->n_expert));
     if (hp->sigmoid_router) {
       ASSIGN_OR_RETURN(layer.router_bias, loader.Load(p + "exp_probs_b.bias", {hp->n_expert}));
+    }
+    if (hp->gpt_oss) {
+      ASSIGN_OR_RETURN(layer.router_logit_bias, loader.Load(p + "ffn_gate_inp.bias", {hp->n_expert}));
     }
     if (hp->shared_ff > 0) {
       const int64_t ff = hp->shared_ff;
@@ -293,26 +329,71 @@ void RmsNorm(std::span<float> x, const std::vector<float>& weight, double eps) {
 
 float Silu(float v) { return static_cast<float>(v / (1.0 + std::exp(-static_cast<double>(v)))); }
 
-// down(silu(gate h) * up h).
+// gpt-oss's clamped SwiGLU (ggml_swiglu_oai with alpha 1.702, limit 7), in double.
+float ClampedSwiGlu(double g, double u) {
+  g = std::min(g, 7.0);
+  u = std::clamp(u, -7.0, 7.0);
+  return static_cast<float>(g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0));
+}
+
+// down(silu(gate h) * up h); with biases (gpt-oss) down(ClampedSwiGlu(gate h + b, up h + b)) + b.
 std::vector<float> ExpertForward(const ReferenceModel::Expert& expert, const std::vector<float>& h) {
   const std::vector<float> gate = MatVec(expert.gate, h);
   const std::vector<float> up = MatVec(expert.up, h);
   std::vector<float> act(gate.size());
-  for (size_t i = 0; i < act.size(); ++i) act[i] = Silu(gate[i]) * up[i];
-  return MatVec(expert.down, act);
+  const bool biased = !expert.gate_bias.empty();
+  for (size_t i = 0; i < act.size(); ++i) {
+    act[i] = biased ? ClampedSwiGlu(static_cast<double>(gate[i]) + expert.gate_bias[i],
+                                    static_cast<double>(up[i]) + expert.up_bias[i])
+                    : Silu(gate[i]) * up[i];
+  }
+  std::vector<float> out = MatVec(expert.down, act);
+  for (size_t i = 0; i < expert.down_bias.size(); ++i) out[i] += expert.down_bias[i];
+  return out;
+}
+
+// gpt-oss: slices blk.N.ffn_{gate,up,down}_exps.bias ([width, n_expert]) into the loaded experts.
+absl::Status LoadExpertBiases(const TensorLoader& loader, const Hparams& hp, ReferenceModel::Weights* w) {
+  if (!hp.gpt_oss) return absl::OkStatus();
+  for (int64_t l = hp.n_dense_lead; l < hp.n_layer; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    ASSIGN_OR_RETURN(const std::vector<float> gate, loader.Load(p + "ffn_gate_exps.bias", {hp.expert_ff, hp.n_expert}));
+    ASSIGN_OR_RETURN(const std::vector<float> up, loader.Load(p + "ffn_up_exps.bias", {hp.expert_ff, hp.n_expert}));
+    ASSIGN_OR_RETURN(const std::vector<float> down, loader.Load(p + "ffn_down_exps.bias", {hp.n_embd, hp.n_expert}));
+    for (int64_t e = 0; e < hp.n_expert; ++e) {
+      ReferenceModel::Expert& x = w->layers[l].experts[e];
+      x.gate_bias.assign(gate.begin() + e * hp.expert_ff, gate.begin() + (e + 1) * hp.expert_ff);
+      x.up_bias.assign(up.begin() + e * hp.expert_ff, up.begin() + (e + 1) * hp.expert_ff);
+      x.down_bias.assign(down.begin() + e * hp.n_embd, down.begin() + (e + 1) * hp.n_embd);
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-void ApplyRope(RopeStyle style, double freq_base, int64_t pos, std::span<float> head) {
+void ApplyRope(RopeStyle style, double freq_base, int64_t pos, std::span<float> head, const Yarn& yarn) {
   const size_t half = head.size() / 2;
+  const double d = static_cast<double>(head.size());
+  // YaRN's correction range of rotation indices and its magnitude (ggml_rope_yarn_corr_dims, rope_yarn).
+  auto corr = [&](double beta) { return d * std::log(yarn.original_context / (beta * 2.0 * M_PI)) / (2.0 * std::log(freq_base)); };
+  const bool scaled = yarn.factor != 1.0;
+  const double low = scaled ? std::max(0.0, std::floor(corr(yarn.beta_fast))) : 0.0;
+  const double high = scaled ? std::min(d - 1.0, std::ceil(corr(yarn.beta_slow))) : 0.0;
+  const double magnitude = scaled ? yarn.attn_factor * (1.0 + 0.1 * std::log(yarn.factor)) : 1.0;
   for (size_t i = 0; i < half; ++i) {
-    const double theta = static_cast<double>(pos) * std::pow(freq_base, -2.0 * i / head.size());
+    const double theta_extrap = static_cast<double>(pos) * std::pow(freq_base, -2.0 * i / d);
+    double theta = theta_extrap;
+    if (scaled) {
+      const double ramp = 1.0 - std::clamp((static_cast<double>(i) - low) / std::max(0.001, high - low), 0.0, 1.0);
+      theta = theta_extrap / yarn.factor * (1.0 - ramp) + theta_extrap * ramp;
+    }
     const size_t a = style == RopeStyle::kNormal ? 2 * i : i;
     const size_t b = style == RopeStyle::kNormal ? 2 * i + 1 : i + half;
     const double x0 = head[a], x1 = head[b];
-    head[a] = static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta));
-    head[b] = static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta));
+    const double cos = std::cos(theta) * magnitude, sin = std::sin(theta) * magnitude;
+    head[a] = static_cast<float>(x0 * cos - x1 * sin);
+    head[b] = static_cast<float>(x0 * sin + x1 * cos);
   }
 }
 
@@ -342,6 +423,7 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::FromGguf(const s
       experts.push_back({Slice(gate, e, ff, d), Slice(up, e, ff, d), Slice(down, e, d, ff)});
     }
   }
+  RETURN_IF_ERROR(LoadExpertBiases(loader, hp, &ref->weights_));
   return ref;
 }
 
@@ -411,13 +493,18 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::FromPack(const s
       }
     }
   }
+  RETURN_IF_ERROR(LoadExpertBiases(loader, hp, &ref->weights_));
   return ref;
 }
 
 std::vector<float> ReferenceModel::MoeForward(const Layer& layer, const std::vector<float>& h, Route* route) const {
-  const std::vector<float> logits = MatVec(layer.router, h);
+  std::vector<float> logits = MatVec(layer.router, h);
+  for (size_t e = 0; e < layer.router_logit_bias.size(); ++e) logits[e] += layer.router_logit_bias[e];
   std::vector<double> probs(logits.size());
-  if (hparams_.sigmoid_router) {
+  if (hparams_.gpt_oss) {
+    // Chosen by logit; weighed by a softmax over the chosen logits only.
+    for (size_t e = 0; e < logits.size(); ++e) probs[e] = logits[e];
+  } else if (hparams_.sigmoid_router) {
     for (size_t e = 0; e < logits.size(); ++e) probs[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[e])));
   } else {
     // Softmax over every expert, in double.
@@ -444,8 +531,17 @@ std::vector<float> ReferenceModel::MoeForward(const Layer& layer, const std::vec
     picked_sum += probs[best];
   }
   route->weights.clear();
-  const double divisor = hparams_.renormalize_top_k ? picked_sum : 1.0;
-  for (int e : route->experts) route->weights.push_back(static_cast<float>(probs[e] / divisor * hparams_.routed_scale));
+  if (hparams_.gpt_oss) {
+    const double top = probs[route->experts[0]];  // the largest chosen logit
+    double total = 0;
+    for (int e : route->experts) total += std::exp(probs[e] - top);
+    for (int e : route->experts) route->weights.push_back(static_cast<float>(std::exp(probs[e] - top) / total));
+  } else {
+    const double divisor = hparams_.renormalize_top_k ? picked_sum : 1.0;
+    for (int e : route->experts) {
+      route->weights.push_back(static_cast<float>(probs[e] / divisor * hparams_.routed_scale));
+    }
+  }
 
   std::vector<float> out(hparams_.n_embd, 0.0f);
   for (size_t k = 0; k < route->experts.size(); ++k) {
@@ -503,12 +599,12 @@ std::vector<float> ReferenceModel::Logits(std::span<const int32_t> tokens,
       for (int64_t head = 0; head < hp.n_head; ++head) {
         std::span<float> qh(q[i].data() + head * hd, hd);
         if (hp.qk_norm) RmsNorm(qh, layer.q_norm, hp.rms_eps);
-        ApplyRope(hp.rope_style, hp.rope_freq_base, i, qh.first(hp.rope_dim));
+        ApplyRope(hp.rope_style, hp.rope_freq_base, i, qh.first(hp.rope_dim), hp.yarn);
       }
       for (int64_t head = 0; head < hp.n_head_kv; ++head) {
         std::span<float> kh(k[i].data() + head * hd, hd);
         if (hp.qk_norm) RmsNorm(kh, layer.k_norm, hp.rms_eps);
-        ApplyRope(hp.rope_style, hp.rope_freq_base, i, kh.first(hp.rope_dim));
+        ApplyRope(hp.rope_style, hp.rope_freq_base, i, kh.first(hp.rope_dim), hp.yarn);
       }
     }
     for (int64_t i = 0; i < n; ++i) {
@@ -516,24 +612,28 @@ std::vector<float> ReferenceModel::Logits(std::span<const int32_t> tokens,
       for (int64_t head = 0; head < hp.n_head; ++head) {
         const int64_t kv = head / group;
         const float* qh = q[i].data() + head * hd;
-        // Causal: position i attends to positions 0..i.
-        std::vector<double> p(i + 1);
-        double max_score = -INFINITY, total = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        // Causal: position i attends to positions 0..i; a windowed gpt-oss block (even l) to those j with
+        // i - j < sliding_window.
+        const int64_t first = hp.sliding_window > 0 && l % 2 == 0 ? std::max<int64_t>(0, i - hp.sliding_window + 1) : 0;
+        std::vector<double> p(i + 1, 0.0);
+        const bool sink = !layer.sinks.empty();
+        double max_score = sink ? layer.sinks[head] : -INFINITY, total = 0;
+        for (int64_t j = first; j <= i; ++j) {
           double dot = 0;
           for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qh[c]) * k[j][kv * hd + c];
           p[j] = dot * scale;
           max_score = std::max(max_score, p[j]);
         }
-        for (int64_t j = 0; j <= i; ++j) total += p[j] = std::exp(p[j] - max_score);
+        if (sink) total = std::exp(layer.sinks[head] - max_score);  // a logit with no value
+        for (int64_t j = first; j <= i; ++j) total += p[j] = std::exp(p[j] - max_score);
         for (int64_t c = 0; c < hd; ++c) {
           double acc = 0;
-          for (int64_t j = 0; j <= i; ++j) acc += p[j] / total * v[j][kv * hd + c];
+          for (int64_t j = first; j <= i; ++j) acc += p[j] / total * v[j][kv * hd + c];
           attn[head * hd + c] = static_cast<float>(acc);
         }
       }
       const std::vector<float> out = MatVec(layer.wo, attn);
-      for (int64_t c = 0; c < d; ++c) x[i][c] += out[c];
+      for (int64_t c = 0; c < d; ++c) x[i][c] += out[c] + (layer.bo.empty() ? 0.0f : layer.bo[c]);
     }
     for (int64_t i = 0; i < n; ++i) {
       std::vector<float> h = x[i];

@@ -27,10 +27,25 @@
 //     (ffn_{gate,up,down}_shexp), scaled by sigmoid(ffn_gate_inp_shexp . h); glm4moe's is not scaled.
 //   - Final RMSNorm with output_norm, then output.weight, or the token embedding when output.weight is
 //     absent (tied).
-// Every block must be a MoE block; RoPE scaling is refused as unimplemented.
+// gpt-oss (llama.cpp "gpt-oss", src/models/openai-moe-iswa.cpp, llama-hparams.cpp, ggml's rope and soft_max
+// with sinks, ggml_swiglu_oai, build_moe_ffn with LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT):
+//   - q/k/v biases, an output bias (attn_output.bias), NEOX RoPE with YaRN (below), the FFN's pre-norm
+//     post_attention_norm.
+//   - Each head's softmax has one more logit, the head's attn_sinks value (not scaled, no value vector).
+//   - Even blocks (set_swa_pattern(2): il % 2 < 1) attend only to keys at p0 with p1 - p0 < sliding_window.
+//   - Router: logits = ffn_gate_inp h + ffn_gate_inp.bias; the k largest logits are picked and their
+//     weights are a softmax over those k logits.
+//   - Expert: g = gate h + b_gate, u = up h + b_up, g' = min(g, 7), u' = clamp(u, -7, 7),
+//     out = down(g' sigmoid(1.702 g') (u' + 1)) + b_down, then times the router weight.
+//   - YaRN (rope.scaling.type yarn), ggml's rope_yarn with ext_factor 1: theta_i = pos base^(-2i/d) times
+//     (1 - ramp_i) / factor + ramp_i, ramp_i = 1 - clamp((i - low) / max(0.001, high - low), 0, 1),
+//     low = max(0, floor(c(beta_fast))), high = min(d - 1, ceil(c(beta_slow))),
+//     c(b) = d ln(original_context / (2 pi b)) / (2 ln base); cos and sin times attn_factor (1 + 0.1 ln factor).
+// Every block must be a MoE block; RoPE scaling other than YaRN is refused as unimplemented.
 //
 // A ReferenceModel owns its weights. Logits() is const and may be called from several threads at once;
-// mutable_weights() is for tests that edit a loaded model and must not race with Logits().
+// mutable_weights() and mutable_hparams() are for tests that edit a loaded model and must not race with
+// Logits().
 
 #include <cstdint>
 #include <memory>
@@ -44,13 +59,23 @@ namespace strata::testing {
 
 enum class RopeStyle { kNormal, kNeox };
 
-// Rotates one head (head.size() = head_dim, even) in place for position `pos`.
-void ApplyRope(RopeStyle style, double freq_base, int64_t pos, std::span<float> head);
+// YaRN's parameters (rope.scaling.*); factor 1 is no scaling.
+struct Yarn {
+  double factor = 1.0;
+  int64_t original_context = 0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double attn_factor = 1.0;
+};
+
+// Rotates one head (head.size() = head_dim, even) in place for position `pos`, YaRN-scaled when
+// yarn.factor != 1.
+void ApplyRope(RopeStyle style, double freq_base, int64_t pos, std::span<float> head, const Yarn& yarn = {});
 
 class ReferenceModel {
  public:
   struct Hparams {
-    std::string arch;  // general.architecture: "qwen3moe", "llama", "qwen2moe" or "olmoe"
+    std::string arch;  // general.architecture: "qwen3moe", "llama", "qwen2moe", "olmoe", "glm4moe" or "gpt-oss"
     int64_t n_layer = 0;
     int64_t n_embd = 0;
     int64_t n_head = 0;
@@ -73,6 +98,9 @@ class ReferenceModel {
     double routed_scale = 1.0;
     int64_t n_dense_lead = 0;  // leading blocks with a dense FFN
     int64_t dense_ff = 0;
+    bool gpt_oss = false;        // sinks, window, output and expert biases, top-k softmax, clamped SwiGLU
+    int64_t sliding_window = 0;  // gpt-oss: the even blocks' window
+    Yarn yarn;
   };
 
   // A rows x cols matrix, row-major: y[r] = sum_c w[r * cols + c] x[c]. A ggml tensor of ne = [in, out]
@@ -86,12 +114,15 @@ class ReferenceModel {
     Matrix gate;  // expert_ff x n_embd
     Matrix up;    // expert_ff x n_embd
     Matrix down;  // n_embd x expert_ff
+    std::vector<float> gate_bias, up_bias, down_bias;  // gpt-oss only
   };
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;  // n_embd
     std::vector<float> q_norm, k_norm;       // head_dim (qk_norm), q / k width (qk_norm_whole) or empty
     Matrix wq, wk, wv, wo;
     std::vector<float> bq, bk, bv;           // empty unless qkv_bias
+    std::vector<float> bo, sinks;            // gpt-oss: n_embd output bias, n_head sink logits
+    std::vector<float> router_logit_bias;    // gpt-oss: n_expert (ffn_gate_inp.bias)
     Matrix router;  // n_expert x n_embd
     std::vector<Expert> experts;
     Expert shared;                        // shared_ff wide; empty unless shared_ff > 0
@@ -129,6 +160,7 @@ class ReferenceModel {
   const Hparams& hparams() const { return hparams_; }
   const Weights& weights() const { return weights_; }
   Weights& mutable_weights() { return weights_; }
+  Hparams& mutable_hparams() { return hparams_; }  // for probes; same rule as mutable_weights
 
  private:
   ReferenceModel() = default;

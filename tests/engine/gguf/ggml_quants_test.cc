@@ -67,6 +67,64 @@ TEST(GgufQuants, Q4_0HandBlock) {
   EXPECT_EQ(y[1], 0.0f);
 }
 
+// MXFP4 (ggml-common.h block_mxfp4, dequantize_row_mxfp4): e then qs[16]; element j < 16 is qs[j]'s low
+// nibble, j + 16 its high one; value = kvalues_mxfp4[nibble] * 2^(e - 128), kvalues_mxfp4 = {0, 1, 2, 3, 4, 6,
+// 8, 12, 0, -1, -2, -3, -4, -6, -8, -12} (E2M1 doubled).
+TEST(GgufQuants, Mxfp4HandBlock) {
+  std::vector<uint8_t> b(17, 0x00);
+  b[0] = 130;        // 2^(130 - 128) = 4
+  b[1 + 0] = 0x97;   // element 0: nibble 7 -> 12 * 4 = 48; element 16: nibble 9 -> -1 * 4 = -4
+  b[1 + 15] = 0x8C;  // element 15: nibble 12 -> -4 * 4 = -16; element 31: nibble 8 -> -0
+  b[1 + 3] = 0x52;   // element 3: nibble 2 -> 2 * 4 = 8; element 19: nibble 5 -> 6 * 4 = 24
+  std::vector<float> y = Decode(GgmlType::kMXFP4, b, 32);
+  EXPECT_EQ(y[0], 48.0f);
+  EXPECT_EQ(y[16], -4.0f);
+  EXPECT_EQ(y[15], -16.0f);
+  EXPECT_EQ(y[31], 0.0f);
+  EXPECT_EQ(y[3], 8.0f);
+  EXPECT_EQ(y[19], 24.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  // Every nibble, at the smallest exponents (ggml's subnormal 2^-128 and 2^-127) and a large one.
+  const float table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  for (int e : {0, 1, 127, 200}) {
+    for (int j = 0; j < 16; ++j) b[1 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    b[0] = static_cast<uint8_t>(e);
+    y = Decode(GgmlType::kMXFP4, b, 32);
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(y[j], table[j] * std::ldexp(1.0f, e - 128)) << "e " << e << " nibble " << j;
+      EXPECT_EQ(y[j + 16], table[15 - j] * std::ldexp(1.0f, e - 128)) << "e " << e << " nibble " << 15 - j;
+    }
+  }
+  // The codes gguf::ReadMxfp4Codes gives decode to the same values.
+  b[0] = 125;
+  std::vector<int8_t> codes(32);
+  int exponent = 0;
+  ASSERT_TRUE(ReadMxfp4Codes(b.data(), 32, codes.data(), &exponent).ok());
+  EXPECT_EQ(exponent, -3);
+  y = Decode(GgmlType::kMXFP4, b, 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(y[i], codes[i] * 0.125f) << i;
+  EXPECT_FALSE(ReadMxfp4Codes(b.data(), 16, codes.data(), &exponent).ok());
+}
+
+// The encoder (ggml's quantize_row_mxfp4_ref rule) keeps values already on the grid and stays within half a
+// step of the others.
+TEST(GgufQuants, Mxfp4EncodesOnGridValuesExactly) {
+  std::vector<float> x(32);
+  const float grid[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  for (int i = 0; i < 32; ++i) x[i] = (i % 2 ? -1.0f : 1.0f) * grid[i % 8];
+  std::vector<uint8_t> b(17);
+  ASSERT_TRUE(Quantize(GgmlType::kMXFP4, x.data(), b.data(), 32).ok());
+  EXPECT_EQ(b[0], 127);  // floor(log2(6)) - 2 + 127: scale 2^-1
+  EXPECT_EQ(Decode(GgmlType::kMXFP4, b, 32), x);
+  std::mt19937 gen(9);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  for (float& v : x) v = normal(gen);
+  ASSERT_TRUE(Quantize(GgmlType::kMXFP4, x.data(), b.data(), 32).ok());
+  const std::vector<float> y = Decode(GgmlType::kMXFP4, b, 32);
+  const float step = 2.0f * std::ldexp(1.0f, b[0] - 128);  // the widest gap (4 -> 6, 6 -> 8 doubled) / 2 * 2
+  for (int i = 0; i < 32; ++i) EXPECT_LE(std::fabs(y[i] - x[i]), step) << i;
+}
+
 TEST(GgufQuants, Q4_1HandBlock) {
   std::vector<uint8_t> b(20, 0);
   PutHalf(b, 0, 0.25f);

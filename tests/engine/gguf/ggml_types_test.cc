@@ -54,7 +54,7 @@ const Geometry kExpected[] = {
     {30, "bf16", 1, 2, true},
     {34, "tq1_0", 256, (256 - 4 * 256 / 64) / 5 + 256 / 64 + 2, false},
     {35, "tq2_0", 256, 256 / 4 + 2, false},
-    {39, "mxfp4", 32, 1 + 16, false},
+    {39, "mxfp4", 32, 1 + 16, true},
 };
 
 TEST(GgufTypes, GeometryMatchesGgmlLayouts) {
@@ -73,7 +73,7 @@ TEST(GgufTypes, GeometryMatchesGgmlLayouts) {
 TEST(GgufTypes, GetTypeInfoRefusesUndecodableTypesByName) {
   EXPECT_TRUE(GetTypeInfo(12).ok());
   EXPECT_THAT(GetTypeInfo(16).status(), StatusIsWith(absl::StatusCode::kUnimplemented, "iq2_xxs"));
-  EXPECT_THAT(GetTypeInfo(39).status(), StatusIsWith(absl::StatusCode::kUnimplemented, "mxfp4"));
+  EXPECT_THAT(GetTypeInfo(40).status(), StatusIsWith(absl::StatusCode::kUnimplemented, "nvfp4"));
   EXPECT_THAT(GetTypeInfo(15).status(), StatusIsWith(absl::StatusCode::kUnimplemented, "q8_K"));
 }
 

@@ -62,7 +62,7 @@ TEST(RunExpertJobsTest, PipelinedPhasesGiveTheBitsOfTheBarrier) {
         jobs.push_back(ExpertJob{blobs[j].data(), xs.data(), tokens, outs[j].data()});
       }
       kernels::ExpertWork work;
-      RunExpertJobs(l, jobs, pool, &work, phases);
+      RunExpertJobs(l, jobs, pool, &work, kernels::ExpertActivation::kSwiGlu, phases);
       return out;
     };
     const std::vector<std::vector<float>> want = run(nullptr, ExpertPhases::kBarrier);

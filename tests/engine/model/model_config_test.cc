@@ -202,7 +202,7 @@ TEST(ModelConfigTest, RefusesRouterAndRopeKeysThatChangeTheMathNamingTheKey) {
       {Qwen3Metadata(), "qwen3moe.expert_weights_norm", gguf::Value::Bool(false)},
       {OlmoeMetadata(), "olmoe.expert_gating_func", gguf::Value::Uint32(2)},
       {OlmoeMetadata(), "olmoe.expert_weights_scale", gguf::Value::Float32(2.5f)},
-      {Qwen2Metadata(), "qwen2moe.rope.scaling.type", gguf::Value::String("yarn")},
+      {Qwen2Metadata(), "qwen2moe.rope.scaling.type", gguf::Value::String("longrope")},
   };
   for (const Case& c : cases) {
     gguf::Metadata m = c.metadata;

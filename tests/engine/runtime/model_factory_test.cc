@@ -141,7 +141,7 @@ TEST(ModelFactoryTest, CudaRunsWhereADeviceIsVisibleAndIsRefusedElsewhere) {
 // The CUDA backend has the base blocks only: the factory's check names what a new architecture needs. It is
 // the check LoadModel runs before building the CUDA backend, so it is tested here without a GPU.
 TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNamingTheBlock) {
-  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "qwen3moe"}) {
+  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "gpt-oss", "qwen3moe"}) {
     ScratchDir dir;
     auto pack = pack::Pack::Open(TinyPack(dir, arch));
     ASSERT_TRUE(pack.ok()) << pack.status();

@@ -174,3 +174,59 @@ TEST(ExpertForwardTest, SameBitsForAnyRowSplitBatchingAndTokenGrouping) {
 
 }  // namespace
 }  // namespace strata::kernels
+
+namespace strata::kernels {
+namespace {
+
+// gpt-oss's clamped SwiGLU at values worked out by hand: g' = min(g, 7), u' = clamp(u, -7, 7),
+// g' sigmoid(1.702 g') (u' + 1).
+TEST(ExpertGluTest, ClampedSwiGluClampsGateAboveAndUpBothSides) {
+  EXPECT_NEAR(ExpertGlu(ExpertActivation::kClampedSwiGlu, 1.0f, 1.0f), 1.69159, 1e-5);
+  EXPECT_NEAR(ExpertGlu(ExpertActivation::kClampedSwiGlu, 10.0f, 0.0f), 6.99995, 1e-5);   // gate clamped to 7
+  EXPECT_NEAR(ExpertGlu(ExpertActivation::kClampedSwiGlu, 1.0f, -10.0f), -5.07477, 1e-5); // up clamped to -7
+  EXPECT_NEAR(ExpertGlu(ExpertActivation::kClampedSwiGlu, 2.0f, 9.0f), 15.48527, 1e-4);   // up clamped to 7
+  EXPECT_NEAR(ExpertGlu(ExpertActivation::kClampedSwiGlu, -10.0f, 2.0f), -1.21739e-6, 1e-9);  // not below
+  EXPECT_NEAR(ExpertGlu(ExpertActivation::kSwiGlu, 1.0f, 2.0f), 2.0 / (1.0 + std::exp(-1.0)), 1e-6);
+}
+
+// An f16 expert with biases wide enough to pass the clamp, its rows cut in pieces, against the same
+// expert in double: the biases land on the right rows of each piece.
+TEST(ExpertGluTest, BiasedClampedExpertMatchesItsFloatForm) {
+  std::mt19937 rng(23);
+  const ExpertLayout l = Layout(Scheme::kF16, 256, 128);
+  const TestExpert e = MakeExpert(l, rng);
+  const std::vector<float> gate_bias = Gaussian(l.expert_ff, 4.0f, rng), up_bias = Gaussian(l.expert_ff, 4.0f, rng);
+  const std::vector<float> down_bias = Gaussian(l.n_embd, 1.0f, rng);
+  const std::vector<float> xf = Gaussian(l.n_embd, 1.0f, rng);
+  QuantizedActivation xq;
+  QuantizeActivation(xf.data(), l.n_embd, &xq);
+  std::vector<double> want(l.n_embd, 0.0), h(l.expert_ff);
+  int clamped = 0;
+  for (int64_t r = 0; r < l.expert_ff; ++r) {
+    double g = gate_bias[r], u = up_bias[r];
+    for (int64_t c = 0; c < l.n_embd; ++c) {
+      g += double(e.gate[r * l.n_embd + c]) * xf[c];
+      u += double(e.up[r * l.n_embd + c]) * xf[c];
+    }
+    clamped += g > 7 || std::abs(u) > 7;
+    const double gc = std::min(g, 7.0), uc = std::clamp(u, -7.0, 7.0);
+    h[r] = gc / (1 + std::exp(-1.702 * gc)) * (uc + 1);
+  }
+  for (int64_t r = 0; r < l.n_embd; ++r) {
+    want[r] = down_bias[r];
+    for (int64_t c = 0; c < l.expert_ff; ++c) want[r] += double(e.down[r * l.expert_ff + c]) * h[c];
+  }
+  ASSERT_GE(clamped, 3);  // the clamp is exercised
+  std::vector<float> out(l.n_embd);
+  const QuantizedActivation* xp[] = {&xq};
+  float* op[] = {out.data()};
+  ExpertJob job{e.blob.data(), xp, 1, op, gate_bias.data(), up_bias.data(), down_bias.data()};
+  ExpertWork work;
+  work.Prepare(l, {&job, 1}, ExpertActivation::kClampedSwiGlu);
+  for (int64_t r = 0; r < l.expert_ff; r += 32) work.GateUpRows(0, r, r + 32);
+  for (int64_t r = 0; r < l.n_embd; r += 16) work.DownRows(0, r, r + 16);
+  EXPECT_LT(RelativeRms(out, want), 1e-5);
+}
+
+}  // namespace
+}  // namespace strata::kernels
