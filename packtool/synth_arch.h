@@ -37,6 +37,8 @@ struct SynthArch {
   bool shared_gate = false;    // blk.N.ffn_gate_inp_shexp.weight (qwen2moe)
   bool sigmoid_router = false; // blk.N.exp_probs_b.bias, sigmoid gating keys, FFN pre-norm post_attention_norm,
                                // SynthGeometry::n_dense_lead dense blocks and partial RoPE (glm4moe)
+  bool latent_attention = false;  // deepseek2: MLA tensors and keys, dense blocks, shared experts, expert
+                                  // groups, the gating SynthGeometry::expert_gating says, YaRN
 };
 
 absl::StatusOr<const SynthArch*> FindSynthArch(std::string_view name);

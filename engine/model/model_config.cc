@@ -16,6 +16,7 @@ const std::vector<Architecture>& ArchitectureTable() {
       {"qwen2moe", "Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B)", &ConfigureQwen2Moe},
       {"olmoe", "OLMoE", &ConfigureOlmoe},
       {"glm4moe", "GLM-4.5 / GLM-4.6", &ConfigureGlm4Moe},
+      {"deepseek2", "DeepSeek-V2 / V3, Kimi-K2", &ConfigureDeepseek2},
   };
   return table;
 }
@@ -50,6 +51,12 @@ std::string_view BlockName(Block block) {
       return "routed expert scaling";
     case Block::kDenseLeadingBlocks:
       return "dense leading blocks";
+    case Block::kGroupedRouter:
+      return "grouped expert choice";
+    case Block::kLatentAttention:
+      return "multi-head latent attention";
+    case Block::kYarnRope:
+      return "YaRN RoPE scaling";
   }
   return "unknown block";
 }
@@ -61,11 +68,19 @@ std::vector<Block> BlocksNeeded(const ModelConfig& c) {
   if (!c.router_renorm) blocks.push_back(Block::kRouterWithoutRenorm);
   if (c.shared_expert_ff > 0) blocks.push_back(Block::kSharedExpert);
   if (c.shared_expert_gate) blocks.push_back(Block::kSharedExpertGate);
-  if (c.rope_dim != c.head_dim) blocks.push_back(Block::kPartialRope);
+  if (c.rope_dim != c.head_dim && c.mla.kv_lora_rank == 0) blocks.push_back(Block::kPartialRope);
   if (c.router_gating != RouterGating::kSoftmax || c.router_score_bias) blocks.push_back(Block::kSigmoidRouter);
   if (c.routed_scale != 1.0f) blocks.push_back(Block::kRoutedScale);
   if (c.n_dense_lead > 0) blocks.push_back(Block::kDenseLeadingBlocks);
+  if (c.n_expert_group > 1) blocks.push_back(Block::kGroupedRouter);
+  if (c.mla.kv_lora_rank > 0) blocks.push_back(Block::kLatentAttention);
+  if (c.yarn.factor > 0.0f) blocks.push_back(Block::kYarnRope);
   return blocks;
+}
+
+KvLayout CacheLayout(const ModelConfig& c) {
+  if (c.mla.kv_lora_rank > 0) return {c.mla.kv_lora_rank + c.rope_dim, 0};
+  return {c.n_head_kv * c.head_dim, c.n_head_kv * c.head_dim};
 }
 
 absl::Status CheckBackendBlocks(const ModelConfig& c, std::string_view backend, const std::vector<Block>& supported) {
@@ -127,17 +142,18 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
     return absl::InvalidArgumentError(absl::StrCat(p, "attention.key_length is ", c.head_dim, ", expected an even number"));
   }
   ASSIGN_OR_RETURN(const uint64_t value_dim, m.GetUintOr(p + "attention.value_length", c.head_dim));
-  if (static_cast<int64_t>(value_dim) != c.head_dim) {
+  if (c.mla.kv_lora_rank == 0 && static_cast<int64_t>(value_dim) != c.head_dim) {
     return absl::UnimplementedError(absl::StrCat(p, "attention.value_length ", value_dim, " differs from key_length ",
                                                  c.head_dim, "; Strata needs them equal"));
   }
-  // Hyper-parameters the forward pass does not implement are refused, never ignored.
+  // Hyper-parameters the forward pass does not implement are refused, never ignored (an architecture that
+  // implements YaRN has read the scaling keys itself).
   ASSIGN_OR_RETURN(const double rope_scale, m.GetFloatOr(p + "rope.scaling.factor", 1.0));
-  if (rope_scale != 1.0 && rope_scale != 0.0) {
+  if (c.yarn.factor == 0.0f && rope_scale != 1.0 && rope_scale != 0.0) {
     return absl::UnimplementedError(absl::StrCat(p, "rope.scaling.factor is ", rope_scale,
                                                  "; Strata does not implement RoPE scaling (expected 1)"));
   }
-  if (m.Has(p + "rope.scaling.type")) {
+  if (c.yarn.factor == 0.0f && m.Has(p + "rope.scaling.type")) {
     ASSIGN_OR_RETURN(const std::string kind, m.GetString(p + "rope.scaling.type"));
     if (kind != "none" && kind != "linear") {  // linear with factor 1 (checked above) is no scaling
       return absl::UnimplementedError(absl::StrCat(p, "rope.scaling.type is '", kind,
@@ -154,9 +170,9 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
                                                  expected_gating, ")"));
   }
   ASSIGN_OR_RETURN(const uint64_t groups, m.GetUintOr(p + "expert_group_count", 1));
-  if (groups > 1) {
-    return absl::UnimplementedError(absl::StrCat(p, "expert_group_count is ", groups,
-                                                 "; Strata does not implement grouped expert choice (expected 1)"));
+  if (groups > 1 && static_cast<int64_t>(groups) != c.n_expert_group) {
+    return absl::UnimplementedError(absl::StrCat(p, "expert_group_count is ", groups, "; Strata implements grouped ",
+                                                 "expert choice for deepseek2 only (expected 1 for ", c.arch, ")"));
   }
   ASSIGN_OR_RETURN(const bool renorm, m.GetBoolOr(p + "expert_weights_norm", c.router_renorm));
   if (renorm != c.router_renorm) {
@@ -182,6 +198,7 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
                                                    c.n_expert));
   }
   if (c.n_vocab == 0) return absl::InvalidArgumentError("tokenizer.ggml.tokens is empty");
+  if (c.attention_scale == 0.0f) c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   return c;
 }
 

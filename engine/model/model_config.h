@@ -3,7 +3,8 @@
 
 // Hyper-parameters of a MoE model, read from GGUF metadata only, and the table of architectures the
 // engine runs. Each architecture lives in its own file (qwen3moe.cc, mixtral.cc, qwen2moe.cc, olmoe.cc,
-// glm4moe.cc) and is listed once in ArchitectureTable(); it only switches on the shared blocks below.
+// glm4moe.cc, deepseek2.cc) and is listed once in ArchitectureTable(); it only switches on the shared blocks
+// below.
 
 #include <cstdint>
 #include <optional>
@@ -24,6 +25,31 @@ enum class RopeStyle : uint8_t {
 enum class RouterGating : uint8_t {
   kSoftmax,  // softmax over the router logits
   kSigmoid,  // an independent sigmoid per expert (GLM-4.5, DeepSeek-V3)
+};
+
+// How the expert groups are ranked when the router picks experts from the best groups only.
+enum class GroupScore : uint8_t {
+  kMax,        // the best score in the group (DeepSeek-V2's group_limited_greedy)
+  kTopTwoSum,  // the sum of the group's two best scores (DeepSeek-V3's noaux_tc)
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3): keys and values are rebuilt per head from one compressed
+// latent per token, which is all the KV cache holds (with the token's RoPE'd shared key part).
+struct LatentAttention {
+  int64_t q_lora_rank = 0;   // 0: q is projected directly (attn_q), else through attn_q_a / attn_q_b
+  int64_t kv_lora_rank = 0;  // the latent's size; 0: not latent attention
+  int64_t nope_dim = 0;      // per head, the part of q and k without RoPE (key_length - rope.dimension_count)
+  int64_t v_dim = 0;         // per head, the value size (value_length)
+};
+
+// YaRN RoPE scaling (arXiv 2309.00071) as DeepSeek uses it: frequencies interpolated by `factor` below the
+// correction range, kept above it, ramped between; the attention scale times (1 + log_multiplier ln factor)^2.
+struct YarnRope {
+  float factor = 0.0f;              // 0: no YaRN
+  int64_t original_context = 0;     // rope.scaling.original_context_length
+  float log_multiplier = 0.0f;      // rope.scaling.yarn_log_multiplier
+  float beta_fast = 32.0f;          // llama.cpp's defaults
+  float beta_slow = 1.0f;
 };
 
 struct ModelConfig {
@@ -55,7 +81,21 @@ struct ModelConfig {
   int64_t n_dense_lead = 0;         // the first blocks have a dense SwiGLU FFN instead of experts
   int64_t dense_ff = 0;             // its width (feed_forward_length); 0 without dense blocks
   std::string ffn_norm_name = "ffn_norm";  // blk.N.<name>.weight, the FFN's pre-norm
+  int64_t n_expert_group = 1;       // the router picks experts from the n_group_used best of these groups
+  int64_t n_group_used = 1;
+  GroupScore group_score = GroupScore::kMax;
+  LatentAttention mla;              // kv_lora_rank > 0: latent attention instead of GQA
+  YarnRope yarn;
+  float attention_scale = 0.0f;     // softmax scale of q.k; 0: 1 / sqrt(head_dim)
 };
+
+// What a sequence's KV cache holds per layer and position: key_dim floats of keys and value_dim of values
+// (GQA: n_head_kv * head_dim each; latent attention: the latent and the RoPE'd key part, no values).
+struct KvLayout {
+  int64_t key_dim = 0;
+  int64_t value_dim = 0;
+};
+KvLayout CacheLayout(const ModelConfig& config);
 
 // The blocks of the forward pass beyond the base every backend has (GQA attention with optional per-head
 // q/k norm, NORMAL or NEOX RoPE, softmax router with renormalised top-k, SwiGLU experts).
@@ -69,6 +109,9 @@ enum class Block : uint8_t {
   kSigmoidRouter,      // with the score-correction bias
   kRoutedScale,
   kDenseLeadingBlocks,
+  kGroupedRouter,      // top-k within the best expert groups
+  kLatentAttention,
+  kYarnRope,
 };
 std::string_view BlockName(Block block);
 
@@ -109,6 +152,7 @@ absl::Status ConfigureMixtral(const gguf::Metadata& metadata, ModelConfig* confi
 absl::Status ConfigureQwen2Moe(const gguf::Metadata& metadata, ModelConfig* config);
 absl::Status ConfigureOlmoe(const gguf::Metadata& metadata, ModelConfig* config);
 absl::Status ConfigureGlm4Moe(const gguf::Metadata& metadata, ModelConfig* config);
+absl::Status ConfigureDeepseek2(const gguf::Metadata& metadata, ModelConfig* config);
 
 }  // namespace strata::model
 

@@ -14,10 +14,22 @@ void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* o
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-std::vector<double> RopeFrequencies(int64_t rope_dim, float freq_base) {
+std::vector<double> RopeFrequencies(int64_t rope_dim, float freq_base, const YarnRope& yarn) {
   std::vector<double> frequencies(static_cast<size_t>(rope_dim / 2));
   for (int64_t i = 0; i < rope_dim / 2; ++i) {
     frequencies[i] = std::pow(static_cast<double>(freq_base), -2.0 * i / rope_dim);
+  }
+  if (yarn.factor <= 0.0f) return frequencies;
+  auto correction_dim = [&](double beta) {
+    return static_cast<double>(rope_dim) * std::log(static_cast<double>(yarn.original_context) / (beta * 2.0 * M_PI)) /
+           (2.0 * std::log(static_cast<double>(freq_base)));
+  };
+  const double low = std::max(0.0, std::floor(correction_dim(yarn.beta_fast)));
+  const double high = std::min(static_cast<double>(rope_dim - 1), std::ceil(correction_dim(yarn.beta_slow)));
+  for (int64_t i = 0; i < rope_dim / 2; ++i) {
+    const double y = (static_cast<double>(i) - low) / std::max(0.001, high - low);
+    const double keep = 1.0 - std::clamp(y, 0.0, 1.0);  // 1: the original frequency, 0: divided by the factor
+    frequencies[i] = frequencies[i] / yarn.factor * (1.0 - keep) + frequencies[i] * keep;
   }
   return frequencies;
 }
@@ -80,6 +92,33 @@ void TopK(const float* x, int64_t n, int64_t k, int32_t* ids) {
       --j;
     }
     ids[j] = static_cast<int32_t>(i);
+  }
+}
+
+void MaskAllButBestGroups(float* scores, int64_t n, int64_t n_group, int64_t n_group_used, GroupScore how) {
+  if (n_group <= 1 || n_group_used >= n_group) return;
+  const int64_t per_group = n / n_group;
+  thread_local std::vector<float> group_scores;
+  thread_local std::vector<int32_t> best;
+  group_scores.resize(static_cast<size_t>(n_group));
+  best.resize(static_cast<size_t>(n_group_used));
+  for (int64_t g = 0; g < n_group; ++g) {
+    const float* s = scores + g * per_group;
+    float first = -INFINITY, second = -INFINITY;
+    for (int64_t i = 0; i < per_group; ++i) {
+      if (s[i] > first) {
+        second = first;
+        first = s[i];
+      } else if (s[i] > second) {
+        second = s[i];
+      }
+    }
+    group_scores[g] = how == GroupScore::kMax ? first : first + second;
+  }
+  TopK(group_scores.data(), n_group, n_group_used, best.data());
+  for (int64_t g = 0; g < n_group; ++g) {
+    if (std::find(best.begin(), best.end(), static_cast<int32_t>(g)) != best.end()) continue;
+    std::fill(scores + g * per_group, scores + (g + 1) * per_group, -INFINITY);
   }
 }
 

@@ -16,8 +16,11 @@ namespace strata::model {
 void RmsNorm(const float* x, const float* weight, int64_t n, float eps, float* out);
 
 // freq_base^(-2i / rope_dim) for i in [0, rope_dim / 2): the model's rotation frequencies. rope_dim is the
-// head size, or less for partial RoPE (ModelConfig::rope_dim).
-std::vector<double> RopeFrequencies(int64_t rope_dim, float freq_base);
+// head size, or less for partial RoPE (ModelConfig::rope_dim). With YaRN (yarn.factor > 0) each is mixed
+// with itself divided by the factor as ggml's rope_yarn does with ext_factor 1: the original below the
+// correction range [floor(c(beta_fast)), ceil(c(beta_slow))], c(b) = rope_dim ln(original_context / (2 pi b))
+// / (2 ln freq_base), the divided one above it, linear in between (angles stay linear in the position).
+std::vector<double> RopeFrequencies(int64_t rope_dim, float freq_base, const YarnRope& yarn = {});
 
 // The rotation of position `pos`: cos and sin of pos * frequencies[i], for each of the frequencies. The
 // same for every head and layer, so computed once per token.
@@ -44,6 +47,11 @@ void Softmax(float* x, int64_t n);
 
 // The k largest of x[0..n) (ties: lower index first), in descending order.
 void TopK(const float* x, int64_t n, int64_t k, int32_t* ids);
+
+// Splits scores[0..n) into n_group equal consecutive groups, ranks them by `how` (ties: lower group first)
+// and sets every score outside the n_group_used best groups to -infinity, so that TopK then picks within
+// them. n is a multiple of n_group; kTopTwoSum needs at least 2 scores per group.
+void MaskAllButBestGroups(float* scores, int64_t n, int64_t n_group, int64_t n_group_used, GroupScore how);
 
 }  // namespace strata::model
 

@@ -84,36 +84,89 @@ absl::StatusOr<FfnWeights> LoadFfn(const gguf::GgufFile& file, const std::string
   return f;
 }
 
+// The GQA attention tensors of block `prefix`; adds the bytes a token reads.
+absl::Status LoadGqaAttention(const gguf::GgufFile& dense, const std::string& p, const ModelConfig& c,
+                              LayerWeights* layer, uint64_t* per_token) {
+  LayerWeights& L = *layer;
+  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  ASSIGN_OR_RETURN(L.wq, LoadMatrix(dense, p + "attn_q.weight", c.n_embd, q_dim));
+  ASSIGN_OR_RETURN(L.wk, LoadMatrix(dense, p + "attn_k.weight", c.n_embd, kv_dim));
+  ASSIGN_OR_RETURN(L.wv, LoadMatrix(dense, p + "attn_v.weight", c.n_embd, kv_dim));
+  ASSIGN_OR_RETURN(L.wo, LoadMatrix(dense, p + "attn_output.weight", q_dim, c.n_embd));
+  if (c.qkv_bias) {
+    ASSIGN_OR_RETURN(L.bq, LoadVector(dense, p + "attn_q.bias", q_dim));
+    ASSIGN_OR_RETURN(L.bk, LoadVector(dense, p + "attn_k.bias", kv_dim));
+    ASSIGN_OR_RETURN(L.bv, LoadVector(dense, p + "attn_v.bias", kv_dim));
+  }
+  if (c.qk_norm || c.qk_norm_whole) {
+    ASSIGN_OR_RETURN(L.q_norm, LoadVector(dense, p + "attn_q_norm.weight", c.qk_norm ? c.head_dim : q_dim));
+    ASSIGN_OR_RETURN(L.k_norm, LoadVector(dense, p + "attn_k_norm.weight", c.qk_norm ? c.head_dim : kv_dim));
+  } else if (dense.FindTensor(p + "attn_q_norm.weight") != nullptr) {
+    // GLM-4.5 (not Air) has them: never ignored, refused until the architecture's file switches them on.
+    return absl::UnimplementedError(absl::StrCat(dense.path(), ": tensor '", p, "attn_q_norm.weight' is a q/k norm, ",
+                                                 "which Strata does not implement for ", c.arch));
+  }
+  *per_token += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes();
+  return absl::OkStatus();
+}
+
+// The latent attention tensors of block `prefix` (and wq without q LoRA); adds the bytes a token reads.
+absl::Status LoadLatentAttention(const gguf::GgufFile& file, const std::string& prefix, const ModelConfig& c,
+                                 LayerWeights* L, uint64_t* per_token) {
+  const LatentAttention& a = c.mla;
+  for (const char* split : {"attn_k_b.weight", "attn_v_b.weight"}) {
+    if (file.FindTensor(prefix + split) != nullptr) {
+      return absl::UnimplementedError(absl::StrCat(file.path(), ": tensor '", prefix, split, "' splits attn_kv_b, ",
+                                                   "which Strata does not read; use a GGUF with attn_kv_b"));
+    }
+  }
+  LatentAttentionWeights& m = L->mla;
+  const int64_t q_dim = c.n_head * c.head_dim;
+  if (a.q_lora_rank > 0) {
+    ASSIGN_OR_RETURN(m.q_a, LoadMatrix(file, prefix + "attn_q_a.weight", c.n_embd, a.q_lora_rank));
+    ASSIGN_OR_RETURN(m.q_a_norm, LoadVector(file, prefix + "attn_q_a_norm.weight", a.q_lora_rank));
+    ASSIGN_OR_RETURN(m.q_b, LoadMatrix(file, prefix + "attn_q_b.weight", a.q_lora_rank, q_dim));
+    *per_token += m.q_a.bytes() + m.q_b.bytes();
+  } else {
+    ASSIGN_OR_RETURN(L->wq, LoadMatrix(file, prefix + "attn_q.weight", c.n_embd, q_dim));
+    *per_token += L->wq.bytes();
+  }
+  ASSIGN_OR_RETURN(m.kv_a, LoadMatrix(file, prefix + "attn_kv_a_mqa.weight", c.n_embd, a.kv_lora_rank + c.rope_dim));
+  ASSIGN_OR_RETURN(m.kv_a_norm, LoadVector(file, prefix + "attn_kv_a_norm.weight", a.kv_lora_rank));
+  const int64_t per_head = a.nope_dim + a.v_dim;
+  ASSIGN_OR_RETURN(m.kv_b, LoadMatrix(file, prefix + "attn_kv_b.weight", a.kv_lora_rank, c.n_head * per_head));
+  ASSIGN_OR_RETURN(L->wo, LoadMatrix(file, prefix + "attn_output.weight", c.n_head * a.v_dim, c.n_embd));
+  *per_token += m.kv_a.bytes() + m.kv_b.bytes() + L->wo.bytes();
+  // W_UK^T per head: uk_t[h][r][d] = kv_b[h * per_head + d][r].
+  const gguf::TensorInfo* kv_b = file.FindTensor(prefix + "attn_kv_b.weight");
+  std::vector<float> wide(static_cast<size_t>(c.n_head * per_head * a.kv_lora_rank));
+  RETURN_IF_ERROR(gguf::Dequantize(kv_b->type, kv_b->data, wide.data(), static_cast<int64_t>(wide.size())));
+  m.uk_t.resize(static_cast<size_t>(c.n_head * a.kv_lora_rank * a.nope_dim));
+  for (int64_t h = 0; h < c.n_head; ++h) {
+    for (int64_t d = 0; d < a.nope_dim; ++d) {
+      const float* row = wide.data() + (h * per_head + d) * a.kv_lora_rank;
+      for (int64_t r = 0; r < a.kv_lora_rank; ++r) m.uk_t[(h * a.kv_lora_rank + r) * a.nope_dim + d] = row[r];
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const gguf::GgufFile& dense, const ModelConfig& c) {
   auto w = std::make_unique<ModelWeights>();
   ASSIGN_OR_RETURN(w->token_embd, Find(dense, "token_embd.weight", {c.n_embd, c.n_vocab}));
-  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
   uint64_t per_token = 0;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     LayerWeights L;
     ASSIGN_OR_RETURN(L.attn_norm, LoadVector(dense, p + "attn_norm.weight", c.n_embd));
-    ASSIGN_OR_RETURN(L.wq, LoadMatrix(dense, p + "attn_q.weight", c.n_embd, q_dim));
-    ASSIGN_OR_RETURN(L.wk, LoadMatrix(dense, p + "attn_k.weight", c.n_embd, kv_dim));
-    ASSIGN_OR_RETURN(L.wv, LoadMatrix(dense, p + "attn_v.weight", c.n_embd, kv_dim));
-    ASSIGN_OR_RETURN(L.wo, LoadMatrix(dense, p + "attn_output.weight", q_dim, c.n_embd));
-    if (c.qkv_bias) {
-      ASSIGN_OR_RETURN(L.bq, LoadVector(dense, p + "attn_q.bias", q_dim));
-      ASSIGN_OR_RETURN(L.bk, LoadVector(dense, p + "attn_k.bias", kv_dim));
-      ASSIGN_OR_RETURN(L.bv, LoadVector(dense, p + "attn_v.bias", kv_dim));
-    }
-    if (c.qk_norm || c.qk_norm_whole) {
-      ASSIGN_OR_RETURN(L.q_norm, LoadVector(dense, p + "attn_q_norm.weight", c.qk_norm ? c.head_dim : q_dim));
-      ASSIGN_OR_RETURN(L.k_norm, LoadVector(dense, p + "attn_k_norm.weight", c.qk_norm ? c.head_dim : kv_dim));
-    } else if (dense.FindTensor(p + "attn_q_norm.weight") != nullptr) {
-      // GLM-4.5 (not Air) has them: never ignored, refused until the architecture's file switches them on.
-      return absl::UnimplementedError(absl::StrCat(dense.path(), ": tensor '", p, "attn_q_norm.weight' is a q/k norm, ",
-                                                   "which Strata does not implement for ", c.arch));
+    if (c.mla.kv_lora_rank > 0) {
+      RETURN_IF_ERROR(LoadLatentAttention(dense, p, c, &L, &per_token));
+    } else {
+      RETURN_IF_ERROR(LoadGqaAttention(dense, p, c, &L, &per_token));
     }
     ASSIGN_OR_RETURN(L.ffn_norm, LoadVector(dense, absl::StrCat(p, c.ffn_norm_name, ".weight"), c.n_embd));
-    per_token += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes();
     if (l < c.n_dense_lead) {
       ASSIGN_OR_RETURN(L.dense_ffn, LoadFfn(dense, p, "", c.n_embd, c.dense_ff));
       per_token += L.dense_ffn.gate.bytes() + L.dense_ffn.up.bytes() + L.dense_ffn.down.bytes();
@@ -123,6 +176,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const gguf::GgufFile& 
     ASSIGN_OR_RETURN(L.router, LoadMatrix(dense, p + "ffn_gate_inp.weight", c.n_embd, c.n_expert, /*force_f32=*/true));
     if (c.router_score_bias) {
       ASSIGN_OR_RETURN(L.router_bias, LoadVector(dense, p + "exp_probs_b.bias", c.n_expert));
+    } else if (dense.FindTensor(p + "exp_probs_b.bias") != nullptr) {
+      return absl::UnimplementedError(absl::StrCat(dense.path(), ": tensor '", p, "exp_probs_b.bias' is a score-",
+                                                   "correction bias, which Strata uses with sigmoid routers only"));
     }
     per_token += L.router.bytes();
     if (c.shared_expert_ff > 0) {

@@ -27,7 +27,8 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
     return model::CheckBackendBlocks(config, "CPU",
                                      {Block::kQkvBias, Block::kWholeQkNorm, Block::kRouterWithoutRenorm,
                                       Block::kSharedExpert, Block::kSharedExpertGate, Block::kPartialRope,
-                                      Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks});
+                                      Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks,
+                                      Block::kGroupedRouter, Block::kLatentAttention, Block::kYarnRope});
   }
   // engine/gpu implements the base blocks only; add each block here as its CUDA twin lands.
   return model::CheckBackendBlocks(config, "CUDA", {});

@@ -56,7 +56,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, EngineArchTest,
                          ::testing::Values(ArchPreset{"qwen3moe", "tiny"}, ArchPreset{"mixtral", "tiny"},
                                            ArchPreset{"qwen2moe", "tiny"}, ArchPreset{"qwen2moe", "small"},
                                            ArchPreset{"olmoe", "tiny"}, ArchPreset{"olmoe", "small"},
-                                           ArchPreset{"glm4moe", "tiny"}, ArchPreset{"glm4moe", "small"}),
+                                           ArchPreset{"glm4moe", "tiny"}, ArchPreset{"glm4moe", "small"},
+                                           ArchPreset{"deepseek2", "tiny"}, ArchPreset{"deepseek2", "small"}),
                          [](const ::testing::TestParamInfo<ArchPreset>& info) {
                            return info.param.arch + "_" + info.param.preset;
                          });
