@@ -170,7 +170,7 @@ namespace {
 void SetDeepseek2Preset(std::string_view preset, SynthGeometry* g) {
   g->rope_freq_base = 10000.0f;
   if (preset == "tiny") {
-    g->n_layer = 3, g->n_dense_lead = 1, g->dense_ff = 256, g->n_expert = 8, g->n_expert_used = 2;
+    g->n_layer = 3, g->n_dense_lead = 1, g->dense_ff = 256, g->n_expert = 8, g->n_expert_used = 3;
     g->n_expert_group = 4, g->n_group_used = 2, g->n_embd = 128, g->expert_ff = 128, g->shared_ff = 256;
     g->n_head = 4, g->head_dim = 48, g->rope_dim = 16, g->v_dim = 32, g->kv_lora_rank = 64, g->q_lora_rank = 0;
     g->expert_gating = 1, g->expert_weights_norm = false, g->expert_weights_scale = 1.0f;

@@ -148,17 +148,17 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
   }
   // Hyper-parameters the forward pass does not implement are refused, never ignored (an architecture that
   // implements YaRN has read the scaling keys itself).
+  if (c.yarn.factor == 0.0f && m.Has(p + "rope.scaling.type")) {
+    ASSIGN_OR_RETURN(const std::string kind, m.GetString(p + "rope.scaling.type"));
+    if (kind != "none" && kind != "linear") {  // linear with factor 1 (checked below) is no scaling
+      return absl::UnimplementedError(absl::StrCat(p, "rope.scaling.type is '", kind,
+                                                   "'; Strata does not implement RoPE scaling (expected none)"));
+    }
+  }
   ASSIGN_OR_RETURN(const double rope_scale, m.GetFloatOr(p + "rope.scaling.factor", 1.0));
   if (c.yarn.factor == 0.0f && rope_scale != 1.0 && rope_scale != 0.0) {
     return absl::UnimplementedError(absl::StrCat(p, "rope.scaling.factor is ", rope_scale,
                                                  "; Strata does not implement RoPE scaling (expected 1)"));
-  }
-  if (c.yarn.factor == 0.0f && m.Has(p + "rope.scaling.type")) {
-    ASSIGN_OR_RETURN(const std::string kind, m.GetString(p + "rope.scaling.type"));
-    if (kind != "none" && kind != "linear") {  // linear with factor 1 (checked above) is no scaling
-      return absl::UnimplementedError(absl::StrCat(p, "rope.scaling.type is '", kind,
-                                                   "'; Strata does not implement RoPE scaling (expected none)"));
-    }
   }
   // Router keys some converters write: each must say what the architecture's file configured.
   ASSIGN_OR_RETURN(const uint64_t gating, m.GetUintOr(p + "expert_gating_func", 0));

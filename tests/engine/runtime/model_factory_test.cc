@@ -141,7 +141,7 @@ TEST(ModelFactoryTest, CudaRunsWhereADeviceIsVisibleAndIsRefusedElsewhere) {
 // The CUDA backend has the base blocks only: the factory's check names what a new architecture needs. It is
 // the check LoadModel runs before building the CUDA backend, so it is tested here without a GPU.
 TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNamingTheBlock) {
-  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "qwen3moe"}) {
+  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "deepseek2", "qwen3moe"}) {
     ScratchDir dir;
     auto pack = pack::Pack::Open(TinyPack(dir, arch));
     ASSERT_TRUE(pack.ok()) << pack.status();
@@ -154,8 +154,9 @@ TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNa
     } else {
       EXPECT_THAT(cuda, StatusIsWith(absl::StatusCode::kUnimplemented,
                                      absl::StrCat("architecture '", arch, "' needs the ",
-                                                  arch == "olmoe" ? "q/k RMSNorm over the whole projection"
-                                                                  : "q/k/v projection biases",
+                                                  arch == "olmoe"       ? "q/k RMSNorm over the whole projection"
+                                                  : arch == "deepseek2" ? "shared expert"
+                                                                        : "q/k/v projection biases",
                                                   " block, which the CUDA backend does not implement")));
     }
     // --device auto runs it on the CPU, with or without a GPU here.
