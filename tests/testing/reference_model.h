@@ -30,7 +30,7 @@
 // Every block must be a MoE block; RoPE scaling is refused as unimplemented.
 //
 // A ReferenceModel owns its weights. Logits() is const and may be called from several threads at once;
-// mutable_weights() is for tests that edit a loaded model and must not race with Logits().
+// mutable_weights() and mutable_hparams() are for tests that edit a loaded model and must not race with Logits().
 
 #include <cstdint>
 #include <memory>
@@ -143,6 +143,7 @@ class ReferenceModel {
   const Hparams& hparams() const { return hparams_; }
   const Weights& weights() const { return weights_; }
   Weights& mutable_weights() { return weights_; }
+  Hparams& mutable_hparams() { return hparams_; }
 
  private:
   ReferenceModel() = default;
