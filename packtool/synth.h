@@ -32,8 +32,8 @@ struct SynthGeometry {
   int64_t n_expert_used = 2;
   int64_t n_embd = 128;
   int64_t expert_ff = 128;
-  int64_t shared_ff = 256;  // the shared expert's width, for architectures with one (qwen2moe, glm4moe)
-  int64_t n_dense_lead = 0;  // leading blocks with a dense FFN instead of experts (glm4moe)
+  int64_t shared_ff = 256;  // the shared expert's width, for architectures with one (qwen2moe, glm4moe, deepseek2)
+  int64_t n_dense_lead = 0;  // leading blocks with a dense FFN instead of experts (glm4moe, deepseek2)
   int64_t dense_ff = 512;    // their width
   int64_t rope_dim = 0;      // values of a head RoPE rotates; 0: all (glm4moe rotates half)
   int64_t n_head = 4;

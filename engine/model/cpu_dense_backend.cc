@@ -96,7 +96,7 @@ void CpuDenseBackend::AttendAll(int64_t layer) {
   const ModelConfig& c = config_;
   const int64_t q_dim = c.n_head * c.head_dim;
   const int64_t group = c.n_head / c.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float scale = c.attention_scale;
   auto task = [&](int64_t i) {
     const int64_t t = i / c.n_head, head = i % c.n_head;
     const ForwardToken& tok = tokens_[t];

@@ -37,21 +37,33 @@ void CpuDenseBackend::RebuildLatentKeys(int64_t layer) {
   const ModelConfig& c = config_;
   const int64_t rank = c.mla.kv_lora_rank;
   const DenseMatrix& kv_b = weights_.layers[layer].mla.kv_b;
-  // One entry per cache whose tokens use the naive form, rebuilt up to the batch's last position in it.
-  std::vector<std::pair<KvCache*, int64_t>> caches;
-  rebuilt_index_.assign(static_cast<size_t>(n_), -1);
+  // Per cache of the batch: its tokens and the positions up to its last one. The naive form serves a cache with
+  // several tokens here (kAuto) and is rebuilt once for all of them.
+  struct CacheUse {
+    KvCache* cache;
+    int tokens;
+    int64_t positions;
+  };
+  std::vector<CacheUse> uses;
+  std::vector<int> use_of(static_cast<size_t>(n_));
   for (int t = 0; t < n_; ++t) {
-    KvCache* cache = tokens_[t].cache;
-    int in_batch = 0;
-    for (int u = 0; u < n_; ++u) in_batch += tokens_[u].cache == cache ? 1 : 0;
-    const bool naive = latent_form_ == LatentForm::kNaive || (latent_form_ == LatentForm::kAuto && in_batch > 1);
-    if (!naive) continue;
     size_t i = 0;
-    while (i < caches.size() && caches[i].first != cache) ++i;
-    if (i == caches.size()) caches.emplace_back(cache, 0);
-    caches[i].second = std::max(caches[i].second, tokens_[t].pos + 1);
-    rebuilt_index_[t] = static_cast<int>(i);
+    while (i < uses.size() && uses[i].cache != tokens_[t].cache) ++i;
+    if (i == uses.size()) uses.push_back({tokens_[t].cache, 0, 0});
+    ++uses[i].tokens;
+    uses[i].positions = std::max(uses[i].positions, tokens_[t].pos + 1);
+    use_of[t] = static_cast<int>(i);
   }
+  std::vector<std::pair<KvCache*, int64_t>> caches;  // those rebuilt, with their positions
+  std::vector<int> rebuilt_of_use(uses.size(), -1);
+  for (size_t i = 0; i < uses.size(); ++i) {
+    const bool naive = latent_form_ == LatentForm::kNaive || (latent_form_ == LatentForm::kAuto && uses[i].tokens > 1);
+    if (!naive) continue;
+    rebuilt_of_use[i] = static_cast<int>(caches.size());
+    caches.emplace_back(uses[i].cache, uses[i].positions);
+  }
+  rebuilt_index_.resize(static_cast<size_t>(n_));
+  for (int t = 0; t < n_; ++t) rebuilt_index_[t] = rebuilt_of_use[use_of[t]];
   if (rebuilt_.size() < caches.size()) rebuilt_.resize(caches.size());
   std::vector<float> latents;
   for (size_t i = 0; i < caches.size(); ++i) {

@@ -53,8 +53,9 @@ absl::Status ConfigureLatentAttention(const gguf::Metadata& m, ModelConfig* c) {
 // which refuses them naming the key.
 absl::Status ConfigureYarn(const gguf::Metadata& m, ModelConfig* c) {
   if (!m.Has(Key("rope.scaling.type"))) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const std::string kind, m.GetString(Key("rope.scaling.type")));
-  if (kind != "yarn") return absl::OkStatus();
+  absl::StatusOr<std::string> kind = m.GetString(Key("rope.scaling.type"));
+  if (!kind.ok()) return kind.status();
+  if (*kind != "yarn") return absl::OkStatus();
   ASSIGN_OR_RETURN(const double factor, m.GetFloat(Key("rope.scaling.factor")));
   if (!std::isfinite(factor) || factor < 1.0 || factor > 1e4) {
     return absl::InvalidArgumentError(absl::StrCat(Key("rope.scaling.factor"), " is ", factor,

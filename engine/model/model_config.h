@@ -86,7 +86,7 @@ struct ModelConfig {
   GroupScore group_score = GroupScore::kMax;
   LatentAttention mla;              // kv_lora_rank > 0: latent attention instead of GQA
   YarnRope yarn;
-  float attention_scale = 0.0f;     // softmax scale of q.k; 0: 1 / sqrt(head_dim)
+  float attention_scale = 0.0f;     // softmax scale of q.k: 1 / sqrt(head_dim) unless the architecture sets it
 };
 
 // What a sequence's KV cache holds per layer and position: key_dim floats of keys and value_dim of values

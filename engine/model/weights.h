@@ -47,6 +47,7 @@ struct LatentAttentionWeights {
   std::vector<float> kv_a_norm;  // kv_lora (attn_kv_a_norm)
   DenseMatrix kv_b;              // n_head * (nope + v) x kv_lora (attn_kv_b): per head W_UK's rows, then W_UV's
   std::vector<float> uk_t;       // [n_head][kv_lora][nope], f32: W_UK transposed, for the absorbed form
+                                 // (built at load: 32 MiB a layer for DeepSeek-V3)
 };
 
 struct LayerWeights {
