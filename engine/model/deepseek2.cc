@@ -7,7 +7,8 @@
 // renormalised if expert_weights_norm times expert_weights_scale, plus an ungated shared expert of
 // expert_shared_count experts' width.
 //
-// GGUFs that split attn_kv_b into attn_k_b / attn_v_b (they carry attention.key_length_mla) are refused.
+// Both GGUF forms load: attn_kv_b whole, or split into attn_k_b / attn_v_b (newer converters, which also write
+// attention.key_length_mla / value_length_mla).
 
 #include <cmath>
 
@@ -23,24 +24,33 @@ constexpr char kPrefix[] = "deepseek2.";
 std::string Key(const char* name) { return absl::StrCat(kPrefix, name); }
 
 absl::Status ConfigureLatentAttention(const gguf::Metadata& m, ModelConfig* c) {
-  for (const char* split : {"attention.key_length_mla", "attention.value_length_mla"}) {
-    if (m.Has(Key(split))) {
-      return absl::UnimplementedError(absl::StrCat(Key(split), " is set: this GGUF splits attn_kv_b into attn_k_b / ",
-                                                   "attn_v_b, which Strata does not read; use a GGUF with attn_kv_b"));
-    }
-  }
-  ASSIGN_OR_RETURN(c->head_dim, ReadDimension(m, Key("attention.key_length")));
-  ASSIGN_OR_RETURN(c->mla.v_dim, ReadDimension(m, Key("attention.value_length")));
   ASSIGN_OR_RETURN(c->mla.kv_lora_rank, ReadDimension(m, Key("attention.kv_lora_rank")));
+  ASSIGN_OR_RETURN(const int64_t key_length, ReadDimension(m, Key("attention.key_length")));
+  ASSIGN_OR_RETURN(const int64_t value_length, ReadDimension(m, Key("attention.value_length")));
+  ASSIGN_OR_RETURN(c->rope_dim, ReadDimension(m, Key("rope.dimension_count")));
+  if (m.Has(Key("attention.key_length_mla")) || m.Has(Key("attention.value_length_mla"))) {
+    // Newer GGUFs (attn_k_b / attn_v_b): key_length and value_length describe the cached latent, the _mla
+    // keys the heads.
+    ASSIGN_OR_RETURN(c->head_dim, ReadDimension(m, Key("attention.key_length_mla")));
+    ASSIGN_OR_RETURN(c->mla.v_dim, ReadDimension(m, Key("attention.value_length_mla")));
+    if (key_length != c->mla.kv_lora_rank + c->rope_dim || value_length != c->mla.kv_lora_rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Key("attention.key_length"), " is ", key_length, " and value_length ", value_length, "; with ",
+          Key("attention.key_length_mla"), " they are expected to be kv_lora_rank + rope.dimension_count (",
+          c->mla.kv_lora_rank + c->rope_dim, ") and kv_lora_rank (", c->mla.kv_lora_rank, ")"));
+    }
+  } else {
+    c->head_dim = key_length;
+    c->mla.v_dim = value_length;
+  }
   ASSIGN_OR_RETURN(const uint64_t q_lora, m.GetUintOr(Key("attention.q_lora_rank"), 0));  // 0: none (V2-Lite)
   if (q_lora > (uint64_t{1} << 31)) {
     return absl::InvalidArgumentError(absl::StrCat(Key("attention.q_lora_rank"), " is ", q_lora, ", expected 0 .. 2^31"));
   }
   c->mla.q_lora_rank = static_cast<int64_t>(q_lora);
-  ASSIGN_OR_RETURN(c->rope_dim, ReadDimension(m, Key("rope.dimension_count")));
   if (c->rope_dim % 2 != 0 || c->rope_dim >= c->head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(Key("rope.dimension_count"), " is ", c->rope_dim,
-                                                   ", expected an even number below attention.key_length (",
+                                                   ", expected an even number below the key head size (",
                                                    c->head_dim, ")"));
   }
   c->mla.nope_dim = c->head_dim - c->rope_dim;

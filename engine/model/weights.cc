@@ -1,5 +1,6 @@
 #include "engine/model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -110,16 +111,58 @@ absl::Status LoadGqaAttention(const gguf::GgufFile& dense, const std::string& p,
   return absl::OkStatus();
 }
 
+// attn_kv_b as one f32 matrix and W_UK^T per head, from whichever form the file has: attn_kv_b whole, or split
+// into attn_k_b ([nope, kv_lora, n_head]: W_UK^T per head) and attn_v_b ([kv_lora, v, n_head]: W_UV per head).
+absl::Status LoadLatentUpProjections(const gguf::GgufFile& file, const std::string& prefix, const ModelConfig& c,
+                                     LatentAttentionWeights* m) {
+  const LatentAttention& a = c.mla;
+  const int64_t rank = a.kv_lora_rank, per_head = a.nope_dim + a.v_dim;
+  m->uk_t.resize(static_cast<size_t>(c.n_head * rank * a.nope_dim));
+  if (file.FindTensor(prefix + "attn_kv_b.weight") != nullptr) {
+    ASSIGN_OR_RETURN(m->kv_b, LoadMatrix(file, prefix + "attn_kv_b.weight", rank, c.n_head * per_head));
+    const gguf::TensorInfo* kv_b = file.FindTensor(prefix + "attn_kv_b.weight");
+    std::vector<float> wide(static_cast<size_t>(c.n_head * per_head * rank));
+    RETURN_IF_ERROR(gguf::Dequantize(kv_b->type, kv_b->data, wide.data(), static_cast<int64_t>(wide.size())));
+    // uk_t[h][r][d] = kv_b[h * per_head + d][r].
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      for (int64_t d = 0; d < a.nope_dim; ++d) {
+        const float* row = wide.data() + (h * per_head + d) * rank;
+        for (int64_t r = 0; r < rank; ++r) m->uk_t[(h * rank + r) * a.nope_dim + d] = row[r];
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (file.FindTensor(prefix + "attn_k_b.weight") == nullptr) {
+    return absl::NotFoundError(absl::StrCat(file.path(), ": tensor '", prefix, "attn_kv_b.weight' is missing (nor ",
+                                            "is it split into attn_k_b / attn_v_b)"));
+  }
+  ASSIGN_OR_RETURN(const gguf::TensorInfo* k_b, Find(file, prefix + "attn_k_b.weight", {a.nope_dim, rank, c.n_head}));
+  ASSIGN_OR_RETURN(const gguf::TensorInfo* v_b, Find(file, prefix + "attn_v_b.weight", {rank, a.v_dim, c.n_head}));
+  RETURN_IF_ERROR(gguf::Dequantize(k_b->type, k_b->data, m->uk_t.data(), static_cast<int64_t>(m->uk_t.size())));
+  std::vector<float> uv(static_cast<size_t>(c.n_head * a.v_dim * rank));
+  RETURN_IF_ERROR(gguf::Dequantize(v_b->type, v_b->data, uv.data(), static_cast<int64_t>(uv.size())));
+  // kv_b rebuilt in f32: per head W_UK's rows (uk_t transposed back), then W_UV's.
+  DenseMatrix& kv_b = m->kv_b;
+  kv_b.name = prefix + "attn_k_b.weight + attn_v_b.weight";
+  kv_b.type = kernels::DenseType::kF32;
+  kv_b.rows = c.n_head * per_head;
+  kv_b.cols = rank;
+  kv_b.owned.resize(static_cast<size_t>(kv_b.rows * rank) * sizeof(float));
+  float* out = reinterpret_cast<float*>(kv_b.owned.data());
+  for (int64_t h = 0; h < c.n_head; ++h) {
+    for (int64_t d = 0; d < a.nope_dim; ++d) {
+      for (int64_t r = 0; r < rank; ++r) out[(h * per_head + d) * rank + r] = m->uk_t[(h * rank + r) * a.nope_dim + d];
+    }
+    std::copy_n(uv.data() + h * a.v_dim * rank, a.v_dim * rank, out + (h * per_head + a.nope_dim) * rank);
+  }
+  kv_b.data = kv_b.owned.data();
+  return absl::OkStatus();
+}
+
 // The latent attention tensors of block `prefix` (and wq without q LoRA); adds the bytes a token reads.
 absl::Status LoadLatentAttention(const gguf::GgufFile& file, const std::string& prefix, const ModelConfig& c,
                                  LayerWeights* L, uint64_t* per_token) {
   const LatentAttention& a = c.mla;
-  for (const char* split : {"attn_k_b.weight", "attn_v_b.weight"}) {
-    if (file.FindTensor(prefix + split) != nullptr) {
-      return absl::UnimplementedError(absl::StrCat(file.path(), ": tensor '", prefix, split, "' splits attn_kv_b, ",
-                                                   "which Strata does not read; use a GGUF with attn_kv_b"));
-    }
-  }
   LatentAttentionWeights& m = L->mla;
   const int64_t q_dim = c.n_head * c.head_dim;
   if (a.q_lora_rank > 0) {
@@ -133,21 +176,9 @@ absl::Status LoadLatentAttention(const gguf::GgufFile& file, const std::string& 
   }
   ASSIGN_OR_RETURN(m.kv_a, LoadMatrix(file, prefix + "attn_kv_a_mqa.weight", c.n_embd, a.kv_lora_rank + c.rope_dim));
   ASSIGN_OR_RETURN(m.kv_a_norm, LoadVector(file, prefix + "attn_kv_a_norm.weight", a.kv_lora_rank));
-  const int64_t per_head = a.nope_dim + a.v_dim;
-  ASSIGN_OR_RETURN(m.kv_b, LoadMatrix(file, prefix + "attn_kv_b.weight", a.kv_lora_rank, c.n_head * per_head));
+  RETURN_IF_ERROR(LoadLatentUpProjections(file, prefix, c, &m));
   ASSIGN_OR_RETURN(L->wo, LoadMatrix(file, prefix + "attn_output.weight", c.n_head * a.v_dim, c.n_embd));
   *per_token += m.kv_a.bytes() + m.kv_b.bytes() + L->wo.bytes();
-  // W_UK^T per head: uk_t[h][r][d] = kv_b[h * per_head + d][r].
-  const gguf::TensorInfo* kv_b = file.FindTensor(prefix + "attn_kv_b.weight");
-  std::vector<float> wide(static_cast<size_t>(c.n_head * per_head * a.kv_lora_rank));
-  RETURN_IF_ERROR(gguf::Dequantize(kv_b->type, kv_b->data, wide.data(), static_cast<int64_t>(wide.size())));
-  m.uk_t.resize(static_cast<size_t>(c.n_head * a.kv_lora_rank * a.nope_dim));
-  for (int64_t h = 0; h < c.n_head; ++h) {
-    for (int64_t d = 0; d < a.nope_dim; ++d) {
-      const float* row = wide.data() + (h * per_head + d) * a.kv_lora_rank;
-      for (int64_t r = 0; r < a.kv_lora_rank; ++r) m.uk_t[(h * a.kv_lora_rank + r) * a.nope_dim + d] = row[r];
-    }
-  }
   return absl::OkStatus();
 }
 

@@ -46,6 +46,7 @@ struct LatentAttentionWeights {
   DenseMatrix kv_a;              // (kv_lora + rope_dim) x n_embd (attn_kv_a_mqa): the latent, then the shared k_pe
   std::vector<float> kv_a_norm;  // kv_lora (attn_kv_a_norm)
   DenseMatrix kv_b;              // n_head * (nope + v) x kv_lora (attn_kv_b): per head W_UK's rows, then W_UV's
+                                 // (rebuilt in f32 from attn_k_b / attn_v_b where the file splits it)
   std::vector<float> uk_t;       // [n_head][kv_lora][nope], f32: W_UK transposed, for the absorbed form
                                  // (built at load: 32 MiB a layer for DeepSeek-V3)
 };

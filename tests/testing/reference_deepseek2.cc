@@ -72,6 +72,10 @@ absl::Status ReadDeepseek2Hparams(const gguf::Metadata& md, const std::string& p
   ASSIGN_OR_RETURN(hp->kv_lora_rank, uint_or("attention.kv_lora_rank", 0));
   ASSIGN_OR_RETURN(hp->q_lora_rank, uint_or("attention.q_lora_rank", 0));
   ASSIGN_OR_RETURN(hp->v_dim, uint_or("attention.value_length", 0));
+  if (md.Has(a + "attention.key_length_mla")) {  // split attn_k_b / attn_v_b: the heads' sizes are here
+    ASSIGN_OR_RETURN(hp->head_dim, uint_or("attention.key_length_mla", 0));
+    ASSIGN_OR_RETURN(hp->v_dim, uint_or("attention.value_length_mla", 0));
+  }
   ASSIGN_OR_RETURN(hp->rope_dim, uint_or("rope.dimension_count", 0));
   if (hp->kv_lora_rank == 0 || hp->v_dim == 0 || hp->rope_dim == 0 || hp->rope_dim % 2 != 0 ||
       hp->rope_dim >= hp->head_dim) {

@@ -148,8 +148,9 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
     if (!scale.ok()) return fail(scale.status());
     hp.routed_scale = *scale == 0.0 ? 1.0 : *scale;
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        path, ": general.architecture is '", hp.arch, "'; the reference model knows qwen3moe, llama, qwen2moe, olmoe, glm4moe and deepseek2"));
+    return absl::UnimplementedError(absl::StrCat(path, ": general.architecture is '", hp.arch,
+                                                 "'; the reference model knows qwen3moe, llama, qwen2moe, olmoe, ",
+                                                 "glm4moe and deepseek2"));
   }
   const std::string a = hp.arch + ".";
   ASSIGN_OR_RETURN(hp.n_layer, uint_key(a + "block_count"));
@@ -267,8 +268,23 @@ absl::Status LoadLatentAttention(const TensorLoader& loader, const std::string& 
   }
   ASSIGN_OR_RETURN(layer->kv_a, loader.LoadMatrix(p + "attn_kv_a_mqa.weight", d, hp.kv_lora_rank + hp.rope_dim));
   ASSIGN_OR_RETURN(layer->kv_a_norm, loader.Load(p + "attn_kv_a_norm.weight", {hp.kv_lora_rank}));
-  ASSIGN_OR_RETURN(layer->kv_b, loader.LoadMatrix(p + "attn_kv_b.weight", hp.kv_lora_rank,
-                                                  hp.n_head * (hp.nope_dim + hp.v_dim)));
+  const int64_t rank = hp.kv_lora_rank, nope = hp.nope_dim, vd = hp.v_dim, per_head = nope + vd;
+  if (loader.Has(p + "attn_kv_b.weight") || !loader.Has(p + "attn_k_b.weight")) {
+    ASSIGN_OR_RETURN(layer->kv_b, loader.LoadMatrix(p + "attn_kv_b.weight", rank, hp.n_head * per_head));
+  } else {
+    // Split as newer converters write it: attn_k_b holds each head's W_UK transposed, attn_v_b its W_UV.
+    ASSIGN_OR_RETURN(const std::vector<float> k_b, loader.Load(p + "attn_k_b.weight", {nope, rank, hp.n_head}));
+    ASSIGN_OR_RETURN(const std::vector<float> v_b, loader.Load(p + "attn_v_b.weight", {rank, vd, hp.n_head}));
+    layer->kv_b = Matrix{hp.n_head * per_head, rank, std::vector<float>(hp.n_head * per_head * rank)};
+    for (int64_t h = 0; h < hp.n_head; ++h) {
+      for (int64_t r = 0; r < rank; ++r) {
+        for (int64_t d = 0; d < nope; ++d) layer->kv_b.w[(h * per_head + d) * rank + r] = k_b[(h * rank + r) * nope + d];
+        for (int64_t j = 0; j < vd; ++j) {
+          layer->kv_b.w[(h * per_head + nope + j) * rank + r] = v_b[(h * vd + j) * rank + r];
+        }
+      }
+    }
+  }
   ASSIGN_OR_RETURN(layer->wo, loader.LoadMatrix(p + "attn_output.weight", hp.n_head * hp.v_dim, d));
   return absl::OkStatus();
 }

@@ -105,6 +105,29 @@ TEST(Deepseek2ConfigTest, ReadsV2LiteWithItsDefaults) {
   EXPECT_EQ(g->group_score, GroupScore::kMax);
 }
 
+// Newer converters split attn_kv_b: key_length / value_length then give the cached latent's sizes and the
+// _mla keys the heads'.
+TEST(Deepseek2ConfigTest, ReadsTheHeadSizesOfSplitGgufsFromTheMlaKeys) {
+  gguf::Metadata m = V3Metadata();
+  m.Add("deepseek2.attention.key_length", gguf::Value::Uint32(64 + 16));
+  m.Add("deepseek2.attention.value_length", gguf::Value::Uint32(64));
+  m.Add("deepseek2.attention.key_length_mla", gguf::Value::Uint32(48));
+  m.Add("deepseek2.attention.value_length_mla", gguf::Value::Uint32(32));
+  auto c = ReadModelConfig(m);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 48);
+  EXPECT_EQ(c->mla.nope_dim, 32);
+  EXPECT_EQ(c->mla.v_dim, 32);
+  EXPECT_NEAR(c->attention_scale, 0.270466f, 1e-5f);  // over sqrt(48), not sqrt(80)
+  m.Add("deepseek2.attention.key_length", gguf::Value::Uint32(48));
+  EXPECT_THAT(ReadModelConfig(m).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "deepseek2.attention.key_length is 48"));
+  gguf::Metadata half = V3Metadata();
+  half.Add("deepseek2.attention.key_length_mla", gguf::Value::Uint32(48));
+  EXPECT_THAT(ReadModelConfig(half).status(),
+              StatusIsWith(absl::StatusCode::kNotFound, "deepseek2.attention.value_length_mla"));
+}
+
 TEST(Deepseek2ConfigTest, RefusesWhatItDoesNotImplementNamingTheKey) {
   struct Case {
     std::string key;
@@ -112,7 +135,6 @@ TEST(Deepseek2ConfigTest, RefusesWhatItDoesNotImplementNamingTheKey) {
     absl::StatusCode code;
   };
   const std::vector<Case> cases = {
-      {"deepseek2.attention.key_length_mla", gguf::Value::Uint32(48), absl::StatusCode::kUnimplemented},
       {"deepseek2.nextn_predict_layers", gguf::Value::Uint32(1), absl::StatusCode::kUnimplemented},
       {"deepseek2.expert_gating_func", gguf::Value::Uint32(3), absl::StatusCode::kUnimplemented},
       {"deepseek2.rope.scaling.yarn_beta_fast", gguf::Value::Float32(16.0f), absl::StatusCode::kUnimplemented},
