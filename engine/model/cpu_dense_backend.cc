@@ -192,7 +192,9 @@ absl::Status CpuDenseBackend::Router(int64_t l, MoeBatch* moe) {
     // The score-correction bias moves the choice only; the weights are the unbiased scores.
     const float* choice = probs;
     if (c.router_score_bias || c.n_expert_group > 1) {
-      for (int64_t e = 0; e < c.n_expert; ++e) selection_[e] = probs[e] + (c.router_score_bias ? L.router_bias[e] : 0.0f);
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        selection_[e] = probs[e] + (c.router_score_bias ? L.router_bias[e] : 0.0f);
+      }
       MaskAllButBestGroups(selection_.data(), c.n_expert, c.n_expert_group, c.n_group_used, c.group_score);
       choice = selection_.data();
     }

@@ -123,7 +123,8 @@ absl::Status CpuDenseBackend::AttendLatent(int64_t l) {
       const float* keys = rebuilt_[rebuilt].data() + head * per_head;
       const int64_t row = c.n_head * per_head;
       for (int64_t p = 0; p < positions; ++p) {
-        scores[p] = (Dot(q_nope, keys + p * row, a.nope_dim) + Dot(q_pe, tok.cache->key(l, p) + rank, c.rope_dim)) * scale;
+        const float* k_pe = tok.cache->key(l, p) + rank;
+        scores[p] = (Dot(q_nope, keys + p * row, a.nope_dim) + Dot(q_pe, k_pe, c.rope_dim)) * scale;
       }
       SoftmaxWeights(scores, positions);
       std::fill(out, out + a.v_dim, 0.0f);

@@ -45,7 +45,8 @@ absl::Status ConfigureLatentAttention(const gguf::Metadata& m, ModelConfig* c) {
   }
   ASSIGN_OR_RETURN(const uint64_t q_lora, m.GetUintOr(Key("attention.q_lora_rank"), 0));  // 0: none (V2-Lite)
   if (q_lora > (uint64_t{1} << 31)) {
-    return absl::InvalidArgumentError(absl::StrCat(Key("attention.q_lora_rank"), " is ", q_lora, ", expected 0 .. 2^31"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Key("attention.q_lora_rank"), " is ", q_lora, ", expected 0 .. 2^31"));
   }
   c->mla.q_lora_rank = static_cast<int64_t>(q_lora);
   if (c->rope_dim % 2 != 0 || c->rope_dim >= c->head_dim) {

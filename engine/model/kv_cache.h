@@ -5,12 +5,12 @@
 //
 // A KvCache holds keys and values (f32) of every layer for `capacity` positions of one sequence, laid out
 // [layer][position][key_dim] for keys and [layer][position][value_dim] for values (KvLayout: GQA keeps
-// n_head_kv heads of each, latent attention one latent per token and no values), in the memory of the backend that computes
-// attention (host memory for the CPU, device memory for CUDA; see KvMemory). It is used by one thread at a
-// time (the scheduler). The pool may be used from any thread: Allocate fails with RESOURCE_EXHAUSTED rather
-// than exceed the budget, and a cache returns its bytes when destroyed. The pool and its memory must outlive
-// its caches. The contents are not zeroed: attention reads positions up to the one being written, all
-// written before.
+// n_head_kv heads of each, latent attention one latent per token and no values), in the memory of the backend
+// that computes attention (host memory for the CPU, device memory for CUDA; see KvMemory). It is used by one
+// thread at a time (the scheduler). The pool may be used from any thread: Allocate fails with
+// RESOURCE_EXHAUSTED rather than exceed the budget, and a cache returns its bytes when destroyed. The pool and
+// its memory must outlive its caches. The contents are not zeroed: attention reads positions up to the one
+// being written, all written before.
 
 #include <atomic>
 #include <cstdint>
