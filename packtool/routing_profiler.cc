@@ -149,8 +149,8 @@ absl::StatusOr<ProfileResult> ProfilePack(const ProfileOptions& options,
                                                      " tokens, more than the model's context of ", n_ctx));
     }
   }
-  const int64_t kv_dim = c.n_head_kv * c.head_dim;
-  model::KvCachePool kv_pool(c.n_layer, kv_dim, model::KvCachePool::BytesFor(c.n_layer, kv_dim, n_ctx),
+  const model::KvLayout kv_layout = model::CacheLayout(c);
+  model::KvCachePool kv_pool(c.n_layer, kv_layout, model::KvCachePool::BytesFor(c.n_layer, kv_layout, n_ctx),
                              model.backend().kv_memory());
 
   ProfileResult result;

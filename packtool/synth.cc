@@ -99,6 +99,29 @@ absl::Status BuildModel(const SynthOptions& options, const SynthGeometry& g, con
   return absl::OkStatus();
 }
 
+// Refuses, before writing anything, a pack the output's file system cannot hold (a real-size geometry is
+// hundreds of GB): dense.gguf's tensors plus `expert_bytes`, against the space available there.
+absl::Status CheckOutputSpace(const SynthOptions& options, const SynthGeometry& g, const SynthArch& arch,
+                              uint64_t expert_bytes) {
+  uint64_t need = expert_bytes;
+  for (const SynthTensor& t : SynthTensors(arch, g)) {
+    if (t.kind == SynthTensorKind::kExpert) continue;
+    int64_t rows = 1;
+    for (size_t i = 1; i < t.ne.size(); ++i) rows *= t.ne[i];
+    need += gguf::RowBytes(TensorType(t, options), t.ne[0]).value_or(0) * static_cast<uint64_t>(rows);
+  }
+  std::filesystem::path dir = std::filesystem::absolute(options.output).parent_path();
+  std::error_code ec;
+  const std::filesystem::space_info space = std::filesystem::space(dir, ec);
+  if (ec) return absl::OkStatus();  // unknown: the writes themselves report a full disk
+  if (need > space.available) {
+    return absl::ResourceExhaustedError(absl::StrCat("synth --pack-only: the pack needs ", need >> 20, " MiB but ",
+                                                     dir.string(), " has ", space.available >> 20,
+                                                     " MiB available; write it where there is room"));
+  }
+  return absl::OkStatus();
+}
+
 // Where the random codes of one role come from: the tensor's value stream and the spread of its weights.
 struct RandomRoleSource {
   uint64_t stream = 0;
@@ -139,6 +162,39 @@ std::vector<std::string> SynthArchitectures() {
 
 std::vector<std::string> SynthPresets() { return {"tiny", "small", "seed"}; }
 
+namespace {
+
+// DeepSeek's shapes: tiny is V2-Lite's kind (q without LoRA, softmax router, 2 shared experts), small V3's (q
+// LoRA, sigmoid router with exp_probs_b, 1 shared expert), both with a dense block, expert groups and YaRN;
+// seed is DeepSeek-V3 (config.json of deepseek-ai/DeepSeek-V3).
+void SetDeepseek2Preset(std::string_view preset, SynthGeometry* g) {
+  g->rope_freq_base = 10000.0f;
+  if (preset == "tiny") {
+    g->n_layer = 3, g->n_dense_lead = 1, g->dense_ff = 256, g->n_expert = 8, g->n_expert_used = 3;
+    g->n_expert_group = 4, g->n_group_used = 2, g->n_embd = 128, g->expert_ff = 128, g->shared_ff = 256;
+    g->n_head = 4, g->head_dim = 48, g->rope_dim = 16, g->v_dim = 32, g->kv_lora_rank = 64, g->q_lora_rank = 0;
+    g->expert_gating = 1, g->expert_weights_norm = false, g->expert_weights_scale = 1.0f;
+    g->yarn_factor = 4.0f, g->yarn_original_context = 512, g->yarn_log_multiplier = 0.0707f;
+  } else if (preset == "small") {
+    g->n_layer = 4, g->n_dense_lead = 1, g->dense_ff = 1024, g->n_expert = 32, g->n_expert_used = 4;
+    g->n_expert_group = 8, g->n_group_used = 4, g->n_embd = 512, g->expert_ff = 256, g->shared_ff = 256;
+    g->n_head = 8, g->head_dim = 96, g->rope_dim = 32, g->v_dim = 64, g->kv_lora_rank = 128, g->q_lora_rank = 192;
+    g->expert_gating = 2, g->expert_weights_norm = true, g->expert_weights_scale = 2.5f;
+    g->yarn_factor = 40.0f, g->yarn_original_context = 4096, g->yarn_log_multiplier = 0.1f;
+    g->n_ctx = 16384;
+  } else {
+    g->n_layer = 61, g->n_dense_lead = 3, g->dense_ff = 18432, g->n_expert = 256, g->n_expert_used = 8;
+    g->n_expert_group = 8, g->n_group_used = 4, g->n_embd = 7168, g->expert_ff = 2048, g->shared_ff = 2048;
+    g->n_head = 128, g->head_dim = 192, g->rope_dim = 64, g->v_dim = 128, g->kv_lora_rank = 512;
+    g->q_lora_rank = 1536, g->expert_gating = 2, g->expert_weights_norm = true, g->expert_weights_scale = 2.5f;
+    g->yarn_factor = 40.0f, g->yarn_original_context = 4096, g->yarn_log_multiplier = 0.1f;
+    g->n_ctx = 163840;
+  }
+  g->n_head_kv = g->n_head;  // as DeepSeek's GGUFs say; latent attention has no kv heads
+}
+
+}  // namespace
+
 absl::StatusOr<SynthGeometry> PresetGeometry(std::string_view arch, std::string_view preset) {
   RETURN_IF_ERROR(FindSynthArch(arch).status());
   SynthGeometry g;
@@ -176,6 +232,7 @@ absl::StatusOr<SynthGeometry> PresetGeometry(std::string_view arch, std::string_
       g.n_head = 64, g.n_head_kv = 8, g.head_dim = 64, g.n_ctx = 131072, g.sliding_window = 128;
     }
   }
+  if (arch == "deepseek2") SetDeepseek2Preset(preset, &g);
   if (arch == "olmoe") {
     // llama.cpp loads OLMoE's k norm with n_embd weights: as many kv heads as heads.
     g.n_head_kv = g.n_head;
@@ -214,12 +271,24 @@ absl::Status CheckSynthGeometry(const SynthGeometry& g) {
   if (g.n_vocab < 0) return absl::InvalidArgumentError(absl::StrCat("--vocab-size: ", g.n_vocab, " is negative"));
   // Set by the presets only (no flags): checked for what the writers assume.
   if (g.n_dense_lead < 0 || g.n_dense_lead >= g.n_layer || g.dense_ff <= 0 || g.rope_dim < 0 || g.rope_dim > g.head_dim ||
-      g.rope_dim % 2 != 0 || (g.arch == "glm4moe" && g.shared_ff % g.expert_ff != 0) || g.sliding_window <= 0) {
+      g.rope_dim % 2 != 0 || ((g.arch == "glm4moe" || g.arch == "deepseek2") && g.shared_ff % g.expert_ff != 0) ||
+      g.sliding_window <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("synth geometry: dense blocks ", g.n_dense_lead, " of --layers ",
                                                    g.n_layer, ", dense width ", g.dense_ff, ", rope dimensions ",
                                                    g.rope_dim, " of --head-dim ", g.head_dim, ", --shared-ff ",
                                                    g.shared_ff, " of --expert-ff ", g.expert_ff, ", sliding window ",
                                                    g.sliding_window, " do not fit"));
+  }
+  if (g.arch == "deepseek2") {
+    const int64_t groups = g.n_expert_group;
+    if (g.kv_lora_rank <= 0 || g.v_dim <= 0 || g.q_lora_rank < 0 || g.rope_dim <= 0 || g.rope_dim >= g.head_dim ||
+        groups <= 0 || g.n_expert % groups != 0 || g.n_group_used <= 0 || g.n_group_used > groups ||
+        g.n_group_used * (g.n_expert / groups) < g.n_expert_used || (g.expert_gating != 1 && g.expert_gating != 2)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "synth geometry: deepseek2 with --experts ", g.n_expert, " in ", groups, " groups (", g.n_group_used,
+          " used) for --experts-used ", g.n_expert_used, ", --head-dim ", g.head_dim, " (rope ", g.rope_dim,
+          "), value ", g.v_dim, ", kv LoRA ", g.kv_lora_rank, ", gating ", g.expert_gating, " does not fit"));
+    }
   }
   return absl::OkStatus();
 }
@@ -279,8 +348,10 @@ absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, c
   geo->set_n_moe_layers(static_cast<uint32_t>(n_moe));
   for (int64_t l = g.n_dense_lead; l < g.n_layer; ++l) geo->add_moe_layers(static_cast<uint32_t>(l));
   geo->set_n_expert(static_cast<uint32_t>(g.n_expert));
-  // As convert reads it from expert_shared_count, which only glm4moe's metadata has.
-  if (arch->sigmoid_router) geo->set_n_shared_experts(static_cast<uint32_t>(g.shared_ff / g.expert_ff));
+  // As convert reads it from expert_shared_count, which only glm4moe's and deepseek2's metadata have.
+  if (arch->sigmoid_router || arch->latent_attention) {
+    geo->set_n_shared_experts(static_cast<uint32_t>(g.shared_ff / g.expert_ff));
+  }
   geo->set_n_expert_used(static_cast<uint32_t>(g.n_expert_used));
   geo->set_n_embd(static_cast<uint32_t>(g.n_embd));
   geo->set_expert_ff(static_cast<uint32_t>(g.expert_ff));
@@ -290,6 +361,7 @@ absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, c
     RETURN_IF_ERROR(BuildModel(options, g, vocab, /*include_experts=*/false, &writer));
     return writer.WriteFile(path);
   };
+  RETURN_IF_ERROR(CheckOutputSpace(options, g, *arch, static_cast<uint64_t>(n_moe) * g.n_expert * layout.blob_bytes));
   const uint64_t seed = options.seed;
   const uint64_t role_elems = static_cast<uint64_t>(g.n_embd) * g.expert_ff;
   std::vector<SynthTensor> tensors = SynthTensors(*arch, g);

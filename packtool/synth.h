@@ -32,8 +32,8 @@ struct SynthGeometry {
   int64_t n_expert_used = 2;
   int64_t n_embd = 128;
   int64_t expert_ff = 128;
-  int64_t shared_ff = 256;  // the shared expert's width, for architectures with one (qwen2moe, glm4moe)
-  int64_t n_dense_lead = 0;  // leading blocks with a dense FFN instead of experts (glm4moe)
+  int64_t shared_ff = 256;  // the shared expert's width, for architectures with one (qwen2moe, glm4moe, deepseek2)
+  int64_t n_dense_lead = 0;  // leading blocks with a dense FFN instead of experts (glm4moe, deepseek2)
   int64_t dense_ff = 512;    // their width
   int64_t rope_dim = 0;      // values of a head RoPE rotates; 0: all (glm4moe rotates half)
   int64_t sliding_window = 128;  // positions the windowed (even) blocks of gpt-oss attend to
@@ -44,13 +44,27 @@ struct SynthGeometry {
   int64_t n_ctx = 4096;
   float rope_freq_base = 1000000.0f;
   float rms_norm_eps = 1e-6f;
+  // deepseek2 only (latent attention): head_dim is the q/k head (nope + rope_dim values), v_dim the value
+  // head; q_lora_rank 0 projects q directly.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t v_dim = 0;
+  int64_t n_expert_group = 1;  // the router picks from the n_group_used best groups
+  int64_t n_group_used = 1;
+  int expert_gating = 2;       // 1: softmax (DeepSeek-V2), 2: sigmoid with exp_probs_b (V3)
+  bool expert_weights_norm = true;
+  float expert_weights_scale = 2.5f;
+  float yarn_factor = 0.0f;    // rope.scaling.type yarn with this factor; 0: none
+  int64_t yarn_original_context = 0;
+  float yarn_log_multiplier = 0.1f;
 };
 
 // Architectures synth can write.
 std::vector<std::string> SynthArchitectures();
 // Presets: "tiny" (well under a second per token on one core), "small" (~1 GB of f16 GGUF) and "seed"
 // (48 layers, 512 experts, top-10, n_embd 2560, expert FF 640; for gpt-oss, gpt-oss-120b's geometry: 36 layers,
-// 128 experts, top-4, n_embd and expert FF 2880, 64 q heads and 8 kv heads of 64, sliding window 128).
+// 128 experts, top-4, n_embd and expert FF 2880, 64 q heads and 8 kv heads of 64, sliding window 128; for
+// deepseek2, DeepSeek-V3's).
 std::vector<std::string> SynthPresets();
 absl::StatusOr<SynthGeometry> PresetGeometry(std::string_view arch, std::string_view preset);
 // Checks that the geometry is one the engine and every scheme can hold; errors name the field.

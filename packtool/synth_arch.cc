@@ -19,6 +19,9 @@ const std::vector<SynthArch>& SynthArchTable() {
        /*shared_expert=*/true, /*shared_gate=*/false, /*sigmoid_router=*/true},
       {"gpt-oss", "gpt-oss", /*qk_norm=*/false, /*qk_norm_whole=*/false, /*qkv_bias=*/true,
        /*shared_expert=*/false, /*shared_gate=*/false, /*sigmoid_router=*/false, /*gpt_oss=*/true},
+      {"deepseek2", "deepseek2", /*qk_norm=*/false, /*qk_norm_whole=*/false, /*qkv_bias=*/false,
+       /*shared_expert=*/true, /*shared_gate=*/false, /*sigmoid_router=*/false, /*gpt_oss=*/false,
+       /*latent_attention=*/true},
   };
   return table;
 }
@@ -33,34 +36,71 @@ absl::StatusOr<const SynthArch*> FindSynthArch(std::string_view name) {
       absl::StrCat("--arch: unknown architecture '", std::string(name), "' (expected one of: ", absl::StrJoin(names, ", "), ")"));
 }
 
+namespace {
+
+// The GQA attention tensors of block l.
+void AddGqaAttention(const SynthArch& arch, const SynthGeometry& g, int64_t l, std::vector<SynthTensor>* out) {
+  std::vector<SynthTensor>& t = *out;
+  const std::string p = absl::StrCat("blk.", l, ".");
+  const float inv_sqrt_embd = 1.0f / std::sqrt(static_cast<float>(g.n_embd));
+  const int64_t q_dim = g.n_head * g.head_dim;
+  const int64_t kv_dim = g.n_head_kv * g.head_dim;
+  t.push_back({p + "attn_q.weight", {g.n_embd, q_dim}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+  t.push_back({p + "attn_k.weight", {g.n_embd, kv_dim}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+  t.push_back({p + "attn_v.weight", {g.n_embd, kv_dim}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+  t.push_back({p + "attn_output.weight", {q_dim, g.n_embd}, SynthTensorKind::kWeight,
+               1.0f / std::sqrt(static_cast<float>(q_dim)), 0.0f, l});
+  if (arch.qkv_bias) {
+    t.push_back({p + "attn_q.bias", {q_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+    t.push_back({p + "attn_k.bias", {kv_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+    t.push_back({p + "attn_v.bias", {kv_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+  }
+  if (arch.gpt_oss) {
+    t.push_back({p + "attn_output.bias", {g.n_embd}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+    // Sink logits of the order of the attention scores, so that they take a varying share.
+    t.push_back({p + "attn_sinks.weight", {g.n_head}, SynthTensorKind::kBias, 1.0f, 0.0f, l});
+  }
+  if (arch.qk_norm || arch.qk_norm_whole) {
+    t.push_back({p + "attn_q_norm.weight", {arch.qk_norm ? g.head_dim : q_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    t.push_back({p + "attn_k_norm.weight", {arch.qk_norm ? g.head_dim : kv_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+  }
+}
+
+// DeepSeek's attention tensors (llama.cpp's names and shapes for deepseek2 with attn_kv_b).
+void AddLatentAttention(const SynthGeometry& g, int64_t l, std::vector<SynthTensor>* t) {
+  const std::string p = absl::StrCat("blk.", l, ".");
+  auto inv_sqrt = [](int64_t n) { return 1.0f / std::sqrt(static_cast<float>(n)); };
+  const int64_t q_dim = g.n_head * g.head_dim, nope = g.head_dim - g.rope_dim;
+  if (g.q_lora_rank > 0) {
+    t->push_back({p + "attn_q_a.weight", {g.n_embd, g.q_lora_rank}, SynthTensorKind::kWeight, inv_sqrt(g.n_embd), 0.0f, l});
+    t->push_back({p + "attn_q_a_norm.weight", {g.q_lora_rank}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    t->push_back({p + "attn_q_b.weight", {g.q_lora_rank, q_dim}, SynthTensorKind::kWeight, inv_sqrt(g.q_lora_rank), 0.0f, l});
+  } else {
+    t->push_back({p + "attn_q.weight", {g.n_embd, q_dim}, SynthTensorKind::kWeight, inv_sqrt(g.n_embd), 0.0f, l});
+  }
+  t->push_back({p + "attn_kv_a_mqa.weight", {g.n_embd, g.kv_lora_rank + g.rope_dim}, SynthTensorKind::kWeight,
+                inv_sqrt(g.n_embd), 0.0f, l});
+  t->push_back({p + "attn_kv_a_norm.weight", {g.kv_lora_rank}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+  t->push_back({p + "attn_kv_b.weight", {g.kv_lora_rank, g.n_head * (nope + g.v_dim)}, SynthTensorKind::kWeight,
+                inv_sqrt(g.kv_lora_rank), 0.0f, l});
+  t->push_back({p + "attn_output.weight", {g.n_head * g.v_dim, g.n_embd}, SynthTensorKind::kWeight,
+                inv_sqrt(g.n_head * g.v_dim), 0.0f, l});
+}
+
+}  // namespace
+
 std::vector<SynthTensor> SynthTensors(const SynthArch& arch, const SynthGeometry& g) {
   const float inv_sqrt_embd = 1.0f / std::sqrt(static_cast<float>(g.n_embd));
   const float inv_sqrt_ff = 1.0f / std::sqrt(static_cast<float>(g.expert_ff));
-  const int64_t q_dim = g.n_head * g.head_dim;
-  const int64_t kv_dim = g.n_head_kv * g.head_dim;
   std::vector<SynthTensor> t;
   t.push_back({"token_embd.weight", {g.n_embd, g.n_vocab}, SynthTensorKind::kEmbedding, 1.0f, 0.0f});
   for (int64_t l = 0; l < g.n_layer; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     t.push_back({p + "attn_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
-    t.push_back({p + "attn_q.weight", {g.n_embd, q_dim}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
-    t.push_back({p + "attn_k.weight", {g.n_embd, kv_dim}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
-    t.push_back({p + "attn_v.weight", {g.n_embd, kv_dim}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
-    t.push_back({p + "attn_output.weight", {q_dim, g.n_embd}, SynthTensorKind::kWeight,
-                 1.0f / std::sqrt(static_cast<float>(q_dim)), 0.0f, l});
-    if (arch.qkv_bias) {
-      t.push_back({p + "attn_q.bias", {q_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
-      t.push_back({p + "attn_k.bias", {kv_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
-      t.push_back({p + "attn_v.bias", {kv_dim}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
-    }
-    if (arch.gpt_oss) {
-      t.push_back({p + "attn_output.bias", {g.n_embd}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
-      // Sink logits of the order of the attention scores, so that they take a varying share.
-      t.push_back({p + "attn_sinks.weight", {g.n_head}, SynthTensorKind::kBias, 1.0f, 0.0f, l});
-    }
-    if (arch.qk_norm || arch.qk_norm_whole) {
-      t.push_back({p + "attn_q_norm.weight", {arch.qk_norm ? g.head_dim : q_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
-      t.push_back({p + "attn_k_norm.weight", {arch.qk_norm ? g.head_dim : kv_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    if (arch.latent_attention) {
+      AddLatentAttention(g, l, &t);
+    } else {
+      AddGqaAttention(arch, g, l, &t);
     }
     t.push_back({p + (arch.sigmoid_router || arch.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {g.n_embd},
                  SynthTensorKind::kNorm, 0.05f, 1.0f, l});
@@ -81,7 +121,7 @@ std::vector<SynthTensor> SynthTensors(const SynthArch& arch, const SynthGeometry
       t.push_back({p + "ffn_up_exps.bias", {g.expert_ff, g.n_expert}, SynthTensorKind::kBias, 3.0f, 0.0f, l});
       t.push_back({p + "ffn_down_exps.bias", {g.n_embd, g.n_expert}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
     }
-    if (arch.sigmoid_router) {
+    if (arch.sigmoid_router || (arch.latent_attention && g.expert_gating == 2)) {
       // A bias of the order of the sigmoid scores' spread, so that it changes some choices.
       t.push_back({p + "exp_probs_b.bias", {g.n_expert}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
     }
@@ -117,9 +157,10 @@ void SetSynthMetadata(const SynthArch& arch, const SynthGeometry& g, gguf::GgufW
   w->SetUint32(a + ".embedding_length", static_cast<uint32_t>(g.n_embd));
   // llama.cpp's Mixtral and OLMoE take the expert width from feed_forward_length; qwen3moe and qwen2moe have
   // their own key, and qwen2moe's feed_forward_length is the shared expert's width (as its converter writes).
-  const int64_t ff = arch.sigmoid_router ? g.dense_ff : arch.shared_expert ? g.shared_ff : g.expert_ff;
+  const bool dense_blocks = arch.sigmoid_router || arch.latent_attention;
+  const int64_t ff = dense_blocks ? g.dense_ff : arch.shared_expert ? g.shared_ff : g.expert_ff;
   w->SetUint32(a + ".feed_forward_length", static_cast<uint32_t>(ff));
-  if (arch.name == "qwen3moe" || arch.name == "qwen2moe" || arch.name == "glm4moe" || arch.gpt_oss) {
+  if (arch.name == "qwen3moe" || arch.name == "qwen2moe" || dense_blocks || arch.gpt_oss) {
     w->SetUint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(g.expert_ff));
   }
   if (arch.shared_expert && !arch.sigmoid_router) {
@@ -140,10 +181,28 @@ void SetSynthMetadata(const SynthArch& arch, const SynthGeometry& g, gguf::GgufW
     w->SetFloat32(a + ".rope.scaling.factor", 32.0f);
     w->SetUint32(a + ".rope.scaling.original_context_length", 4096);
   }
+  if (arch.latent_attention) {
+    // DeepSeek-V3's converter output (convert_hf_to_gguf.py DeepseekV2Model, attn_kv_b kept whole).
+    w->SetUint32(a + ".expert_shared_count", static_cast<uint32_t>(g.shared_ff / g.expert_ff));
+    w->SetUint32(a + ".leading_dense_block_count", static_cast<uint32_t>(g.n_dense_lead));
+    w->SetUint32(a + ".expert_gating_func", static_cast<uint32_t>(g.expert_gating));
+    w->SetBool(a + ".expert_weights_norm", g.expert_weights_norm);
+    w->SetFloat32(a + ".expert_weights_scale", g.expert_weights_scale);
+    w->SetUint32(a + ".expert_group_count", static_cast<uint32_t>(g.n_expert_group));
+    w->SetUint32(a + ".expert_group_used_count", static_cast<uint32_t>(g.n_group_used));
+    if (g.q_lora_rank > 0) w->SetUint32(a + ".attention.q_lora_rank", static_cast<uint32_t>(g.q_lora_rank));
+    w->SetUint32(a + ".attention.kv_lora_rank", static_cast<uint32_t>(g.kv_lora_rank));
+    if (g.yarn_factor > 0.0f) {
+      w->SetString(a + ".rope.scaling.type", "yarn");
+      w->SetFloat32(a + ".rope.scaling.factor", g.yarn_factor);
+      w->SetUint32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(g.yarn_original_context));
+      w->SetFloat32(a + ".rope.scaling.yarn_log_multiplier", g.yarn_log_multiplier);
+    }
+  }
   w->SetUint32(a + ".attention.head_count", static_cast<uint32_t>(g.n_head));
   w->SetUint32(a + ".attention.head_count_kv", static_cast<uint32_t>(g.n_head_kv));
   w->SetUint32(a + ".attention.key_length", static_cast<uint32_t>(g.head_dim));
-  w->SetUint32(a + ".attention.value_length", static_cast<uint32_t>(g.head_dim));
+  w->SetUint32(a + ".attention.value_length", static_cast<uint32_t>(arch.latent_attention ? g.v_dim : g.head_dim));
   w->SetUint32(a + ".rope.dimension_count", static_cast<uint32_t>(g.rope_dim == 0 ? g.head_dim : g.rope_dim));
   w->SetFloat32(a + ".rope.freq_base", g.rope_freq_base);
   w->SetFloat32(a + ".attention.layer_norm_rms_epsilon", g.rms_norm_eps);

@@ -39,6 +39,8 @@ struct SynthArch {
                                // SynthGeometry::n_dense_lead dense blocks and partial RoPE (glm4moe)
   bool gpt_oss = false;        // q/k/v/output biases, attn_sinks, post_attention_norm, the router's bias,
                                // per-expert biases, sliding window and YaRN keys (gpt-oss)
+  bool latent_attention = false;  // deepseek2: MLA tensors and keys, dense blocks, shared experts, expert
+                                  // groups, the gating SynthGeometry::expert_gating says, YaRN
 };
 
 absl::StatusOr<const SynthArch*> FindSynthArch(std::string_view name);

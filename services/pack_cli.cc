@@ -29,7 +29,7 @@ constexpr char kUsage[] =
     R"(usage: strata-pack <command> [arguments] [flags]
 
 commands:
-  synth --out FILE.gguf [--arch qwen3moe|mixtral|qwen2moe|olmoe|glm4moe|gpt-oss] [--preset tiny|small|seed] [geometry flags]
+  synth --out FILE.gguf [--arch qwen3moe|mixtral|qwen2moe|olmoe|glm4moe|gpt-oss|deepseek2] [--preset tiny|small|seed] [geometry flags]
         [--type T] [--expert-type T] [--seed N] [--vocab FILE.gguf] [--pack-only --scheme S
         [--exact-quantize]] [--threads N]
       Writes a synthetic MoE model with random weights (a pack directory with --pack-only). With

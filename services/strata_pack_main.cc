@@ -17,7 +17,7 @@
 
 ABSL_FLAG(std::string, server, "", "address of a strata-packd to run convert/validate/inspect on");
 ABSL_FLAG(std::string, log_level, "warn", "debug, info, warn, error or off");
-ABSL_FLAG(std::string, arch, "qwen3moe", "synth: architecture (qwen3moe, mixtral, qwen2moe, olmoe, glm4moe or gpt-oss)");
+ABSL_FLAG(std::string, arch, "qwen3moe", "synth: architecture (qwen3moe, mixtral, qwen2moe, olmoe, glm4moe, gpt-oss or deepseek2)");
 ABSL_FLAG(std::string, preset, "tiny", "synth: geometry preset (tiny, small or seed)");
 ABSL_FLAG(std::string, out, "", "synth: the GGUF file (or pack directory with --pack-only) to write");
 ABSL_FLAG(std::optional<int64_t>, layers, std::nullopt, "synth: transformer blocks");

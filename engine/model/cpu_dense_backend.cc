@@ -13,10 +13,12 @@
 
 namespace strata::model {
 
-CpuDenseBackend::CpuDenseBackend(const ModelConfig& config, const ModelWeights& weights, exec::ThreadPool* pool)
+CpuDenseBackend::CpuDenseBackend(const ModelConfig& config, const ModelWeights& weights, exec::ThreadPool* pool,
+                                 LatentForm latent_form)
     : config_(config),
       weights_(weights),
       pool_(pool),
+      latent_form_(latent_form),
       rope_frequencies_(config.rope_yarn ? YarnFrequencies(config.rope_dim, config.rope_freq_base, config.yarn)
                                          : RopeFrequencies(config.rope_dim, config.rope_freq_base)),
       rope_magnitude_(config.rope_yarn ? YarnMagnitude(config.yarn) : 1.0f) {}
@@ -34,14 +36,18 @@ void CpuDenseBackend::EnsureCapacity(int n) {
   const size_t k = static_cast<size_t>(c.n_expert_used);
   ids_.resize(static_cast<size_t>(c.n_layer) * n * k);
   if (n <= capacity_) return;
-  const size_t q_dim = static_cast<size_t>(c.n_head * c.head_dim), kv_dim = static_cast<size_t>(c.n_head_kv * c.head_dim);
+  const size_t q_dim = static_cast<size_t>(c.n_head * c.head_dim);
+  // Latent attention keeps each token's latent and RoPE'd key part in k_ and writes n_head values of v_dim.
+  const size_t kv_dim = static_cast<size_t>(std::max(c.n_head_kv * c.head_dim, c.mla.kv_lora_rank + c.rope_dim));
+  const size_t attn_dim = static_cast<size_t>(c.n_head * std::max(c.head_dim, c.mla.v_dim));
   const size_t e = static_cast<size_t>(c.n_embd);
   x_.resize(n * e);
   h_.resize(n * e);
   q_.resize(n * q_dim);
   k_.resize(n * kv_dim);
   v_.resize(n * kv_dim);
-  attn_.resize(n * q_dim);
+  attn_.resize(n * attn_dim);
+  q_lora_.resize(n * static_cast<size_t>(c.mla.q_lora_rank));
   o_.resize(n * e);
   router_.resize(n * static_cast<size_t>(c.n_expert));
   weights_buf_.resize(n * k);
@@ -93,7 +99,7 @@ void CpuDenseBackend::AttendAll(int64_t layer) {
   const ModelConfig& c = config_;
   const int64_t q_dim = c.n_head * c.head_dim;
   const int64_t group = c.n_head / c.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float scale = c.attention_scale;
   const int64_t window = AttentionWindow(c, layer);
   const std::vector<float>& sinks = weights_.layers[layer].attn_sinks;
   auto task = [&](int64_t i) {
@@ -133,6 +139,7 @@ void CpuDenseBackend::AttendAll(int64_t layer) {
 }
 
 absl::Status CpuDenseBackend::Attention(int64_t l) {
+  if (config_.mla.kv_lora_rank > 0) return AttendLatent(l);
   const ModelConfig& c = config_;
   const LayerWeights& L = weights_.layers[l];
   const int64_t E = c.n_embd, q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
@@ -206,8 +213,11 @@ absl::Status CpuDenseBackend::Router(int64_t l, MoeBatch* moe) {
     }
     // The score-correction bias moves the choice only; the weights are the unbiased scores.
     const float* choice = probs;
-    if (c.router_score_bias) {
-      for (int64_t e = 0; e < c.n_expert; ++e) selection_[e] = probs[e] + L.router_bias[e];
+    if (c.router_score_bias || c.n_expert_group > 1) {
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        selection_[e] = probs[e] + (c.router_score_bias ? L.router_bias[e] : 0.0f);
+      }
+      MaskAllButBestGroups(selection_.data(), c.n_expert, c.n_expert_group, c.n_group_used, c.group_score);
       choice = selection_.data();
     }
     TopK(choice, c.n_expert, k, ids);

@@ -15,10 +15,17 @@
 
 namespace strata::model {
 
+// How latent attention (ModelConfig::mla) attends; both forms compute the same values. kNaive rebuilds each
+// head's keys and values from the cached latents (once per sequence and batch: cheap per token of a long
+// prompt); kAbsorbed folds W_UK into the query and W_UV after the weighted sum, reading the latents as they
+// are (cheap for one token). kAuto: naive for a sequence with several tokens in the batch, absorbed otherwise.
+enum class LatentForm : uint8_t { kAuto, kNaive, kAbsorbed };
+
 class CpuDenseBackend : public DenseBackend {
  public:
   // `config`, `weights` and `pool` must outlive the backend; `pool` may be null.
-  CpuDenseBackend(const ModelConfig& config, const ModelWeights& weights, exec::ThreadPool* pool);
+  CpuDenseBackend(const ModelConfig& config, const ModelWeights& weights, exec::ThreadPool* pool,
+                  LatentForm latent_form = LatentForm::kAuto);
 
   BackendInfo info() const override;
   KvMemory* kv_memory() override { return HostKvMemory(); }
@@ -37,6 +44,10 @@ class CpuDenseBackend : public DenseBackend {
   // y[t] = m * x[t] for t < n, rows split across the pool.
   void Project(const DenseMatrix& m, const float* x, int n, float* y);
   void AttendAll(int64_t layer);
+  // Attention(layer) for latent attention (cpu_latent_attention.cc).
+  absl::Status AttendLatent(int64_t layer);
+  // The naive form's keys and values of the caches that use it: rebuilt_[i] = [pos][n_head][nope + v].
+  void RebuildLatentKeys(int64_t layer);
   // x += the FFN `f` (ff wide) of h, scaled by its sigmoid gate when it has one.
   void AddFfn(const FfnWeights& f, int64_t ff);
   void EnsureCapacity(int n);
@@ -44,6 +55,7 @@ class CpuDenseBackend : public DenseBackend {
   const ModelConfig& config_;
   const ModelWeights& weights_;
   exec::ThreadPool* pool_;
+  LatentForm latent_form_;
   std::vector<double> rope_frequencies_;
   float rope_magnitude_;  // YaRN's scale of cos and sin; 1 without YaRN
 
@@ -57,6 +69,9 @@ class CpuDenseBackend : public DenseBackend {
   std::vector<int32_t> ids_;                // [layer][token][k]
   std::vector<float> ffn_gate_, ffn_up_;  // n x the widest of the shared expert and the dense FFN
   std::vector<float> selection_;          // n_expert: the router scores plus the score-correction bias
+  std::vector<float> q_lora_;             // n x q_lora_rank (latent attention's q LoRA)
+  std::vector<int> rebuilt_index_;        // per batch token: its rebuilt_ entry, -1 for the absorbed form
+  std::vector<std::vector<float>> rebuilt_;
 };
 
 }  // namespace strata::model

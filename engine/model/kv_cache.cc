@@ -28,25 +28,26 @@ KvMemory* HostKvMemory() {
   return memory;
 }
 
-KvCache::KvCache(KvCachePool* pool, int64_t capacity, int64_t kv_dim, uint64_t bytes, void* data)
+KvCache::KvCache(KvCachePool* pool, int64_t n_layer, int64_t capacity, KvLayout layout, uint64_t bytes, void* data)
     : pool_(pool),
       capacity_(capacity),
-      kv_dim_(kv_dim),
+      layout_(layout),
       bytes_(bytes),
       data_(data),
       keys_(static_cast<float*>(data)),
-      values_(static_cast<float*>(data) + bytes / 2 / sizeof(float)) {}
+      values_(static_cast<float*>(data) + n_layer * capacity * layout.key_dim) {}
 
 KvCache::~KvCache() {
   pool_->memory_->Free(data_);
   pool_->in_use_.fetch_sub(bytes_);
 }
 
-KvCachePool::KvCachePool(int64_t n_layer, int64_t kv_dim, uint64_t budget_bytes, KvMemory* memory)
-    : n_layer_(n_layer), kv_dim_(kv_dim), budget_(budget_bytes), memory_(memory) {}
+KvCachePool::KvCachePool(int64_t n_layer, KvLayout layout, uint64_t budget_bytes, KvMemory* memory)
+    : n_layer_(n_layer), layout_(layout), budget_(budget_bytes), memory_(memory) {}
 
-uint64_t KvCachePool::BytesFor(int64_t n_layer, int64_t kv_dim, int64_t positions) {
-  return static_cast<uint64_t>(2 * n_layer * RoundPositions(positions) * kv_dim) * sizeof(float);
+uint64_t KvCachePool::BytesFor(int64_t n_layer, KvLayout layout, int64_t positions) {
+  return static_cast<uint64_t>(n_layer * RoundPositions(positions) * (layout.key_dim + layout.value_dim)) *
+         sizeof(float);
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCachePool::Allocate(int64_t positions) {
@@ -65,7 +66,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCachePool::Allocate(int64_t positions
     in_use_.fetch_sub(need);
     return data.status();
   }
-  return std::unique_ptr<KvCache>(new KvCache(this, RoundPositions(positions), kv_dim_, need, *data));
+  return std::unique_ptr<KvCache>(new KvCache(this, n_layer_, RoundPositions(positions), layout_, need, *data));
 }
 
 }  // namespace strata::model

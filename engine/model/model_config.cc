@@ -17,6 +17,7 @@ const std::vector<Architecture>& ArchitectureTable() {
       {"olmoe", "OLMoE", &ConfigureOlmoe},
       {"glm4moe", "GLM-4.5 / GLM-4.6", &ConfigureGlm4Moe},
       {"gpt-oss", "gpt-oss", &ConfigureGptOss},
+      {"deepseek2", "DeepSeek-V2 / V3, Kimi-K2", &ConfigureDeepseek2},
   };
   return table;
 }
@@ -59,6 +60,10 @@ std::string_view BlockName(Block block) {
       return "biased router with a softmax over the top k";
     case Block::kBiasedClampedExperts:
       return "experts with biases and the clamped SwiGLU";
+    case Block::kGroupedRouter:
+      return "grouped expert choice";
+    case Block::kLatentAttention:
+      return "multi-head latent attention";
   }
   return "unknown block";
 }
@@ -70,7 +75,7 @@ std::vector<Block> BlocksNeeded(const ModelConfig& c) {
   if (!c.router_renorm) blocks.push_back(Block::kRouterWithoutRenorm);
   if (c.shared_expert_ff > 0) blocks.push_back(Block::kSharedExpert);
   if (c.shared_expert_gate) blocks.push_back(Block::kSharedExpertGate);
-  if (c.rope_dim != c.head_dim) blocks.push_back(Block::kPartialRope);
+  if (c.rope_dim != c.head_dim && c.mla.kv_lora_rank == 0) blocks.push_back(Block::kPartialRope);
   if (c.router_gating == RouterGating::kSigmoid || c.router_score_bias) blocks.push_back(Block::kSigmoidRouter);
   if (c.routed_scale != 1.0f) blocks.push_back(Block::kRoutedScale);
   if (c.n_dense_lead > 0) blocks.push_back(Block::kDenseLeadingBlocks);
@@ -78,7 +83,14 @@ std::vector<Block> BlocksNeeded(const ModelConfig& c) {
   if (c.rope_yarn) blocks.push_back(Block::kYarnRope);
   if (c.router_gating == RouterGating::kSoftmaxTopK || c.router_logit_bias) blocks.push_back(Block::kSoftmaxTopKRouter);
   if (c.expert_biases || c.clamped_swiglu) blocks.push_back(Block::kBiasedClampedExperts);
+  if (c.n_expert_group > 1) blocks.push_back(Block::kGroupedRouter);
+  if (c.mla.kv_lora_rank > 0) blocks.push_back(Block::kLatentAttention);
   return blocks;
+}
+
+KvLayout CacheLayout(const ModelConfig& c) {
+  if (c.mla.kv_lora_rank > 0) return {c.mla.kv_lora_rank + c.rope_dim, 0};
+  return {c.n_head_kv * c.head_dim, c.n_head_kv * c.head_dim};
 }
 
 absl::Status CheckBackendBlocks(const ModelConfig& c, std::string_view backend, const std::vector<Block>& supported) {
@@ -140,12 +152,13 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
     return absl::InvalidArgumentError(absl::StrCat(p, "attention.key_length is ", c.head_dim, ", expected an even number"));
   }
   ASSIGN_OR_RETURN(const uint64_t value_dim, m.GetUintOr(p + "attention.value_length", c.head_dim));
-  if (static_cast<int64_t>(value_dim) != c.head_dim) {
+  if (c.mla.kv_lora_rank == 0 && static_cast<int64_t>(value_dim) != c.head_dim) {
     return absl::UnimplementedError(absl::StrCat(p, "attention.value_length ", value_dim, " differs from key_length ",
                                                  c.head_dim, "; Strata needs them equal"));
   }
-  // Hyper-parameters the forward pass does not implement are refused, never ignored.
-  RETURN_IF_ERROR(ReadRopeScaling(m, &c));
+  // Hyper-parameters the forward pass does not implement are refused, never ignored (an architecture that
+  // reads the scaling keys itself, deepseek2, has done so).
+  if (!c.rope_yarn) RETURN_IF_ERROR(ReadRopeScaling(m, &c));
   // Router keys some converters write: each must say what the architecture's file configured.
   ASSIGN_OR_RETURN(const uint64_t gating, m.GetUintOr(p + "expert_gating_func", 0));
   // 0: unset (the architecture's own), 1: softmax, 2: sigmoid, 3: softmax over the top k
@@ -160,9 +173,9 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
                                                  ")"));
   }
   ASSIGN_OR_RETURN(const uint64_t groups, m.GetUintOr(p + "expert_group_count", 1));
-  if (groups > 1) {
-    return absl::UnimplementedError(absl::StrCat(p, "expert_group_count is ", groups,
-                                                 "; Strata does not implement grouped expert choice (expected 1)"));
+  if (groups > 1 && static_cast<int64_t>(groups) != c.n_expert_group) {
+    return absl::UnimplementedError(absl::StrCat(p, "expert_group_count is ", groups, "; Strata implements grouped ",
+                                                 "expert choice for deepseek2 only (expected 1 for ", c.arch, ")"));
   }
   ASSIGN_OR_RETURN(const bool renorm, m.GetBoolOr(p + "expert_weights_norm", c.router_renorm));
   if (renorm != c.router_renorm) {
@@ -188,6 +201,7 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
                                                    c.n_expert));
   }
   if (c.n_vocab == 0) return absl::InvalidArgumentError("tokenizer.ggml.tokens is empty");
+  if (c.attention_scale == 0.0f) c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   return c;
 }
 

@@ -3,7 +3,8 @@
 
 // Hyper-parameters of a MoE model, read from GGUF metadata only, and the table of architectures the
 // engine runs. Each architecture lives in its own file (qwen3moe.cc, mixtral.cc, qwen2moe.cc, olmoe.cc,
-// glm4moe.cc, gpt_oss.cc) and is listed once in ArchitectureTable(); it only switches on the shared blocks below.
+// glm4moe.cc, gpt_oss.cc, deepseek2.cc) and is listed once in ArchitectureTable(); it only switches on the
+// shared blocks below.
 
 #include <cstdint>
 #include <optional>
@@ -37,6 +38,25 @@ struct RopeYarn {
   float beta_fast = 32.0f;         // rope.scaling.yarn_beta_fast
   float beta_slow = 1.0f;          // rope.scaling.yarn_beta_slow
   float attn_factor = 1.0f;        // rope.scaling.yarn_attn_factor
+  float log_multiplier = 0.0f;     // rope.scaling.yarn_log_multiplier (DeepSeek's mscale; deepseek2 only)
+  // Whether cos and sin carry YaRN's magnitude (YarnMagnitude); deepseek2 leaves it out of the rotation and
+  // scales the attention instead (ModelConfig::attention_scale), as llama.cpp's deepseek2 graph does.
+  bool rotation_magnitude = true;
+};
+
+// How the expert groups are ranked when the router picks experts from the best groups only.
+enum class GroupScore : uint8_t {
+  kMax,        // the best score in the group (DeepSeek-V2's group_limited_greedy)
+  kTopTwoSum,  // the sum of the group's two best scores (DeepSeek-V3's noaux_tc)
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3): keys and values are rebuilt per head from one compressed
+// latent per token, which is all the KV cache holds (with the token's RoPE'd shared key part).
+struct LatentAttention {
+  int64_t q_lora_rank = 0;   // 0: q is projected directly (attn_q), else through attn_q_a / attn_q_b
+  int64_t kv_lora_rank = 0;  // the latent's size; 0: not latent attention
+  int64_t nope_dim = 0;      // per head, the part of q and k without RoPE (key_length - rope.dimension_count)
+  int64_t v_dim = 0;         // per head, the value size (value_length)
 };
 
 struct ModelConfig {
@@ -86,6 +106,20 @@ struct ModelConfig {
 inline int64_t AttentionWindow(const ModelConfig& config, int64_t layer) {
   return config.sliding_window > 0 && layer % 2 == 0 ? config.sliding_window : 0;
 }
+  int64_t n_expert_group = 1;       // the router picks experts from the n_group_used best of these groups
+  int64_t n_group_used = 1;
+  GroupScore group_score = GroupScore::kMax;
+  LatentAttention mla;              // kv_lora_rank > 0: latent attention instead of GQA
+  float attention_scale = 0.0f;     // softmax scale of q.k: 1 / sqrt(head_dim) unless the architecture sets it
+};
+
+// What a sequence's KV cache holds per layer and position: key_dim floats of keys and value_dim of values
+// (GQA: n_head_kv * head_dim each; latent attention: the latent and the RoPE'd key part, no values).
+struct KvLayout {
+  int64_t key_dim = 0;
+  int64_t value_dim = 0;
+};
+KvLayout CacheLayout(const ModelConfig& config);
 
 // The blocks of the forward pass beyond the base every backend has (GQA attention with optional per-head
 // q/k norm, NORMAL or NEOX RoPE, softmax router with renormalised top-k, SwiGLU experts).
@@ -103,6 +137,8 @@ enum class Block : uint8_t {
   kYarnRope,
   kSoftmaxTopKRouter,    // router logit bias, softmax over the top k (gpt-oss)
   kBiasedClampedExperts, // expert biases and the clamped SwiGLU (gpt-oss)
+  kGroupedRouter,      // top-k within the best expert groups
+  kLatentAttention,
 };
 std::string_view BlockName(Block block);
 
@@ -143,11 +179,14 @@ absl::Status ConfigureMixtral(const gguf::Metadata& metadata, ModelConfig* confi
 absl::Status ConfigureQwen2Moe(const gguf::Metadata& metadata, ModelConfig* config);
 absl::Status ConfigureOlmoe(const gguf::Metadata& metadata, ModelConfig* config);
 absl::Status ConfigureGlm4Moe(const gguf::Metadata& metadata, ModelConfig* config);
+absl::Status ConfigureDeepseek2(const gguf::Metadata& metadata, ModelConfig* config);
 absl::Status ConfigureGptOss(const gguf::Metadata& metadata, ModelConfig* config);
 
 // Reads <arch>.rope.scaling.* into `config` (rope_yarn, yarn): none, linear with factor 1, or yarn; any other
-// kind or factor is refused naming the key (engine/model/rope_scaling.cc).
-absl::Status ReadRopeScaling(const gguf::Metadata& metadata, ModelConfig* config);
+// kind or factor is refused naming the key, and so is yarn_log_multiplier unless the architecture uses it
+// (engine/model/rope_scaling.cc).
+absl::Status ReadRopeScaling(const gguf::Metadata& metadata, ModelConfig* config,
+                             bool log_multiplier_used = false);
 
 }  // namespace strata::model
 

@@ -39,6 +39,7 @@ std::vector<double> YarnFrequencies(int64_t rope_dim, float freq_base, const Rop
 }
 
 float YarnMagnitude(const RopeYarn& yarn) {
+  if (!yarn.rotation_magnitude) return 1.0f;
   return yarn.attn_factor * (1.0f + 0.1f * std::log(yarn.factor));
 }
 
@@ -100,6 +101,33 @@ void TopK(const float* x, int64_t n, int64_t k, int32_t* ids) {
       --j;
     }
     ids[j] = static_cast<int32_t>(i);
+  }
+}
+
+void MaskAllButBestGroups(float* scores, int64_t n, int64_t n_group, int64_t n_group_used, GroupScore how) {
+  if (n_group <= 1 || n_group_used >= n_group) return;
+  const int64_t per_group = n / n_group;
+  thread_local std::vector<float> group_scores;
+  thread_local std::vector<int32_t> best;
+  group_scores.resize(static_cast<size_t>(n_group));
+  best.resize(static_cast<size_t>(n_group_used));
+  for (int64_t g = 0; g < n_group; ++g) {
+    const float* s = scores + g * per_group;
+    float first = -INFINITY, second = -INFINITY;
+    for (int64_t i = 0; i < per_group; ++i) {
+      if (s[i] > first) {
+        second = first;
+        first = s[i];
+      } else if (s[i] > second) {
+        second = s[i];
+      }
+    }
+    group_scores[g] = how == GroupScore::kMax ? first : first + second;
+  }
+  TopK(group_scores.data(), n_group, n_group_used, best.data());
+  for (int64_t g = 0; g < n_group; ++g) {
+    if (std::find(best.begin(), best.end(), static_cast<int32_t>(g)) != best.end()) continue;
+    std::fill(scores + g * per_group, scores + (g + 1) * per_group, -INFINITY);
   }
 }
 

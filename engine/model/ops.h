@@ -54,6 +54,11 @@ void Softmax(float* x, int64_t n);
 // The k largest of x[0..n) (ties: lower index first), in descending order.
 void TopK(const float* x, int64_t n, int64_t k, int32_t* ids);
 
+// Splits scores[0..n) into n_group equal consecutive groups, ranks them by `how` (ties: lower group first)
+// and sets every score outside the n_group_used best groups to -infinity, so that TopK then picks within
+// them. n is a multiple of n_group; kTopTwoSum needs at least 2 scores per group.
+void MaskAllButBestGroups(float* scores, int64_t n, int64_t n_group, int64_t n_group_used, GroupScore how);
+
 }  // namespace strata::model
 
 #endif  // STRATA_ENGINE_MODEL_OPS_H_

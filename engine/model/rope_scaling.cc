@@ -24,7 +24,7 @@ absl::StatusOr<float> ReadFloatIn(const gguf::Metadata& m, const std::string& ke
 
 }  // namespace
 
-absl::Status ReadRopeScaling(const gguf::Metadata& m, ModelConfig* c) {
+absl::Status ReadRopeScaling(const gguf::Metadata& m, ModelConfig* c, bool log_multiplier_used) {
   const std::string p = c->arch + ".rope.scaling.";
   std::string kind = "none";
   if (m.Has(p + "type")) {
@@ -53,13 +53,18 @@ absl::Status ReadRopeScaling(const gguf::Metadata& m, ModelConfig* c) {
   ASSIGN_OR_RETURN(y.beta_slow, ReadFloatIn(m, p + "yarn_beta_slow", 1.0, 1e-3, 1e6));
   ASSIGN_OR_RETURN(y.attn_factor, ReadFloatIn(m, p + "yarn_attn_factor", 1.0, 1e-3, 1e3));
   // llama.cpp's ext_factor defaults to 1 for yarn (a negative value means unset); other mixes are not
-  // implemented. yarn_log_multiplier (DeepSeek's mscale) changes the magnitude: not implemented either.
+  // implemented. yarn_log_multiplier (DeepSeek's mscale) scales the attention: only where the architecture
+  // applies it.
   ASSIGN_OR_RETURN(const double ext, m.GetFloatOr(p + "yarn_ext_factor", -1.0));
   if (ext >= 0.0 && ext != 1.0) {
     return absl::UnimplementedError(absl::StrCat(p, "yarn_ext_factor is ", ext, "; Strata implements 1"));
   }
   ASSIGN_OR_RETURN(const double log_mul, m.GetFloatOr(p + "yarn_log_multiplier", 0.0));
-  if (log_mul != 0.0) {
+  if (!std::isfinite(log_mul) || log_mul < 0.0 || log_mul > 10.0) {
+    return absl::InvalidArgumentError(absl::StrCat(p, "yarn_log_multiplier is ", log_mul, ", expected 0 .. 10"));
+  }
+  y.log_multiplier = static_cast<float>(log_mul);
+  if (!log_multiplier_used && log_mul != 0.0) {
     return absl::UnimplementedError(absl::StrCat(p, "yarn_log_multiplier is ", log_mul,
                                                  "; Strata does not implement it (expected 0)"));
   }

@@ -38,6 +38,19 @@ struct FfnWeights {
   std::vector<float> gate_inp;  // n_embd; empty unless shared_expert_gate
 };
 
+// Multi-head latent attention's projections (ModelConfig::mla), with ggml's names.
+struct LatentAttentionWeights {
+  DenseMatrix q_a;               // q_lora x n_embd (attn_q_a); rows == 0 without q LoRA (LayerWeights::wq then)
+  std::vector<float> q_a_norm;   // q_lora (attn_q_a_norm)
+  DenseMatrix q_b;               // n_head * head_dim x q_lora (attn_q_b); per head nope values, then rope ones
+  DenseMatrix kv_a;              // (kv_lora + rope_dim) x n_embd (attn_kv_a_mqa): the latent, then the shared k_pe
+  std::vector<float> kv_a_norm;  // kv_lora (attn_kv_a_norm)
+  DenseMatrix kv_b;              // n_head * (nope + v) x kv_lora (attn_kv_b): per head W_UK's rows, then W_UV's
+                                 // (rebuilt in f32 from attn_k_b / attn_v_b where the file splits it)
+  std::vector<float> uk_t;       // [n_head][kv_lora][nope], f32: W_UK transposed, for the absorbed form
+                                 // (built at load: 32 MiB a layer for DeepSeek-V3)
+};
+
 // The per-expert biases of a MoE block (gpt-oss), f32, expert e's at e * width: added to the gate and up
 // projections before the activation and to the down projection before the router weight. They are small
 // (2 * ff + n_embd floats an expert), so a pack keeps them in dense.gguf under llama.cpp's names
@@ -49,7 +62,8 @@ struct ExpertBiases {
 
 struct LayerWeights {
   std::vector<float> attn_norm;
-  DenseMatrix wq, wk, wv, wo;
+  DenseMatrix wq, wk, wv, wo;  // latent attention: wq only without q LoRA, wk and wv empty, wo n_embd x n_head * v
+  LatentAttentionWeights mla;  // rows == 0 unless latent attention
   std::vector<float> bq, bk, bv;      // qkv_bias architectures only
   std::vector<float> bo;              // n_embd; attn_output_bias only
   std::vector<float> attn_sinks;      // n_head sink logits; attn_sinks only

@@ -88,13 +88,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   ASSIGN_OR_RETURN(e->chat_template_,
                    chat::LoadChatTemplate(e->pack_->dense().metadata(), *e->tokenizer_, options.chat_template));
   const int64_t max_ctx = options.max_ctx > 0 ? options.max_ctx : std::min<int64_t>(c.n_ctx_train, 8192);
-  const int64_t kv_dim = c.n_head_kv * c.head_dim;
+  const model::KvLayout kv_layout = model::CacheLayout(c);
   uint64_t budget = options.kv_budget_bytes;
   if (budget == 0) {
-    budget = std::min<uint64_t>(model::KvCachePool::BytesFor(c.n_layer, kv_dim, max_ctx) * options.max_seqs,
+    budget = std::min<uint64_t>(model::KvCachePool::BytesFor(c.n_layer, kv_layout, max_ctx) * options.max_seqs,
                                 uint64_t{8} << 30);
   }
-  e->kv_pool_ = std::make_unique<model::KvCachePool>(c.n_layer, kv_dim, budget, e->model_->backend().kv_memory());
+  e->kv_pool_ = std::make_unique<model::KvCachePool>(c.n_layer, kv_layout, budget, e->model_->backend().kv_memory());
 
   EngineInfo& info = e->info_;
   info.config = c;

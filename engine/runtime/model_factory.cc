@@ -29,7 +29,7 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
                                       Block::kSharedExpert, Block::kSharedExpertGate, Block::kPartialRope,
                                       Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks,
                                       Block::kSinkWindowAttention, Block::kYarnRope, Block::kSoftmaxTopKRouter,
-                                      Block::kBiasedClampedExperts});
+                                      Block::kBiasedClampedExperts, Block::kGroupedRouter, Block::kLatentAttention});
   }
   // engine/gpu implements the base blocks only; add each block here as its CUDA twin lands.
   return model::CheckBackendBlocks(config, "CUDA", {});

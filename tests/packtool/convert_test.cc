@@ -212,14 +212,14 @@ TEST(ConvertTest, RejectsModelsWithoutExpertsAndMissingInputs) {
 // The list in the message is the engine's own table, so a new architecture shows up without a test edit.
 TEST(ConvertTest, RefusesAnArchitectureTheEngineCannotRunBeforeAnyWork) {
   ScratchDir dir;
-  const std::string model = dir.Join("m.gguf"), other = dir.Join("deepseek2.gguf"), out = dir.Join("p");
+  const std::string model = dir.Join("m.gguf"), other = dir.Join("qwen3next.gguf"), out = dir.Join("p");
   ASSERT_THAT(SynthesizeGguf(TinyOptions(model)), IsOk());
-  testing::RewriteArchitecture(model, other, "deepseek2");
+  testing::RewriteArchitecture(model, other, "qwen3next");
   int progress_calls = 0;
   const absl::Status s =
       ConvertGguf(Options(other, out, Scheme::kS8), [&](const ConvertProgress&) { ++progress_calls; }, nullptr)
           .status();
-  EXPECT_THAT(s, StatusIsWith(absl::StatusCode::kUnimplemented, "general.architecture 'deepseek2' is not supported"));
+  EXPECT_THAT(s, StatusIsWith(absl::StatusCode::kUnimplemented, "general.architecture 'qwen3next' is not supported"));
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(other));
   for (const model::Architecture& a : model::ArchitectureTable()) {
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(std::string(a.gguf_name)));

@@ -131,13 +131,13 @@ TEST_F(ValidateTest, CorruptionDenseDisagreesWithManifestGeometry) {
 // A pack of an architecture the engine cannot run (converted by an older packtool) does not validate.
 TEST_F(ValidateTest, APackOfAnArchitectureTheEngineCannotRunIsAProblem) {
   const std::string p = CopyPack();
-  testing::RewriteArchitecture(dir_->Join("pack/dense.gguf"), p + "/dense.gguf", "deepseek2");
+  testing::RewriteArchitecture(dir_->Join("pack/dense.gguf"), p + "/dense.gguf", "qwen3next");
   pack::v1::Manifest m = *manifest_;
-  m.set_architecture("deepseek2");
+  m.set_architecture("qwen3next");
   ASSERT_THAT(pack::WriteManifest(m, p), IsOk());
   const ValidationReport r = Validate(p, /*quick=*/true);
   EXPECT_THAT(r.problems,
-              ::testing::Contains(ProblemIn("dense.gguf", "general.architecture 'deepseek2' is not supported")));
+              ::testing::Contains(ProblemIn("dense.gguf", "general.architecture 'qwen3next' is not supported")));
   EXPECT_THAT(r.problems, ::testing::Not(::testing::Contains(ProblemIn("dense.gguf", "manifest says"))));
 }
 

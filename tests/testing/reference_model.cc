@@ -12,9 +12,34 @@
 #include "engine/pack/pack_format.h"
 #include "engine/status_macros.h"
 #include "kernels/cpu/quantize.h"
+#include "tests/testing/reference_deepseek2.h"
 
 namespace strata::testing {
+namespace reference_internal {
+
+std::vector<float> MatVec(const ReferenceModel::Matrix& m, std::span<const float> x) {
+  std::vector<float> y(m.rows);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    double acc = 0;
+    for (int64_t c = 0; c < m.cols; ++c) acc += static_cast<double>(m.w[r * m.cols + c]) * x[c];
+    y[r] = static_cast<float>(acc);
+  }
+  return y;
+}
+
+void RmsNorm(std::span<float> x, const std::vector<float>& weight, double eps) {
+  double sum_sq = 0;
+  for (float v : x) sum_sq += static_cast<double>(v) * v;
+  const double scale = 1.0 / std::sqrt(sum_sq / static_cast<double>(x.size()) + eps);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(x[i] * scale) * weight[i];
+}
+
+}  // namespace reference_internal
+
 namespace {
+
+using reference_internal::MatVec;
+using reference_internal::RmsNorm;
 
 using Hparams = ReferenceModel::Hparams;
 using Matrix = ReferenceModel::Matrix;
@@ -110,6 +135,8 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
     hp.rope_style = RopeStyle::kNeox;
     hp.qk_norm_whole = true;
     hp.renormalize_top_k = false;
+  } else if (hp.arch == "deepseek2") {
+    // reference_deepseek2.cc reads the rest.
   } else if (hp.arch == "glm4moe") {
     hp.rope_style = RopeStyle::kNeox;
     hp.qkv_bias = true;
@@ -127,7 +154,7 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
   } else {
     return absl::UnimplementedError(absl::StrCat(path, ": general.architecture is '", hp.arch,
                                                  "'; the reference model knows qwen3moe, llama, qwen2moe, olmoe, "
-                                                 "glm4moe and gpt-oss"));
+                                                 "glm4moe, gpt-oss and deepseek2"));
   }
   const std::string a = hp.arch + ".";
   ASSIGN_OR_RETURN(hp.n_layer, uint_key(a + "block_count"));
@@ -150,6 +177,10 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
   hp.rms_eps = *eps;
   auto shared = md.GetUintOr(a + "expert_shared_count", 0);
   if (!shared.ok()) return fail(shared.status());
+  if (hp.arch == "deepseek2") {
+    RETURN_IF_ERROR(reference_internal::ReadDeepseek2Hparams(md, path, &hp));
+    return hp;
+  }
   if (hp.arch == "qwen2moe") {
     // llama.cpp: expert_shared_feed_forward_length, else feed_forward_length.
     const std::string key = md.Has(a + "expert_shared_feed_forward_length") ? a + "expert_shared_feed_forward_length"
@@ -228,6 +259,64 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
   return hp;
 }
 
+// GQA attention tensors of block `p`.
+absl::Status LoadAttention(const TensorLoader& loader, const std::string& p, const Hparams& hp,
+                           ReferenceModel::Layer* layer) {
+  const int64_t d = hp.n_embd, q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+  ASSIGN_OR_RETURN(layer->wq, loader.LoadMatrix(p + "attn_q.weight", d, q_dim));
+  ASSIGN_OR_RETURN(layer->wk, loader.LoadMatrix(p + "attn_k.weight", d, kv_dim));
+  ASSIGN_OR_RETURN(layer->wv, loader.LoadMatrix(p + "attn_v.weight", d, kv_dim));
+  ASSIGN_OR_RETURN(layer->wo, loader.LoadMatrix(p + "attn_output.weight", q_dim, d));
+  if (hp.qkv_bias) {
+    ASSIGN_OR_RETURN(layer->bq, loader.Load(p + "attn_q.bias", {q_dim}));
+    ASSIGN_OR_RETURN(layer->bk, loader.Load(p + "attn_k.bias", {kv_dim}));
+    ASSIGN_OR_RETURN(layer->bv, loader.Load(p + "attn_v.bias", {kv_dim}));
+  }
+  if (hp.qk_norm) {
+    ASSIGN_OR_RETURN(layer->q_norm, loader.Load(p + "attn_q_norm.weight", {hp.head_dim}));
+    ASSIGN_OR_RETURN(layer->k_norm, loader.Load(p + "attn_k_norm.weight", {hp.head_dim}));
+  }
+  if (hp.qk_norm_whole) {
+    ASSIGN_OR_RETURN(layer->q_norm, loader.Load(p + "attn_q_norm.weight", {q_dim}));
+    ASSIGN_OR_RETURN(layer->k_norm, loader.Load(p + "attn_k_norm.weight", {kv_dim}));
+  }
+  return absl::OkStatus();
+}
+
+// deepseek2's latent attention tensors of block `p` (attn_q without q LoRA).
+absl::Status LoadLatentAttention(const TensorLoader& loader, const std::string& p, const Hparams& hp,
+                                 ReferenceModel::Layer* layer) {
+  const int64_t d = hp.n_embd, q_dim = hp.n_head * hp.head_dim;
+  if (hp.q_lora_rank > 0) {
+    ASSIGN_OR_RETURN(layer->q_a, loader.LoadMatrix(p + "attn_q_a.weight", d, hp.q_lora_rank));
+    ASSIGN_OR_RETURN(layer->q_a_norm, loader.Load(p + "attn_q_a_norm.weight", {hp.q_lora_rank}));
+    ASSIGN_OR_RETURN(layer->q_b, loader.LoadMatrix(p + "attn_q_b.weight", hp.q_lora_rank, q_dim));
+  } else {
+    ASSIGN_OR_RETURN(layer->wq, loader.LoadMatrix(p + "attn_q.weight", d, q_dim));
+  }
+  ASSIGN_OR_RETURN(layer->kv_a, loader.LoadMatrix(p + "attn_kv_a_mqa.weight", d, hp.kv_lora_rank + hp.rope_dim));
+  ASSIGN_OR_RETURN(layer->kv_a_norm, loader.Load(p + "attn_kv_a_norm.weight", {hp.kv_lora_rank}));
+  const int64_t rank = hp.kv_lora_rank, nope = hp.nope_dim, vd = hp.v_dim, per_head = nope + vd;
+  if (loader.Has(p + "attn_kv_b.weight") || !loader.Has(p + "attn_k_b.weight")) {
+    ASSIGN_OR_RETURN(layer->kv_b, loader.LoadMatrix(p + "attn_kv_b.weight", rank, hp.n_head * per_head));
+  } else {
+    // Split as newer converters write it: attn_k_b holds each head's W_UK transposed, attn_v_b its W_UV.
+    ASSIGN_OR_RETURN(const std::vector<float> k_b, loader.Load(p + "attn_k_b.weight", {nope, rank, hp.n_head}));
+    ASSIGN_OR_RETURN(const std::vector<float> v_b, loader.Load(p + "attn_v_b.weight", {rank, vd, hp.n_head}));
+    layer->kv_b = Matrix{hp.n_head * per_head, rank, std::vector<float>(hp.n_head * per_head * rank)};
+    for (int64_t h = 0; h < hp.n_head; ++h) {
+      for (int64_t r = 0; r < rank; ++r) {
+        for (int64_t d = 0; d < nope; ++d) layer->kv_b.w[(h * per_head + d) * rank + r] = k_b[(h * rank + r) * nope + d];
+        for (int64_t j = 0; j < vd; ++j) {
+          layer->kv_b.w[(h * per_head + nope + j) * rank + r] = v_b[(h * vd + j) * rank + r];
+        }
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(layer->wo, loader.LoadMatrix(p + "attn_output.weight", hp.n_head * hp.v_dim, d));
+  return absl::OkStatus();
+}
+
 // Everything but the experts. Sets hp->n_vocab from token_embd.weight.
 absl::Status LoadDense(const gguf::GgufModel& model, const TensorLoader& loader, const std::string& path,
                        Hparams* hp, ReferenceModel::Weights* w) {
@@ -238,29 +327,17 @@ absl::Status LoadDense(const gguf::GgufModel& model, const TensorLoader& loader,
                                                    ", expected [", hp->n_embd, ", n_vocab]"));
   }
   hp->n_vocab = embd->ne[1];
-  const int64_t d = hp->n_embd, q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+  const int64_t d = hp->n_embd;
   ASSIGN_OR_RETURN(w->token_embd, loader.LoadMatrix("token_embd.weight", d, hp->n_vocab));
   w->layers.resize(hp->n_layer);
   for (int64_t l = 0; l < hp->n_layer; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     ReferenceModel::Layer& layer = w->layers[l];
     ASSIGN_OR_RETURN(layer.attn_norm, loader.Load(p + "attn_norm.weight", {d}));
-    ASSIGN_OR_RETURN(layer.wq, loader.LoadMatrix(p + "attn_q.weight", d, q_dim));
-    ASSIGN_OR_RETURN(layer.wk, loader.LoadMatrix(p + "attn_k.weight", d, kv_dim));
-    ASSIGN_OR_RETURN(layer.wv, loader.LoadMatrix(p + "attn_v.weight", d, kv_dim));
-    ASSIGN_OR_RETURN(layer.wo, loader.LoadMatrix(p + "attn_output.weight", q_dim, d));
-    if (hp->qkv_bias) {
-      ASSIGN_OR_RETURN(layer.bq, loader.Load(p + "attn_q.bias", {q_dim}));
-      ASSIGN_OR_RETURN(layer.bk, loader.Load(p + "attn_k.bias", {kv_dim}));
-      ASSIGN_OR_RETURN(layer.bv, loader.Load(p + "attn_v.bias", {kv_dim}));
-    }
-    if (hp->qk_norm) {
-      ASSIGN_OR_RETURN(layer.q_norm, loader.Load(p + "attn_q_norm.weight", {hp->head_dim}));
-      ASSIGN_OR_RETURN(layer.k_norm, loader.Load(p + "attn_k_norm.weight", {hp->head_dim}));
-    }
-    if (hp->qk_norm_whole) {
-      ASSIGN_OR_RETURN(layer.q_norm, loader.Load(p + "attn_q_norm.weight", {q_dim}));
-      ASSIGN_OR_RETURN(layer.k_norm, loader.Load(p + "attn_k_norm.weight", {kv_dim}));
+    if (hp->kv_lora_rank > 0) {
+      RETURN_IF_ERROR(LoadLatentAttention(loader, p, *hp, &layer));
+    } else {
+      RETURN_IF_ERROR(LoadAttention(loader, p, *hp, &layer));
     }
     if (hp->gpt_oss) {
       ASSIGN_OR_RETURN(layer.bo, loader.Load(p + "attn_output.bias", {d}));
@@ -307,24 +384,6 @@ Matrix Slice(const std::vector<float>& all, int64_t e, int64_t rows, int64_t col
   const auto begin = all.begin() + e * rows * cols;
   m.w.assign(begin, begin + rows * cols);
   return m;
-}
-
-std::vector<float> MatVec(const Matrix& m, std::span<const float> x) {
-  std::vector<float> y(m.rows);
-  for (int64_t r = 0; r < m.rows; ++r) {
-    double acc = 0;
-    for (int64_t c = 0; c < m.cols; ++c) acc += static_cast<double>(m.w[r * m.cols + c]) * x[c];
-    y[r] = static_cast<float>(acc);
-  }
-  return y;
-}
-
-// x / sqrt(mean(x^2) + eps) * weight, in place.
-void RmsNorm(std::span<float> x, const std::vector<float>& weight, double eps) {
-  double sum_sq = 0;
-  for (float v : x) sum_sq += static_cast<double>(v) * v;
-  const double scale = 1.0 / std::sqrt(sum_sq / static_cast<double>(x.size()) + eps);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(x[i] * scale) * weight[i];
 }
 
 float Silu(float v) { return static_cast<float>(v / (1.0 + std::exp(-static_cast<double>(v)))); }
@@ -517,6 +576,7 @@ std::vector<float> ReferenceModel::MoeForward(const Layer& layer, const std::vec
   // The experts are chosen by score plus the correction bias where there is one, weighed by score alone.
   std::vector<double> choice = probs;
   for (size_t e = 0; e < layer.router_bias.size(); ++e) choice[e] += layer.router_bias[e];
+  reference_internal::KeepBestGroups(hparams_, &choice);
   // Top-k by repeated arg-max; a strict comparison keeps the lower index on ties.
   std::vector<bool> taken(probs.size(), false);
   route->experts.clear();
@@ -580,60 +640,69 @@ std::vector<float> ReferenceModel::Logits(std::span<const int32_t> tokens,
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   for (int64_t l = 0; l < hp.n_layer; ++l) {
     const Layer& layer = weights_.layers[l];
-    std::vector<std::vector<float>> q(n), k(n), v(n);
-    for (int64_t i = 0; i < n; ++i) {
-      std::vector<float> h = x[i];
-      RmsNorm(h, layer.attn_norm, hp.rms_eps);
-      q[i] = MatVec(layer.wq, h);
-      k[i] = MatVec(layer.wk, h);
-      v[i] = MatVec(layer.wv, h);
-      if (hp.qkv_bias) {
-        for (size_t c = 0; c < q[i].size(); ++c) q[i][c] += layer.bq[c];
-        for (size_t c = 0; c < k[i].size(); ++c) k[i][c] += layer.bk[c];
-        for (size_t c = 0; c < v[i].size(); ++c) v[i][c] += layer.bv[c];
+    if (hp.kv_lora_rank > 0) {
+      std::vector<std::vector<float>> h = x;
+      for (std::vector<float>& hi : h) RmsNorm(hi, layer.attn_norm, hp.rms_eps);
+      const std::vector<std::vector<float>> attn = reference_internal::LatentAttention(hp, layer, h);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t c = 0; c < d; ++c) x[i][c] += attn[i][c];
       }
-      if (hp.qk_norm_whole) {
-        RmsNorm(q[i], layer.q_norm, hp.rms_eps);
-        RmsNorm(k[i], layer.k_norm, hp.rms_eps);
-      }
-      for (int64_t head = 0; head < hp.n_head; ++head) {
-        std::span<float> qh(q[i].data() + head * hd, hd);
-        if (hp.qk_norm) RmsNorm(qh, layer.q_norm, hp.rms_eps);
-        ApplyRope(hp.rope_style, hp.rope_freq_base, i, qh.first(hp.rope_dim), hp.yarn);
-      }
-      for (int64_t head = 0; head < hp.n_head_kv; ++head) {
-        std::span<float> kh(k[i].data() + head * hd, hd);
-        if (hp.qk_norm) RmsNorm(kh, layer.k_norm, hp.rms_eps);
-        ApplyRope(hp.rope_style, hp.rope_freq_base, i, kh.first(hp.rope_dim), hp.yarn);
-      }
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      std::vector<float> attn(hp.n_head * hd, 0.0f);
-      for (int64_t head = 0; head < hp.n_head; ++head) {
-        const int64_t kv = head / group;
-        const float* qh = q[i].data() + head * hd;
-        // Causal: position i attends to positions 0..i; a windowed gpt-oss block (even l) to those j with
-        // i - j < sliding_window.
-        const int64_t first = hp.sliding_window > 0 && l % 2 == 0 ? std::max<int64_t>(0, i - hp.sliding_window + 1) : 0;
-        std::vector<double> p(i + 1, 0.0);
-        const bool sink = !layer.sinks.empty();
-        double max_score = sink ? layer.sinks[head] : -INFINITY, total = 0;
-        for (int64_t j = first; j <= i; ++j) {
-          double dot = 0;
-          for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qh[c]) * k[j][kv * hd + c];
-          p[j] = dot * scale;
-          max_score = std::max(max_score, p[j]);
+    } else {
+      std::vector<std::vector<float>> q(n), k(n), v(n);
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<float> h = x[i];
+        RmsNorm(h, layer.attn_norm, hp.rms_eps);
+        q[i] = MatVec(layer.wq, h);
+        k[i] = MatVec(layer.wk, h);
+        v[i] = MatVec(layer.wv, h);
+        if (hp.qkv_bias) {
+          for (size_t c = 0; c < q[i].size(); ++c) q[i][c] += layer.bq[c];
+          for (size_t c = 0; c < k[i].size(); ++c) k[i][c] += layer.bk[c];
+          for (size_t c = 0; c < v[i].size(); ++c) v[i][c] += layer.bv[c];
         }
-        if (sink) total = std::exp(layer.sinks[head] - max_score);  // a logit with no value
-        for (int64_t j = first; j <= i; ++j) total += p[j] = std::exp(p[j] - max_score);
-        for (int64_t c = 0; c < hd; ++c) {
-          double acc = 0;
-          for (int64_t j = first; j <= i; ++j) acc += p[j] / total * v[j][kv * hd + c];
-          attn[head * hd + c] = static_cast<float>(acc);
+        if (hp.qk_norm_whole) {
+          RmsNorm(q[i], layer.q_norm, hp.rms_eps);
+          RmsNorm(k[i], layer.k_norm, hp.rms_eps);
+        }
+        for (int64_t head = 0; head < hp.n_head; ++head) {
+          std::span<float> qh(q[i].data() + head * hd, hd);
+          if (hp.qk_norm) RmsNorm(qh, layer.q_norm, hp.rms_eps);
+          ApplyRope(hp.rope_style, hp.rope_freq_base, i, qh.first(hp.rope_dim), hp.yarn);
+        }
+        for (int64_t head = 0; head < hp.n_head_kv; ++head) {
+          std::span<float> kh(k[i].data() + head * hd, hd);
+          if (hp.qk_norm) RmsNorm(kh, layer.k_norm, hp.rms_eps);
+          ApplyRope(hp.rope_style, hp.rope_freq_base, i, kh.first(hp.rope_dim), hp.yarn);
         }
       }
-      const std::vector<float> out = MatVec(layer.wo, attn);
-      for (int64_t c = 0; c < d; ++c) x[i][c] += out[c] + (layer.bo.empty() ? 0.0f : layer.bo[c]);
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<float> attn(hp.n_head * hd, 0.0f);
+        for (int64_t head = 0; head < hp.n_head; ++head) {
+          const int64_t kv = head / group;
+          const float* qh = q[i].data() + head * hd;
+          // Causal: position i attends to positions 0..i; a windowed gpt-oss block (even l) to those j with
+          // i - j < sliding_window.
+          const int64_t first = hp.sliding_window > 0 && l % 2 == 0 ? std::max<int64_t>(0, i - hp.sliding_window + 1) : 0;
+          std::vector<double> p(i + 1, 0.0);
+          const bool sink = !layer.sinks.empty();
+          double max_score = sink ? layer.sinks[head] : -INFINITY, total = 0;
+          for (int64_t j = first; j <= i; ++j) {
+            double dot = 0;
+            for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qh[c]) * k[j][kv * hd + c];
+            p[j] = dot * scale;
+            max_score = std::max(max_score, p[j]);
+          }
+          if (sink) total = std::exp(layer.sinks[head] - max_score);  // a logit with no value
+          for (int64_t j = first; j <= i; ++j) total += p[j] = std::exp(p[j] - max_score);
+          for (int64_t c = 0; c < hd; ++c) {
+            double acc = 0;
+            for (int64_t j = first; j <= i; ++j) acc += p[j] / total * v[j][kv * hd + c];
+            attn[head * hd + c] = static_cast<float>(acc);
+          }
+        }
+        const std::vector<float> out = MatVec(layer.wo, attn);
+        for (int64_t c = 0; c < d; ++c) x[i][c] += out[c] + (layer.bo.empty() ? 0.0f : layer.bo[c]);
+      }
     }
     for (int64_t i = 0; i < n; ++i) {
       std::vector<float> h = x[i];

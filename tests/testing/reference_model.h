@@ -101,6 +101,17 @@ class ReferenceModel {
     bool gpt_oss = false;        // sinks, window, output and expert biases, top-k softmax, clamped SwiGLU
     int64_t sliding_window = 0;  // gpt-oss: the even blocks' window
     Yarn yarn;
+    // deepseek2: latent attention (kv_lora_rank > 0; head_dim = nope_dim + rope_dim), expert groups, YaRN.
+    int64_t q_lora_rank = 0;
+    int64_t kv_lora_rank = 0;
+    int64_t nope_dim = 0;
+    int64_t v_dim = 0;
+    int64_t n_group = 1;
+    int64_t n_group_used = 1;
+    bool group_by_top_two = false;  // groups ranked by their two best scores' sum (V3), else their best (V2)
+    double yarn_factor = 0.0;       // 0: no YaRN
+    int64_t yarn_original_context = 0;
+    double yarn_log_multiplier = 0.0;
   };
 
   // A rows x cols matrix, row-major: y[r] = sum_c w[r * cols + c] x[c]. A ggml tensor of ne = [in, out]
@@ -129,6 +140,9 @@ class ReferenceModel {
     std::vector<float> shared_gate;       // n_embd; empty when the shared expert is not gated
     std::vector<float> router_bias;       // n_expert (exp_probs_b); empty unless sigmoid_router
     Expert dense_ffn;                     // dense leading blocks only (which have no router and no experts)
+    // Latent attention (deepseek2) instead of wq (unless no q LoRA), wk, wv.
+    Matrix q_a, q_b, kv_a, kv_b;            // attn_q_a, attn_q_b, attn_kv_a_mqa, attn_kv_b
+    std::vector<float> q_a_norm, kv_a_norm;
   };
   struct Weights {
     Matrix token_embd;  // n_vocab x n_embd: row t is token t's embedding

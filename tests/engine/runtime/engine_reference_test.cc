@@ -60,7 +60,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, EngineArchTest,
                                            ArchPreset{"qwen2moe", "tiny"}, ArchPreset{"qwen2moe", "small"},
                                            ArchPreset{"olmoe", "tiny"}, ArchPreset{"olmoe", "small"},
                                            ArchPreset{"glm4moe", "tiny"}, ArchPreset{"glm4moe", "small"},
-                                           ArchPreset{"gpt-oss", "tiny"}, ArchPreset{"gpt-oss", "small"}),
+                                           ArchPreset{"gpt-oss", "tiny"}, ArchPreset{"gpt-oss", "small"},
+                                           ArchPreset{"deepseek2", "tiny"}, ArchPreset{"deepseek2", "small"}),
                          [](const ::testing::TestParamInfo<ArchPreset>& info) {
                            std::string name = info.param.arch + "_" + info.param.preset;
                            std::replace(name.begin(), name.end(), '-', '_');  // gtest names are identifiers
@@ -95,6 +96,49 @@ TEST_P(EngineSchemeTest, QuantizedLogitsStayNearTheReferenceOfTheSameWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Schemes, EngineSchemeTest,
                          ::testing::Values(kernels::Scheme::kS8, kernels::Scheme::kS4, kernels::Scheme::kS2),
+                         [](const auto& info) { return std::string(kernels::SchemeName(info.param)); });
+
+class EngineDeepseek2SchemeTest : public ::testing::TestWithParam<kernels::Scheme> {};
+
+// deepseek2's latent attention, grouped router and shared experts with several sequences in flight: three
+// requests submitted together, each one's prompt logits against the reference of the same pack (the bound as
+// for the other schemes' test), and with the f16 pack each one's greedy tokens too (decoded by the absorbed
+// form while the others run).
+TEST_P(EngineDeepseek2SchemeTest, ConcurrentSequencesMatchTheReferenceOfTheSamePack) {
+  TinyModel model("deepseek2");
+  const std::string pack = model.Pack(GetParam());
+  auto ref = ReferenceModel::FromPack(pack);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  auto engine = Engine::Create(Options(pack));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<std::vector<int32_t>> prompts = {{17, 4, 99, 180, 2, 66}, {5, 77, 140}, {250, 31, 9, 200, 64}};
+  const int n_generate = 6;
+  std::vector<GenerateRequest> requests;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    requests.push_back(Greedy(prompt, n_generate));
+    requests.back().prompt_logits = true;
+  }
+  auto done = GenerateAllWithin(**engine, requests);
+  ASSERT_TRUE(done.ok()) << done.status();
+  const bool exact = GetParam() == kernels::Scheme::kF16;
+  const int64_t n_vocab = (*ref)->n_vocab();
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    const GenerationResult& result = (*done)[r].result;
+    ASSERT_TRUE(result.status.ok()) << result.status;
+    const std::vector<float> expected = (*ref)->Logits(prompts[r]);
+    ASSERT_EQ(result.prompt_logits.size(), expected.size());
+    for (size_t p = 0; p < prompts[r].size(); ++p) {
+      EXPECT_LT(RelativeError(result.prompt_logits.data() + p * n_vocab, expected.data() + p * n_vocab, n_vocab),
+                exact ? 1e-4 : 0.02)
+          << "request " << r << " position " << p;
+    }
+    if (exact) EXPECT_EQ(result.tokens, ReferenceGreedy(**ref, prompts[r], n_generate)) << "request " << r;
+    EXPECT_EQ(result.tokens.size(), static_cast<size_t>(n_generate));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, EngineDeepseek2SchemeTest,
+                         ::testing::Values(kernels::Scheme::kF16, kernels::Scheme::kS8, kernels::Scheme::kS4),
                          [](const auto& info) { return std::string(kernels::SchemeName(info.param)); });
 
 class EngineDenseTypeTest : public ::testing::TestWithParam<gguf::GgmlType> {};

@@ -104,6 +104,37 @@ inline absl::StatusOr<Engine::Completion> GenerateWithin(Engine& engine, Generat
   return state->completion;
 }
 
+// Engine::Generate of several requests submitted together (so that the scheduler may batch them), each
+// waited for with the same deadline; the completions in request order.
+inline absl::StatusOr<std::vector<Engine::Completion>> GenerateAllWithin(Engine& engine,
+                                                                         std::vector<GenerateRequest> requests) {
+  struct State {
+    Engine::Completion completion;
+    absl::Notification done;
+  };
+  std::vector<std::shared_ptr<State>> states;
+  for (GenerateRequest& request : requests) {
+    auto state = std::make_shared<State>();
+    GenerateCallbacks cb;
+    cb.on_tokens = [state](const TokenEvent& e) { state->completion.text += e.text; };
+    cb.on_done = [state](const GenerationResult& r) {
+      state->completion.result = r;
+      state->done.Notify();
+    };
+    absl::StatusOr<std::shared_ptr<RequestHandle>> handle = engine.Submit(std::move(request), std::move(cb));
+    if (!handle.ok()) return handle.status();
+    states.push_back(std::move(state));
+  }
+  std::vector<Engine::Completion> completions;
+  for (const std::shared_ptr<State>& state : states) {
+    if (!state->done.WaitForNotificationWithTimeout(kHangDeadline)) {
+      return absl::DeadlineExceededError("a request did not finish");
+    }
+    completions.push_back(state->completion);
+  }
+  return completions;
+}
+
 // Greedy continuation by the reference: recompute the whole sequence each step.
 inline std::vector<int32_t> ReferenceGreedy(ReferenceModel& ref, std::vector<int32_t> tokens, int n) {
   std::vector<int32_t> out;

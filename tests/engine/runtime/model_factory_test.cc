@@ -141,7 +141,7 @@ TEST(ModelFactoryTest, CudaRunsWhereADeviceIsVisibleAndIsRefusedElsewhere) {
 // The CUDA backend has the base blocks only: the factory's check names what a new architecture needs. It is
 // the check LoadModel runs before building the CUDA backend, so it is tested here without a GPU.
 TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNamingTheBlock) {
-  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "gpt-oss", "qwen3moe"}) {
+  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "gpt-oss", "deepseek2", "qwen3moe"}) {
     ScratchDir dir;
     auto pack = pack::Pack::Open(TinyPack(dir, arch));
     ASSERT_TRUE(pack.ok()) << pack.status();
@@ -152,10 +152,12 @@ TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNa
     if (arch == "qwen3moe") {
       EXPECT_TRUE(cuda.ok()) << cuda;
     } else {
+      // The first block in Block's order that the backend lacks.
+      const std::string block = arch == "olmoe"       ? "q/k RMSNorm over the whole projection"
+                                : arch == "deepseek2" ? "softmax router without top-k renormalisation"
+                                                      : "q/k/v projection biases";
       EXPECT_THAT(cuda, StatusIsWith(absl::StatusCode::kUnimplemented,
-                                     absl::StrCat("architecture '", arch, "' needs the ",
-                                                  arch == "olmoe" ? "q/k RMSNorm over the whole projection"
-                                                                  : "q/k/v projection biases",
+                                     absl::StrCat("architecture '", arch, "' needs the ", block,
                                                   " block, which the CUDA backend does not implement")));
     }
     // --device auto runs it on the CPU, with or without a GPU here.
