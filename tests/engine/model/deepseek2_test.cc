@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/model/model_config.h"
+#include "engine/model/ops.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
