@@ -98,6 +98,11 @@ struct ModelConfig {
   bool router_logit_bias = false;   // ffn_gate_inp.bias is added to the router logits
   bool expert_biases = false;       // ffn_{gate,up,down}_exps.bias per expert, in dense.gguf
   bool clamped_swiglu = false;      // experts use gpt-oss's clamped SwiGLU (kernels::ExpertActivation)
+  int64_t n_expert_group = 1;       // the router picks experts from the n_group_used best of these groups
+  int64_t n_group_used = 1;
+  GroupScore group_score = GroupScore::kMax;
+  LatentAttention mla;              // kv_lora_rank > 0: latent attention instead of GQA
+  float attention_scale = 0.0f;     // softmax scale of q.k: 1 / sqrt(head_dim) unless the architecture sets it
 };
 
 // The number of latest positions block `layer` attends to, itself included; 0: all of them. gpt-oss windows
@@ -106,12 +111,6 @@ struct ModelConfig {
 inline int64_t AttentionWindow(const ModelConfig& config, int64_t layer) {
   return config.sliding_window > 0 && layer % 2 == 0 ? config.sliding_window : 0;
 }
-  int64_t n_expert_group = 1;       // the router picks experts from the n_group_used best of these groups
-  int64_t n_group_used = 1;
-  GroupScore group_score = GroupScore::kMax;
-  LatentAttention mla;              // kv_lora_rank > 0: latent attention instead of GQA
-  float attention_scale = 0.0f;     // softmax scale of q.k: 1 / sqrt(head_dim) unless the architecture sets it
-};
 
 // What a sequence's KV cache holds per layer and position: key_dim floats of keys and value_dim of values
 // (GQA: n_head_kv * head_dim each; latent attention: the latent and the RoPE'd key part, no values).
