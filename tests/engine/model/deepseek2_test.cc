@@ -84,8 +84,8 @@ TEST(Deepseek2ConfigTest, ReadsV3WithLatentAttentionGroupsAndYarn) {
   EXPECT_EQ(CacheLayout(*c).key_dim, 64 + 16);
   EXPECT_EQ(CacheLayout(*c).value_dim, 0);
   EXPECT_EQ(BlocksNeeded(*c), (std::vector<Block>{Block::kSharedExpert, Block::kSigmoidRouter, Block::kRoutedScale,
-                                                 Block::kDenseLeadingBlocks, Block::kGroupedRouter,
-                                                 Block::kLatentAttention, Block::kYarnRope}));
+                                                 Block::kDenseLeadingBlocks, Block::kYarnRope,
+                                                 Block::kGroupedRouter, Block::kLatentAttention}));
 }
 
 TEST(Deepseek2ConfigTest, ReadsV2LiteWithItsDefaults) {
@@ -176,15 +176,17 @@ TEST(Deepseek2ConfigTest, RefusesWhatItDoesNotImplementNamingTheKey) {
   longrope.Add("deepseek2.rope.scaling.type", gguf::Value::String("longrope"));
   EXPECT_THAT(ReadModelConfig(longrope).status(),
               StatusIsWith(absl::StatusCode::kUnimplemented, "deepseek2.rope.scaling.type"));
-  // yarn without its original context is refused naming that key.
+  // yarn without its original context takes the training context, as llama.cpp does (n_ctx_orig_yarn).
   gguf::Metadata no_context = V2LiteMetadata();
   no_context.Add("deepseek2.rope.scaling.type", gguf::Value::String("yarn"));
   no_context.Add("deepseek2.rope.scaling.factor", gguf::Value::Float32(4.0f));
-  EXPECT_THAT(ReadModelConfig(no_context).status(), StatusIsWith(absl::StatusCode::kNotFound,
-                                                                 "deepseek2.rope.scaling.original_context_length"));
+  absl::StatusOr<ModelConfig> defaulted = ReadModelConfig(no_context);
+  ASSERT_TRUE(defaulted.ok()) << defaulted.status();
+  EXPECT_TRUE(defaulted->rope_yarn);
+  EXPECT_EQ(defaulted->yarn.original_context, defaulted->n_ctx_train);
 }
 
-TEST(Deepseek2ConfigTest, OtherArchitecturesStillRefuseGroupsAndYarn) {
+TEST(Deepseek2ConfigTest, OtherArchitecturesRefuseGroupsAndTheYarnLogMultiplier) {
   gguf::Metadata m;
   m.Add("general.architecture", gguf::Value::String("qwen3moe"));
   for (const auto& [key, v] : std::vector<std::pair<std::string, uint32_t>>{
@@ -197,9 +199,14 @@ TEST(Deepseek2ConfigTest, OtherArchitecturesStillRefuseGroupsAndYarn) {
   groups.Add("qwen3moe.expert_group_count", gguf::Value::Uint32(4));
   EXPECT_THAT(ReadModelConfig(groups).status(),
               StatusIsWith(absl::StatusCode::kUnimplemented, "qwen3moe.expert_group_count"));
+  // YaRN itself is read for every architecture; DeepSeek's log multiplier (an attention scale) only for deepseek2.
   gguf::Metadata yarn = m;
   yarn.Add("qwen3moe.rope.scaling.type", gguf::Value::String("yarn"));
-  EXPECT_THAT(ReadModelConfig(yarn).status(), StatusIsWith(absl::StatusCode::kUnimplemented, "qwen3moe.rope.scaling"));
+  yarn.Add("qwen3moe.rope.scaling.factor", gguf::Value::Float32(4.0f));
+  ASSERT_TRUE(ReadModelConfig(yarn).ok());
+  yarn.Add("qwen3moe.rope.scaling.yarn_log_multiplier", gguf::Value::Float32(0.1f));
+  EXPECT_THAT(ReadModelConfig(yarn).status(),
+              StatusIsWith(absl::StatusCode::kUnimplemented, "qwen3moe.rope.scaling.yarn_log_multiplier"));
 }
 
 }  // namespace
