@@ -16,23 +16,6 @@
 #include "kernels/cpu/dense_gemv.h"
 
 namespace strata::model {
-namespace {
-
-// scores[0..n) become their softmax (as the GQA path computes it).
-void SoftmaxWeights(std::vector<float>& scores, int64_t n) {
-  float max = -INFINITY;
-  for (int64_t p = 0; p < n; ++p) max = std::max(max, scores[p]);
-  double sum = 0;
-  for (int64_t p = 0; p < n; ++p) {
-    scores[p] = std::exp(scores[p] - max);
-    sum += scores[p];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t p = 0; p < n; ++p) scores[p] *= inv;
-}
-
-}  // namespace
-
 void CpuDenseBackend::RebuildLatentKeys(int64_t layer) {
   const ModelConfig& c = config_;
   const int64_t rank = c.mla.kv_lora_rank;
@@ -126,7 +109,7 @@ absl::Status CpuDenseBackend::AttendLatent(int64_t l) {
         const float* k_pe = tok.cache->key(l, p) + rank;
         scores[p] = (Dot(q_nope, keys + p * row, a.nope_dim) + Dot(q_pe, k_pe, c.rope_dim)) * scale;
       }
-      SoftmaxWeights(scores, positions);
+      Softmax(scores.data(), positions);
       std::fill(out, out + a.v_dim, 0.0f);
       for (int64_t p = 0; p < positions; ++p) {
         const float* value = keys + p * row + a.nope_dim;
@@ -141,7 +124,7 @@ absl::Status CpuDenseBackend::AttendLatent(int64_t l) {
       const float* key = tok.cache->key(l, p);
       scores[p] = (Dot(q_absorbed.data(), key, rank) + Dot(q_pe, key + rank, c.rope_dim)) * scale;
     }
-    SoftmaxWeights(scores, positions);
+    Softmax(scores.data(), positions);
     latent_sum.assign(static_cast<size_t>(rank), 0.0f);
     for (int64_t p = 0; p < positions; ++p) {
       const float* key = tok.cache->key(l, p);

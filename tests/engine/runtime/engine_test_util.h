@@ -84,24 +84,14 @@ inline GenerateRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
 
 // Engine::Generate with a deadline: DEADLINE_EXCEEDED when the request has not finished by then. The
 // callbacks own what they write, so one that comes after a failed wait touches nothing of the test's.
+inline absl::StatusOr<std::vector<Engine::Completion>> GenerateAllWithin(Engine& engine,
+                                                                         std::vector<GenerateRequest> requests);
 inline absl::StatusOr<Engine::Completion> GenerateWithin(Engine& engine, GenerateRequest request) {
-  struct State {
-    Engine::Completion completion;
-    absl::Notification done;
-  };
-  auto state = std::make_shared<State>();
-  GenerateCallbacks cb;
-  cb.on_tokens = [state](const TokenEvent& e) { state->completion.text += e.text; };
-  cb.on_done = [state](const GenerationResult& r) {
-    state->completion.result = r;
-    state->done.Notify();
-  };
-  absl::StatusOr<std::shared_ptr<RequestHandle>> handle = engine.Submit(std::move(request), std::move(cb));
-  if (!handle.ok()) return handle.status();
-  if (!state->done.WaitForNotificationWithTimeout(kHangDeadline)) {
-    return absl::DeadlineExceededError("the request did not finish");
-  }
-  return state->completion;
+  std::vector<GenerateRequest> one;
+  one.push_back(std::move(request));
+  absl::StatusOr<std::vector<Engine::Completion>> all = GenerateAllWithin(engine, std::move(one));
+  if (!all.ok()) return all.status();
+  return std::move((*all)[0]);
 }
 
 // Engine::Generate of several requests submitted together (so that the scheduler may batch them), each
