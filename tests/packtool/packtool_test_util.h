@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "packtool/convert.h"
 #include "packtool/synth.h"
+#include "tests/testing/test_util.h"
 
 namespace strata::packtool::testing {
 
@@ -40,6 +41,33 @@ inline pack::v1::Manifest MakeTinyPack(const std::string& gguf_path, const std::
   auto manifest = ConvertGguf(c, nullptr, nullptr);
   EXPECT_TRUE(manifest.ok()) << manifest.status();
   return manifest.ok() ? *manifest : pack::v1::Manifest();
+}
+
+// `arch`'s tiny preset as a GGUF converted to s8 (dir/converted) and written directly as a pack
+// (SynthesizePack, dir/direct): expects the same geometry and the same experts.bin. Returns the converted
+// manifest (empty on failure) for checks of the architecture's own.
+inline pack::v1::Manifest ExpectPackOnlyEqualsConvert(const std::string& arch, const std::string& dir) {
+  SynthOptions o = TinyOptions(dir + "/m.gguf");
+  o.geometry = *PresetGeometry(arch, "tiny");
+  const absl::Status synthesized = SynthesizeGguf(o);
+  EXPECT_TRUE(synthesized.ok()) << synthesized;
+  ConvertOptions c;
+  c.input = o.output;
+  c.output_dir = dir + "/converted";
+  c.scheme = kernels::Scheme::kS8;
+  c.threads = 2;
+  auto converted = ConvertGguf(c, nullptr, nullptr);
+  EXPECT_TRUE(converted.ok()) << converted.status();
+  o.output = dir + "/direct";
+  o.pack_scheme = kernels::Scheme::kS8;
+  auto direct = SynthesizePack(o, nullptr, nullptr);
+  EXPECT_TRUE(direct.ok()) << direct.status();
+  if (!converted.ok() || !direct.ok()) return pack::v1::Manifest();
+  EXPECT_EQ(direct->geometry().SerializeAsString(), converted->geometry().SerializeAsString()) << arch;
+  EXPECT_EQ(::strata::testing::ReadFileBytes(dir + "/direct/experts.bin"),
+            ::strata::testing::ReadFileBytes(dir + "/converted/experts.bin"))
+      << arch;
+  return *converted;
 }
 
 // Copies the GGUF at `src` to `dst` as another architecture: general.architecture becomes `arch` and every

@@ -29,6 +29,7 @@ namespace {
 using ::strata::testing::ReadFileBytes;
 using ::strata::testing::ScratchDir;
 using ::testing::HasSubstr;
+using testing::ExpectPackOnlyEqualsConvert;
 using testing::TinyOptions;
 
 TEST(SynthTest, SameOptionsGiveTheSameBytesAndAnotherSeedDoesNot) {
@@ -305,22 +306,7 @@ TEST(SynthTest, Glm4MoeHasLlamaCppTensorNamesShapesAndKeys) {
 // The pack written directly skips the dense block as convert does: the same experts, block 0 not among them.
 TEST(SynthTest, Glm4MoePackOnlyEqualsSynthesizeThenConvert) {
   ScratchDir dir;
-  SynthOptions o = TinyOptions(dir.Join("m.gguf"));
-  o.geometry = *PresetGeometry("glm4moe", "tiny");
-  ASSERT_THAT(SynthesizeGguf(o), IsOk());
-  ConvertOptions c;
-  c.input = o.output;
-  c.output_dir = dir.Join("converted");
-  c.scheme = kernels::Scheme::kS8;
-  c.threads = 2;
-  auto converted = ConvertGguf(c, nullptr, nullptr);
-  ASSERT_TRUE(converted.ok()) << converted.status();
-  o.output = dir.Join("direct");
-  o.pack_scheme = kernels::Scheme::kS8;
-  auto direct = SynthesizePack(o, nullptr, nullptr);
-  ASSERT_TRUE(direct.ok()) << direct.status();
-  EXPECT_EQ(direct->geometry().SerializeAsString(), converted->geometry().SerializeAsString());
-  EXPECT_EQ(ReadFileBytes(dir.Join("direct/experts.bin")), ReadFileBytes(dir.Join("converted/experts.bin")));
+  ExpectPackOnlyEqualsConvert("glm4moe", dir.path());
 }
 
 // llama.cpp's gpt-oss loader (llama-model.cpp, LLM_ARCH_OPENAI_MOE): q/k/v and output biases, attn_sinks, the
@@ -361,22 +347,7 @@ TEST(SynthTest, GptOssHasLlamaCppTensorNamesShapesAndKeys) {
 // makes it from the GGUF; both packs validate and hold the same experts.
 TEST(SynthTest, GptOssPackOnlyEqualsSynthesizeThenConvertWithTheExpertBiasesInDenseGguf) {
   ScratchDir dir;
-  SynthOptions o = TinyOptions(dir.Join("m.gguf"));
-  o.geometry = *PresetGeometry("gpt-oss", "tiny");
-  ASSERT_THAT(SynthesizeGguf(o), IsOk());
-  ConvertOptions c;
-  c.input = o.output;
-  c.output_dir = dir.Join("converted");
-  c.scheme = kernels::Scheme::kS8;
-  c.threads = 2;
-  auto converted = ConvertGguf(c, nullptr, nullptr);
-  ASSERT_TRUE(converted.ok()) << converted.status();
-  o.output = dir.Join("direct");
-  o.pack_scheme = kernels::Scheme::kS8;
-  auto direct = SynthesizePack(o, nullptr, nullptr);
-  ASSERT_TRUE(direct.ok()) << direct.status();
-  EXPECT_EQ(direct->geometry().SerializeAsString(), converted->geometry().SerializeAsString());
-  EXPECT_EQ(ReadFileBytes(dir.Join("direct/experts.bin")), ReadFileBytes(dir.Join("converted/experts.bin")));
+  ExpectPackOnlyEqualsConvert("gpt-oss", dir.path());
   for (const std::string pack : {"direct", "converted"}) {
     auto dense = gguf::GgufFile::Open(dir.Join(pack + "/dense.gguf"));
     ASSERT_TRUE(dense.ok()) << dense.status();
