@@ -60,8 +60,13 @@ void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels
     return;
   }
   // Tasks are claimed in index order, so every gate/up task is claimed (and runs to its end on some
-  // thread) before any down task: a down task's wait always ends.
+  // thread) before any down task. A down task is a ticket for one down item (a job's chunk of rows): it takes
+  // the first untaken item of a job whose gate/up rows are all done, so a thread waits only when no such
+  // job is left (never for one job held up by a preempted thread while others are ready). Tickets and
+  // items are as many, so every ticket finds one.
   std::vector<std::atomic<int64_t>> gate_up_done(static_cast<size_t>(n_jobs));
+  std::vector<std::atomic<int64_t>> down_taken(static_cast<size_t>(n_jobs));
+  std::atomic<int64_t> first_open{0};  // the jobs before it have had all their down items taken
   const int64_t n_gate_up = n_jobs * chunks1;
   exec::ParallelFor(pool, n_gate_up + n_jobs * chunks2, [&](int64_t task) {
     if (task < n_gate_up) {
@@ -69,14 +74,25 @@ void RunExpertJobs(const kernels::ExpertLayout& layout, absl::Span<const kernels
       gate_up_done[static_cast<size_t>(task / chunks1)].fetch_add(1, std::memory_order_release);
       return;
     }
-    const int64_t t = task - n_gate_up;
-    const std::atomic<int64_t>& done = gate_up_done[static_cast<size_t>(t / chunks2)];
     // Yielding now and then: on a loaded host the thread finishing those rows may be waiting for this core.
-    for (uint32_t spins = 1; done.load(std::memory_order_acquire) < chunks1; ++spins) {
+    for (uint32_t spins = 1;; ++spins) {
+      for (int64_t j = first_open.load(std::memory_order_relaxed); j < n_jobs; ++j) {
+        std::atomic<int64_t>& taken = down_taken[static_cast<size_t>(j)];
+        if (taken.load(std::memory_order_relaxed) >= chunks2) {
+          int64_t expected = j;  // j is used up: move the scan's start past it if nothing else has
+          first_open.compare_exchange_strong(expected, j + 1, std::memory_order_relaxed);
+          continue;
+        }
+        if (gate_up_done[static_cast<size_t>(j)].load(std::memory_order_acquire) < chunks1) continue;
+        const int64_t chunk = taken.fetch_add(1, std::memory_order_relaxed);
+        if (chunk < chunks2) {
+          down(j * chunks2 + chunk);
+          return;
+        }
+      }
       if (spins % 64 == 0) std::this_thread::yield();
       exec::CpuRelax();
     }
-    down(t);
   });
 }
 
