@@ -35,10 +35,10 @@ void AccountRouting(RoutingCounter& counter, const kernels::ExpertLayout& layout
 
 // How RunExpertJobs orders the two phases of kernels::ExpertWork over the pool.
 enum class ExpertPhases {
-  // One ParallelFor: every job's gate/up tasks, then every job's down tasks, a down task waiting only for
-  // its own job's gate/up rows. Threads that finish early go on to the first jobs' down rows instead of
-  // idling at a barrier while the last gate/up tasks finish (the tail of a phase is a large part of a
-  // decode layer's few hundred microseconds).
+  // One ParallelFor: every job's gate/up tasks, then as many down tasks, each taking a chunk of down rows
+  // of the first job whose gate/up rows are all done. Threads that finish early go on to the first jobs'
+  // down rows instead of idling at a barrier while the last gate/up tasks finish (the tail of a phase is
+  // a large part of a decode layer's few hundred microseconds).
   kPipelined,
   // All gate/up rows, a barrier, then all down rows (the baseline the benches compare with).
   kBarrier,
