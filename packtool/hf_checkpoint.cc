@@ -181,32 +181,35 @@ bool IsHfCheckpointDir(const std::string& path) {
   return std::filesystem::is_directory(path, ec) && std::filesystem::is_regular_file(path + "/config.json", ec);
 }
 
-void PermuteRowsForNormalRope(std::span<const uint8_t> src, std::span<uint8_t> dst, int64_t n_head, int64_t head_dim,
-                              uint64_t row_bytes) {
-  const int64_t half = head_dim / 2;
-  for (int64_t h = 0; h < n_head; ++h) {
-    for (int64_t i = 0; i < half; ++i) {
-      for (int64_t j = 0; j < 2; ++j) {
-        const uint64_t to = static_cast<uint64_t>(h * head_dim + 2 * i + j);
-        const uint64_t from = static_cast<uint64_t>(h * head_dim + i + j * half);
-        std::memcpy(dst.data() + to * row_bytes, src.data() + from * row_bytes, row_bytes);
-      }
-    }
-  }
-}
+namespace {
 
-void UnpermuteRowsForNormalRope(std::span<const uint8_t> src, std::span<uint8_t> dst, int64_t n_head,
-                                int64_t head_dim, uint64_t row_bytes) {
+// Row (h, i, j) of the q/k projections moves between Hugging Face's order (h * head_dim + i + j * half) and
+// GGUF's (h * head_dim + 2i + j), towards GGUF's or back.
+void ReorderRowsForNormalRope(std::span<const uint8_t> src, std::span<uint8_t> dst, int64_t n_head, int64_t head_dim,
+                              uint64_t row_bytes, bool to_gguf) {
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < n_head; ++h) {
     for (int64_t i = 0; i < half; ++i) {
       for (int64_t j = 0; j < 2; ++j) {
         const uint64_t gguf_row = static_cast<uint64_t>(h * head_dim + 2 * i + j);
         const uint64_t hf_row = static_cast<uint64_t>(h * head_dim + i + j * half);
-        std::memcpy(dst.data() + hf_row * row_bytes, src.data() + gguf_row * row_bytes, row_bytes);
+        const uint64_t to = to_gguf ? gguf_row : hf_row, from = to_gguf ? hf_row : gguf_row;
+        std::memcpy(dst.data() + to * row_bytes, src.data() + from * row_bytes, row_bytes);
       }
     }
   }
+}
+
+}  // namespace
+
+void PermuteRowsForNormalRope(std::span<const uint8_t> src, std::span<uint8_t> dst, int64_t n_head, int64_t head_dim,
+                              uint64_t row_bytes) {
+  ReorderRowsForNormalRope(src, dst, n_head, head_dim, row_bytes, /*to_gguf=*/true);
+}
+
+void UnpermuteRowsForNormalRope(std::span<const uint8_t> src, std::span<uint8_t> dst, int64_t n_head,
+                                int64_t head_dim, uint64_t row_bytes) {
+  ReorderRowsForNormalRope(src, dst, n_head, head_dim, row_bytes, /*to_gguf=*/false);
 }
 
 absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {

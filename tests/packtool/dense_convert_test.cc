@@ -18,6 +18,7 @@ namespace strata::packtool {
 namespace {
 
 using ::strata::testing::ScratchDir;
+using testing::EngineLogits;
 using testing::TinyOptions;
 
 ConvertOptions Options(const std::string& in, const std::string& out, DenseTarget dense) {
@@ -30,28 +31,6 @@ ConvertOptions Options(const std::string& in, const std::string& out, DenseTarge
   return c;
 }
 
-// Logits of every position of `tokens` from the CPU engine on `pack`.
-std::vector<float> EngineLogits(const std::string& pack, const std::vector<int32_t>& tokens) {
-  runtime::EngineOptions o;
-  o.pack_dir = pack;
-  o.threads = 1;
-  o.max_seqs = 1;
-  o.max_ctx = 64;
-  o.device.device = "cpu";
-  auto engine = runtime::Engine::Create(o);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  if (!engine.ok()) return {};
-  runtime::GenerateRequest request;
-  request.prompt_tokens = tokens;
-  request.prompt_logits = true;
-  request.sampling.temperature = 0;
-  request.sampling.max_tokens = 1;
-  auto done = (*engine)->Generate(request);
-  EXPECT_TRUE(done.ok()) << done.status();
-  if (!done.ok()) return {};
-  EXPECT_TRUE(done->result.status.ok()) << done->result.status;
-  return done->result.prompt_logits;
-}
 
 TEST(DenseTargetTest, ParsesTheFourChoicesAndNamesTheFieldOtherwise) {
   for (DenseTarget t : {DenseTarget::kKeep, DenseTarget::kF16, DenseTarget::kBF16, DenseTarget::kQ8_0}) {

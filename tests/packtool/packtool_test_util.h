@@ -4,11 +4,13 @@
 // Small synthetic models and packs for the packtool tests.
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/runtime/engine.h"
 #include "gtest/gtest.h"
 #include "packtool/convert.h"
 #include "packtool/synth.h"
@@ -68,6 +70,29 @@ inline pack::v1::Manifest ExpectPackOnlyEqualsConvert(const std::string& arch, c
             ::strata::testing::ReadFileBytes(dir + "/converted/experts.bin"))
       << arch;
   return *converted;
+}
+
+// Logits of every position of `tokens` from the CPU engine on `pack`.
+inline std::vector<float> EngineLogits(const std::string& pack, const std::vector<int32_t>& tokens) {
+  runtime::EngineOptions o;
+  o.pack_dir = pack;
+  o.threads = 1;
+  o.max_seqs = 1;
+  o.max_ctx = 64;
+  o.device.device = "cpu";
+  auto engine = runtime::Engine::Create(o);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  runtime::GenerateRequest request;
+  request.prompt_tokens = tokens;
+  request.prompt_logits = true;
+  request.sampling.temperature = 0;
+  request.sampling.max_tokens = 1;
+  auto done = (*engine)->Generate(request);
+  EXPECT_TRUE(done.ok()) << done.status();
+  if (!done.ok()) return {};
+  EXPECT_TRUE(done->result.status.ok()) << done->result.status;
+  return done->result.prompt_logits;
 }
 
 // Copies the GGUF at `src` to `dst` as another architecture: general.architecture becomes `arch` and every

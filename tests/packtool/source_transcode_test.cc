@@ -20,6 +20,7 @@ namespace {
 using gguf::GgmlType;
 using kernels::Scheme;
 using ::strata::testing::ScratchDir;
+using testing::EngineLogits;
 using testing::TinyOptions;
 
 struct EncodedRole {
@@ -134,28 +135,6 @@ TEST(SourceTranscodeTest, OnlyFourBitAffineSourcesIntoS4) {
               StatusIsWith(absl::StatusCode::kInvalidArgument, "rows"));
 }
 
-// Logits of every position of `tokens` from the CPU engine on `pack`.
-std::vector<float> EngineLogits(const std::string& pack, const std::vector<int32_t>& tokens) {
-  runtime::EngineOptions o;
-  o.pack_dir = pack;
-  o.threads = 1;
-  o.max_seqs = 1;
-  o.max_ctx = 64;
-  o.device.device = "cpu";
-  auto engine = runtime::Engine::Create(o);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  if (!engine.ok()) return {};
-  runtime::GenerateRequest request;
-  request.prompt_tokens = tokens;
-  request.prompt_logits = true;
-  request.sampling.temperature = 0;
-  request.sampling.max_tokens = 1;
-  auto done = (*engine)->Generate(request);
-  EXPECT_TRUE(done.ok()) << done.status();
-  if (!done.ok()) return {};
-  EXPECT_TRUE(done->result.status.ok()) << done->result.status;
-  return done->result.prompt_logits;
-}
 
 double RelativeDistance(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
