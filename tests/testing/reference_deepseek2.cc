@@ -113,7 +113,10 @@ absl::Status ReadDeepseek2Hparams(const gguf::Metadata& md, const std::string& p
       if (!factor.ok() || !log_multiplier.ok() || *factor < 1.0) return error("rope.scaling.*", "unreadable");
       hp->yarn_factor = *factor;
       hp->yarn_log_multiplier = *log_multiplier;
-      ASSIGN_OR_RETURN(hp->yarn_original_context, uint_or("rope.scaling.original_context_length", 0));
+      // llama.cpp's default (n_ctx_orig_yarn): the training context.
+      ASSIGN_OR_RETURN(const int64_t n_ctx, uint_or("context_length", 0));
+      ASSIGN_OR_RETURN(hp->yarn_original_context, uint_or("rope.scaling.original_context_length", n_ctx));
+      if (hp->yarn_original_context <= 0) return error("rope.scaling.original_context_length", "missing");
     } else if (*kind != "none") {
       return absl::UnimplementedError(absl::StrCat(path, ": ", a, "rope.scaling.type '", *kind, "' is not implemented"));
     }
