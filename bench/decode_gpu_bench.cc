@@ -25,6 +25,7 @@
 #include "absl/synchronization/notification.h"
 #include "bench/bench_util.h"
 #include "engine/runtime/engine.h"
+#include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "packtool/synth.h"
 
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
                              "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
                              "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
-                             "[--vram-experts -1] [--cache-policy lfu-decay] [--miss-path both] [--gpu-miss-reads staged,in-place] [--preset seed --scheme s2 (to make --pack when "
+                             "[--vram-experts -1] [--cache-policy lfu-decay] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--preset seed --scheme s2 (to make --pack when "
                              "it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
@@ -98,6 +99,9 @@ int main(int argc, char** argv) {
   // How the GPU reads its decode misses: copied into VRAM first (staged) or inside the expert kernel (in-place);
   // each cache size with misses runs once per item.
   const std::vector<std::string> miss_reads = flags.StringList("gpu-miss-reads", {"staged"});
+  // Kernels launched with programmatic dependent launch (on) or plainly (off); every configuration runs
+  // once per item.
+  const std::vector<std::string> dependent_launch = flags.StringList("dependent-launch", {"on"});
   const std::string flags_preset = flags.String("preset", "seed");
   const std::string flags_scheme = flags.String("scheme", "s2");
   flags.CheckNoUnknown();
@@ -148,19 +152,29 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  for (const std::string& d : dependent_launch) {
+    if (d != "on" && d != "off") {
+      std::fprintf(stderr, "--dependent-launch: %s is neither on nor off\n", d.c_str());
+      return 2;
+    }
+  }
   struct Config {
     int64_t slots;
     std::string reads;
+    std::string dependent;
   };
   std::vector<Config> configs;
   for (int64_t slots : vram_experts) {
-    if (slots < 0) {
-      configs.push_back({slots, "staged"});
-      continue;
+    for (const std::string& dependent : dependent_launch) {
+      if (slots < 0) {
+        configs.push_back({slots, "staged", dependent});
+        continue;
+      }
+      for (const std::string& reads : miss_reads) configs.push_back({slots, reads, dependent});
     }
-    for (const std::string& reads : miss_reads) configs.push_back({slots, reads});
   }
-  for (const auto& [slots, reads] : configs) {
+  for (const auto& [slots, reads, dependent] : configs) {
+    strata::kernels::cuda::SetDependentLaunch(dependent == "on");
     strata::runtime::EngineOptions eo;
     eo.pack_dir = pack;
     eo.threads = threads;
@@ -186,11 +200,13 @@ int main(int argc, char** argv) {
                 pack.c_str(), info.config.arch.c_str(), (long long)info.config.n_layer,
                 (long long)info.config.n_expert, (long long)info.config.n_expert_used, (long long)info.config.n_embd,
                 info.scheme.c_str(), load.Seconds());
-    std::printf("device %s (%s), %.2f GiB in use, experts from %s%s, VRAM experts %s of %llu (%s)%s\n",
+    std::printf("device %s (%s), %.2f GiB in use, experts from %s%s, VRAM experts %s of %llu (%s)%s, dependent "
+                "launch %s\n",
                 info.backend.name.c_str(), info.backend.isa.c_str(), info.backend.memory_used / 1073741824.0,
                 info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
                 slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
-                cache_policy.c_str(), slots < 0 ? "" : (", GPU misses " + reads).c_str());
+                cache_policy.c_str(), slots < 0 ? "" : (", GPU misses " + reads).c_str(),
+                strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off");
     if (!info.device_note.empty()) std::printf("note: %s\n", info.device_note.c_str());
     // Batch 1: hits from HBM, misses by the miss paths; at a hit rate h the bound is
     // 1 / max(dense/HBM + h*experts/HBM, (1-h)*experts/miss bandwidth) (both run at once).

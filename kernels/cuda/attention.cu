@@ -22,6 +22,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dense_device.cuh"
 #include "kernels/cuda/dense_kernels.h"
+#include "kernels/cuda/dependent_launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -118,6 +119,7 @@ __device__ __forceinline__ void Scale4(float4& acc, float f) {
 // [pos_warps*32][D+4], V tile [pos_warps*32][D] (rows of q and K padded so column reads hit distinct banks).
 template <int D>
 __global__ void __launch_bounds__(kAttnThreads) AttentionKernel(const AttnParams p) {
+  WaitForPriorKernels();
   constexpr int kStride = D + 4;
   constexpr int kChunks = D / 32;  // float4s of O per lane and row
   extern __shared__ float4 shared_raw[];
@@ -344,6 +346,7 @@ template <int D>
 __global__ void __launch_bounds__(32 * kMergeWarps)
     AttentionMergeKernel(const float* part_o, const float* part_m, const float* part_l, int n_splits, int64_t n_rows,
                          float* out) {
+  WaitForPriorKernels();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kMergeWarps + threadIdx.x / 32;
   if (row >= n_rows) return;
   const int lane = threadIdx.x % 32;
@@ -384,14 +387,15 @@ absl::Status LaunchAttention(const AttnParams& p, int tiles, cudaStream_t stream
   CUDA_RETURN_IF_ERROR(opt_in, "cudaFuncSetAttribute(AttentionKernel)");
   const size_t smem_bytes = AttentionSharedBytes(D, p.row_warps);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n_head_kv), static_cast<unsigned>(p.n_splits));
-  AttentionKernel<D><<<grid, kAttnThreads, smem_bytes, stream>>>(p);
-  if (absl::Status s = LaunchStatus("AttentionKernel"); !s.ok()) return s;
+  const absl::Status launched =
+      LaunchKernel("AttentionKernel", AttentionKernel<D>, grid, kAttnThreads, smem_bytes, stream, p);
+  if (!launched.ok()) return launched;
+
   if (p.n_splits == 1) return absl::OkStatus();
   const int64_t n_rows = static_cast<int64_t>(p.n_tokens) * p.n_head;
   const unsigned blocks = static_cast<unsigned>((n_rows + kMergeWarps - 1) / kMergeWarps);
-  AttentionMergeKernel<D>
-      <<<blocks, 32 * kMergeWarps, 0, stream>>>(p.part_o, p.part_m, p.part_l, p.n_splits, n_rows, p.out);
-  return LaunchStatus("AttentionMergeKernel");
+  return LaunchKernel("AttentionMergeKernel", AttentionMergeKernel<D>, blocks, 32 * kMergeWarps, 0, stream, p.part_o,
+                      p.part_m, p.part_l, p.n_splits, n_rows, p.out);
 }
 
 }  // namespace

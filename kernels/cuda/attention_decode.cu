@@ -18,6 +18,7 @@
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dense_device.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 
 namespace strata::kernels::cuda::detail {
 namespace {
@@ -80,6 +81,7 @@ size_t DecodeSharedBytes(int group, int head_dim, int split_len) {
 // D: head_dim; NG: G rounded up to a power of two (the values each lane reduces at once).
 template <int D, int NG>
 __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const DecodeAttentionArgs a) {
+  WaitForPriorKernels();
   constexpr int kPer = D / 32;
   constexpr int kShift = 5 - Log2(NG);
   extern __shared__ float4 decode_shared_raw[];
@@ -248,9 +250,8 @@ absl::Status Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
   CUDA_RETURN_IF_ERROR(opt_in, "cudaFuncSetAttribute(DecodeAttentionKernel)");
   const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_head_kv),
                   static_cast<unsigned>(a.n_splits));
-  DecodeAttentionKernel<D, NG>
-      <<<grid, kDecodeThreads, DecodeSharedBytes(a.group, D, a.split_len), stream>>>(a);
-  return LaunchStatus("DecodeAttentionKernel");
+  return LaunchKernel("DecodeAttentionKernel", DecodeAttentionKernel<D, NG>, grid, kDecodeThreads,
+                      DecodeSharedBytes(a.group, D, a.split_len), stream, a);
 }
 
 template <int D>

@@ -11,14 +11,14 @@
 // The grids come from n_tokens, k and n_expert alone (the bound on work items); blocks past the item count
 // the prepare kernel wrote exit at once.
 
-#include "kernels/cuda/expert_kernels.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/expert_kernels.h"
 #include "kernels/cuda/expert_kernels_internal.cuh"
 #include "kernels/format/role_layout.h"
 
@@ -174,6 +174,7 @@ __device__ __forceinline__ void QuantizeBlocks(const float* __restrict__ x, int6
 
 __global__ void __launch_bounds__(kPrepThreads)
     QuantizeKernel(const float* x, int64_t n_blocks, int8_t* q, float* scale, int32_t* sum) {
+  WaitForPriorKernels();
   QuantizeBlocks(x, n_blocks, q, scale, sum, blockIdx.x, gridDim.x);
 }
 
@@ -241,6 +242,7 @@ __device__ void GroupPairsByExpert(const GroupArgs& a, int32_t* counts) {
 
 __global__ void __launch_bounds__(kPrepThreads)
     PrepareKernel(GroupArgs group, const float* x, int64_t x_blocks, int8_t* xq, float* xscale, int32_t* xsum) {
+  WaitForPriorKernels();
   extern __shared__ int32_t expert_counts[];  // group.n_expert ints (block 0 only)
   if (blockIdx.x == 0) {
     GroupPairsByExpert(group, expert_counts);
@@ -303,9 +305,10 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   const int64_t x_blocks = quantized ? int64_t{n_tokens} * (layout.n_embd / 32) : 0;
   const int64_t quant_ctas = (x_blocks + kPrepWarps * kQuantBlocksPerWarp - 1) / (kPrepWarps * kQuantBlocksPerWarp);
   const size_t counts_bytes = static_cast<size_t>(n_expert) * sizeof(int32_t);
-  PrepareKernel<<<static_cast<unsigned>(1 + quant_ctas), kPrepThreads, counts_bytes, stream>>>(group, x, x_blocks, xq,
-                                                                                            xscale, xsum);
-  if (absl::Status s = LaunchStatus("ExpertFfn prepare kernel"); !s.ok()) return s;
+  const absl::Status prepared =
+      LaunchKernel("ExpertFfn prepare kernel", PrepareKernel, static_cast<unsigned>(1 + quant_ctas), kPrepThreads,
+                   counts_bytes, stream, group, x, x_blocks, xq, xscale, xsum);
+  if (!prepared.ok()) return prepared;
 
   FfnArgs a;
   a.items = group.items;
@@ -342,8 +345,8 @@ absl::Status QuantizeActivations(const float* x, int64_t n, int n_tokens, int8_t
   const int64_t blocks = int64_t{n_tokens} * (n / kActBlock);
   const int64_t per_cta = kPrepWarps * kQuantBlocksPerWarp;
   const int64_t ctas = std::min<int64_t>((blocks + per_cta - 1) / per_cta, int64_t{1} << 20);
-  QuantizeKernel<<<static_cast<unsigned>(ctas), kPrepThreads, 0, stream>>>(x, blocks, q, scale, sum);
-  return LaunchStatus("QuantizeActivations kernel");
+  return LaunchKernel("QuantizeActivations kernel", QuantizeKernel, static_cast<unsigned>(ctas), kPrepThreads, 0,
+                      stream, x, blocks, q, scale, sum);
 }
 
 }  // namespace strata::kernels::cuda

@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/expert_kernels_internal.cuh"
 #include "kernels/format/expert_layout.h"
 #include "kernels/format/role_layout.h"
@@ -341,6 +342,7 @@ __device__ __forceinline__ void WithTile(int count, Body&& body) {
 // h = silu(g) * u for the strip, which is one 32-block of h, stored per slot (list position).
 template <Scheme S, int kTileMax>
 __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUpKernel(const FfnArgs a) {
+  WaitForPriorKernels();
   __shared__ float partials[kFfnWarps][4 * kTileMax * 32];
   __shared__ float gate_up[2][32][kTileMax];  // [gate, up][row of the strip][token]
   const int n_items = *a.n_items;
@@ -384,6 +386,7 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUp
 // writes the rows into parts.
 template <Scheme S, int kTileMax>
 __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKernel(const FfnArgs a) {
+  WaitForPriorKernels();
   constexpr int kTilesPerWarp = kTileMax == kNarrowTile ? kMaxDownTilesPerWarp : 1;
   __shared__ float partials[kFfnWarps][kTilesPerWarp * 4 * kTileMax * 32];
   const int n_items = *a.n_items;
@@ -414,14 +417,15 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKe
 template <Scheme S, int kTileMax>
 absl::Status Launch(const FfnArgs& a, int64_t max_items, cudaStream_t stream) {
   const dim3 gate_up_grid(static_cast<unsigned>(max_items), static_cast<unsigned>(a.ff / 32));
-  GateUpKernel<S, kTileMax><<<gate_up_grid, kFfnThreads, 0, stream>>>(a);
-  if (absl::Status s = LaunchStatus("ExpertFfn gate/up kernel"); !s.ok()) return s;
+  const absl::Status gate_up =
+      LaunchKernel("ExpertFfn gate/up kernel", GateUpKernel<S, kTileMax>, gate_up_grid, kFfnThreads, 0, stream, a);
+  if (!gate_up.ok()) return gate_up;
+
   const int64_t tiles_per_block = int64_t{kFfnWarps} * a.down_tiles_per_warp;
   const int64_t tiles = a.n_embd / kRowTile;
   const dim3 down_grid(static_cast<unsigned>(max_items),
                        static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block));
-  DownKernel<S, kTileMax><<<down_grid, kFfnThreads, 0, stream>>>(a);
-  return LaunchStatus("ExpertFfn down kernel");
+  return LaunchKernel("ExpertFfn down kernel", DownKernel<S, kTileMax>, down_grid, kFfnThreads, 0, stream, a);
 }
 
 template <Scheme S>

@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dense_device.cuh"
 #include "kernels/cuda/dense_kernels.h"
+#include "kernels/cuda/dependent_launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -125,16 +126,21 @@ __global__ void __launch_bounds__(kGemvThreads) GemvKernel(const GemvParams p) {
   }
 
   const int64_t n_chunks = p.cols / 8;
-  for (int64_t k0 = block_lane; k0 < n_chunks; k0 += int64_t{kStep} * U) {
-    // All U chunks are loaded before any is used; past the row's end the last chunk is read again (and
-    // not used), so the loads need no branch.
-    RawChunk<kType> raw[U][R];
+  // All U chunks are loaded before any is used; past the row's end the last chunk is read again (and not
+  // used), so the loads need no branch. The first U are in flight before the wait for the kernel before.
+  RawChunk<kType> raw[U][R];
+  auto load = [&](int64_t k0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t k = min(k0 + int64_t{u} * kStep, n_chunks - 1);
 #pragma unroll
       for (int r = 0; r < R; ++r) raw[u][r] = LoadChunk<kType>(row_ptr[r], k);
     }
+  };
+  if (block_lane < n_chunks) load(block_lane);
+  WaitForPriorKernels();
+  for (int64_t k0 = block_lane; k0 < n_chunks; k0 += int64_t{kStep} * U) {
+    if (k0 != block_lane) load(k0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t k = k0 + int64_t{u} * kStep;
@@ -223,8 +229,8 @@ absl::Status LaunchGemvFor(GemvParams p, cudaStream_t stream) {
     blocks += (p.outputs[i].rows + GemvShape<kTokens>::kRowsPerBlock - 1) / GemvShape<kTokens>::kRowsPerBlock;
   }
   if (blocks > INT_MAX) return BadArgument("DenseMatmul", "the total of rows", blocks, "it is too large for one grid");
-  GemvKernel<kType, kTokens><<<static_cast<unsigned>(blocks), kGemvThreads, 0, stream>>>(p);
-  return LaunchStatus("GemvKernel");
+  return LaunchKernel("GemvKernel", GemvKernel<kType, kTokens>, static_cast<unsigned>(blocks), kGemvThreads, 0, stream,
+                      p);
 }
 
 template <DenseType kType>
@@ -312,6 +318,7 @@ constexpr int kEmbedThreads = 128;
 template <DenseType kType>
 __global__ void __launch_bounds__(kEmbedThreads)
     EmbedKernel(const uint8_t* table, uint64_t row_bytes, int64_t n, const TokenSlot* slots, float* x) {
+  WaitForPriorKernels();
   const int t = blockIdx.y;
   const int64_t k = static_cast<int64_t>(blockIdx.x) * kEmbedThreads + threadIdx.x;
   if (k >= n / 8) return;
@@ -515,17 +522,17 @@ absl::Status EmbedRows(DenseType type, const uint8_t* table, int64_t n, const To
   const dim3 grid(static_cast<unsigned>((n / 8 + kEmbedThreads - 1) / kEmbedThreads), static_cast<unsigned>(n_tokens));
   switch (type) {
     case DenseType::kF32:
-      EmbedKernel<DenseType::kF32><<<grid, kEmbedThreads, 0, stream>>>(table, row_bytes, n, slots, x);
-      break;
+      return LaunchKernel("EmbedKernel", EmbedKernel<DenseType::kF32>, grid, kEmbedThreads, 0, stream, table, row_bytes,
+                          n, slots, x);
     case DenseType::kF16:
-      EmbedKernel<DenseType::kF16><<<grid, kEmbedThreads, 0, stream>>>(table, row_bytes, n, slots, x);
-      break;
+      return LaunchKernel("EmbedKernel", EmbedKernel<DenseType::kF16>, grid, kEmbedThreads, 0, stream, table, row_bytes,
+                          n, slots, x);
     case DenseType::kBF16:
-      EmbedKernel<DenseType::kBF16><<<grid, kEmbedThreads, 0, stream>>>(table, row_bytes, n, slots, x);
-      break;
+      return LaunchKernel("EmbedKernel", EmbedKernel<DenseType::kBF16>, grid, kEmbedThreads, 0, stream, table,
+                          row_bytes, n, slots, x);
     case DenseType::kQ8_0:
-      EmbedKernel<DenseType::kQ8_0><<<grid, kEmbedThreads, 0, stream>>>(table, row_bytes, n, slots, x);
-      break;
+      return LaunchKernel("EmbedKernel", EmbedKernel<DenseType::kQ8_0>, grid, kEmbedThreads, 0, stream, table,
+                          row_bytes, n, slots, x);
   }
   return LaunchStatus("EmbedKernel");
 }

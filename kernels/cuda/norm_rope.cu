@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dense_device.cuh"
 #include "kernels/cuda/dense_kernels.h"
+#include "kernels/cuda/dependent_launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -27,6 +28,7 @@ constexpr int kNormThreads = 1024;
 // may be x.
 __global__ void __launch_bounds__(kNormThreads) RmsNormKernel(const float* x, int64_t x_stride, const float* weight,
                                                               int64_t n, float eps, float* out, int64_t out_stride) {
+  WaitForPriorKernels();
   const float* xr = x + blockIdx.x * x_stride;
   float* outr = out + blockIdx.x * out_stride;
   double sum = 0;
@@ -56,6 +58,7 @@ template <typename V>
 __global__ void __launch_bounds__(kNormThreads)
     CombineAndNormKernel(const float* parts, const float* weights, int k, int64_t n, float* x, const float* norm_weight,
                          float eps, float* h) {
+  WaitForPriorKernels();
   constexpr int kWidth = sizeof(V) / sizeof(float);
   const int64_t t = blockIdx.x, nv = n / kWidth;
   V* xt = reinterpret_cast<V*>(x + t * n);
@@ -103,6 +106,7 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
     QkNormRopeStoreKernel(float* q, const float* k, const float* v, const TokenSlot* slots, int64_t layer, int n_head,
                           int n_head_kv, int head_dim, const float* q_norm, const float* k_norm, float eps,
                           const double* freq, int neox) {
+  WaitForPriorKernels();
   const int64_t t = blockIdx.y;
   const int head = blockIdx.x * kRopeWarps + threadIdx.x / 32;
   if (head >= n_head + n_head_kv) return;
@@ -178,8 +182,8 @@ absl::Status RmsNorm(const float* x, int64_t x_stride, const float* weight, int6
   if (weight == nullptr) return NullArgument(kFn, "weight");
   if (out == nullptr) return NullArgument(kFn, "out");
   if (rows == 0) return absl::OkStatus();
-  RmsNormKernel<<<rows, kNormThreads, 0, stream>>>(x, x_stride, weight, n, eps, out, out_stride);
-  return LaunchStatus("RmsNormKernel");
+  return LaunchKernel("RmsNormKernel", RmsNormKernel, rows, kNormThreads, 0, stream, x, x_stride, weight, n, eps, out,
+                      out_stride);
 }
 
 absl::Status CombineAndNorm(const float* parts, const float* weights, int n_tokens, int k, int64_t n, float* x,
@@ -196,8 +200,8 @@ absl::Status CombineAndNorm(const float* parts, const float* weights, int n_toke
   const bool vec4 = n % 4 == 0 && detail::Aligned16(parts) && detail::Aligned16(x) &&
                     (norm_weight == nullptr || (detail::Aligned16(norm_weight) && detail::Aligned16(h)));
   const auto kernel = vec4 ? CombineAndNormKernel<float4> : CombineAndNormKernel<float>;
-  kernel<<<n_tokens, kNormThreads, 0, stream>>>(parts, weights, k, n, x, norm_weight, eps, h);
-  return LaunchStatus("CombineAndNormKernel");
+  return LaunchKernel("CombineAndNormKernel", kernel, n_tokens, kNormThreads, 0, stream, parts, weights, k, n, x,
+                      norm_weight, eps, h);
 }
 
 absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const TokenSlot* slots, int n_tokens,
@@ -219,9 +223,8 @@ absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const Tok
   if (freq == nullptr) return NullArgument(kFn, "freq");
   if (n_tokens == 0) return absl::OkStatus();
   const dim3 grid((n_head + n_head_kv + kRopeWarps - 1) / kRopeWarps, n_tokens);
-  QkNormRopeStoreKernel<<<grid, 32 * kRopeWarps, 0, stream>>>(q, k, v, slots, layer, n_head, n_head_kv, head_dim,
-                                                              q_norm, k_norm, eps, freq, rope_style);
-  return LaunchStatus("QkNormRopeStoreKernel");
+  return LaunchKernel("QkNormRopeStoreKernel", QkNormRopeStoreKernel, grid, 32 * kRopeWarps, 0, stream, q, k, v, slots,
+                      layer, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, freq, rope_style);
 }
 
 }  // namespace strata::kernels::cuda

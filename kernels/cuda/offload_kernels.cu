@@ -1,11 +1,11 @@
 // Pair selection and the host mailbox of the offload tier (offload_kernels.h).
 
-#include "kernels/cuda/offload_kernels.h"
-
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/offload_kernels.h"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -28,6 +28,7 @@ __device__ __forceinline__ uint64_t GlobalNanoseconds() {
 
 __global__ void SelectResidentKernel(const int32_t* ids, int n_pairs, const uint8_t* const* blobs, int n_expert,
                                      const uint8_t* host_begin, const uint8_t* host_end, int32_t* out) {
+  WaitForPriorKernels();
   const int p = blockIdx.x * blockDim.x + threadIdx.x;
   if (p >= n_pairs) return;
   const int32_t e = ids[p];
@@ -36,6 +37,7 @@ __global__ void SelectResidentKernel(const int32_t* ids, int n_pairs, const uint
 
 __global__ void SelectStagedKernel(const int32_t* ids, int n_pairs, const StagedChunk chunk, const uint8_t* staging,
                                    uint64_t blob_bytes, const uint8_t** table, int32_t* out) {
+  WaitForPriorKernels();
   const int p = blockIdx.x * blockDim.x + threadIdx.x;
   if (blockIdx.x == 0 && threadIdx.x < chunk.count) {
     table[chunk.experts[threadIdx.x]] = staging + threadIdx.x * blob_bytes;
@@ -50,6 +52,7 @@ __global__ void SelectStagedKernel(const int32_t* ids, int n_pairs, const Staged
 // One block. flag[e] (shared): 0 for experts not missed by this layer's pairs, else 1 + the expert's rank
 // among the missed experts in expert order.
 __global__ void __launch_bounds__(kSplitThreads) SplitForHostKernel(const HostSplitArgs a) {
+  WaitForPriorKernels();
   extern __shared__ int32_t flag[];
   __shared__ int32_t scan[kSplitThreads];
   __shared__ int32_t s_host_pairs;
@@ -119,6 +122,7 @@ __global__ void __launch_bounds__(kCollectThreads)
     CollectFromHostKernel(const int32_t* host_ids, int n_pairs, const int64_t* sequence, const int32_t* host_pairs,
                           HostMailbox* mailbox, const float* mailbox_parts, int64_t n_embd, uint64_t timeout_ns,
                           float* parts) {
+  WaitForPriorKernels();
   __shared__ bool s_answered;
   const int p = blockIdx.x;
   if (*host_pairs == 0 || host_ids[p] < 0) return;
@@ -185,6 +189,7 @@ constexpr int kStageInFlight = 8;  // 16-byte reads a thread issues before it st
 // Every block finds the staged experts (a few hundred pairs at most: quadratic scans in shared memory);
 // block 0 writes the table; all blocks copy.
 __global__ void __launch_bounds__(kStageThreads) StageMissesKernel(const StageMissesArgs a) {
+  WaitForPriorKernels();
   __shared__ int32_t s_first[kMaxStagePairs];  // the pair's expert if it is that missed expert's first pair, else -1
   __shared__ int32_t s_slot_expert[kMaxStageSlots];
   __shared__ int s_missed;
@@ -260,9 +265,8 @@ absl::Status SelectResidentPairs(const int32_t* ids, int n_pairs, const uint8_t*
         absl::StrCat("SelectResidentPairs: n_pairs ", n_pairs, " and n_expert ", n_expert, " must be >= 0 and >= 1"));
   }
   if (n_pairs == 0) return absl::OkStatus();
-  SelectResidentKernel<<<Blocks(n_pairs, kSelectThreads), kSelectThreads, 0, stream>>>(ids, n_pairs, blobs, n_expert,
-                                                                                       host_begin, host_end, out);
-  return LaunchStatus("SelectResidentKernel");
+  return LaunchKernel("SelectResidentKernel", SelectResidentKernel, Blocks(n_pairs, kSelectThreads), kSelectThreads, 0,
+                      stream, ids, n_pairs, blobs, n_expert, host_begin, host_end, out);
 }
 
 absl::Status SelectStagedPairs(const int32_t* ids, int n_pairs, const StagedChunk& chunk, const uint8_t* staging,
@@ -282,8 +286,8 @@ absl::Status SelectStagedPairs(const int32_t* ids, int n_pairs, const StagedChun
     }
   }
   const unsigned blocks = n_pairs == 0 ? 1 : Blocks(n_pairs, kSelectThreads);
-  SelectStagedKernel<<<blocks, kSelectThreads, 0, stream>>>(ids, n_pairs, chunk, staging, blob_bytes, table, out);
-  return LaunchStatus("SelectStagedKernel");
+  return LaunchKernel("SelectStagedKernel", SelectStagedKernel, blocks, kSelectThreads, 0, stream, ids, n_pairs, chunk,
+                      staging, blob_bytes, table, out);
 }
 
 absl::Status SplitForHost(const HostSplitArgs& a, cudaStream_t stream) {
@@ -299,8 +303,8 @@ absl::Status SplitForHost(const HostSplitArgs& a, cudaStream_t stream) {
                                                    kMaxSplitPairs, " pairs) or n_embd ", a.n_embd, " out of range"));
   }
   if (a.n_tokens == 0) return absl::OkStatus();
-  SplitForHostKernel<<<1, kSplitThreads, static_cast<size_t>(a.n_expert) * sizeof(int32_t), stream>>>(a);
-  return LaunchStatus("SplitForHostKernel");
+  return LaunchKernel("SplitForHostKernel", SplitForHostKernel, 1, kSplitThreads,
+                      static_cast<size_t>(a.n_expert) * sizeof(int32_t), stream, a);
 }
 
 absl::Status CollectFromHost(const int32_t* host_ids, int n_pairs, const int64_t* sequence,
@@ -315,9 +319,9 @@ absl::Status CollectFromHost(const int32_t* host_ids, int n_pairs, const int64_t
         absl::StrCat("CollectFromHost: n_pairs ", n_pairs, " or n_embd ", n_embd, " out of range"));
   }
   if (n_pairs == 0) return absl::OkStatus();
-  CollectFromHostKernel<<<static_cast<unsigned>(n_pairs), kCollectThreads, 0, stream>>>(
-      host_ids, n_pairs, sequence, host_pairs, mailbox, mailbox_parts, n_embd, timeout_ns, parts);
-  return LaunchStatus("CollectFromHostKernel");
+  return LaunchKernel("CollectFromHostKernel", CollectFromHostKernel, static_cast<unsigned>(n_pairs), kCollectThreads,
+                      0, stream, host_ids, n_pairs, sequence, host_pairs, mailbox, mailbox_parts, n_embd, timeout_ns,
+                      parts);
 }
 
 absl::Status StageMisses(const StageMissesArgs& a, cudaStream_t stream) {
@@ -335,8 +339,7 @@ absl::Status StageMisses(const StageMissesArgs& a, cudaStream_t stream) {
                                                    " must be a positive multiple of 16 and staging 16-byte aligned"));
   }
   if (a.n_pairs == 0) return absl::OkStatus();
-  StageMissesKernel<<<kStageBlocks, kStageThreads, 0, stream>>>(a);
-  return LaunchStatus("StageMissesKernel");
+  return LaunchKernel("StageMissesKernel", StageMissesKernel, kStageBlocks, kStageThreads, 0, stream, a);
 }
 
 }  // namespace strata::kernels::cuda

@@ -22,6 +22,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dense_device.cuh"
 #include "kernels/cuda/dense_kernels.h"
+#include "kernels/cuda/dependent_launch.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -99,6 +100,7 @@ __global__ void __launch_bounds__(kRouterThreads)
     }
   };
   load_run(first);
+  WaitForPriorKernels();  // the router's weights are no kernel's output; x is
   if (norm.weight != nullptr) {
     // The four quarters of either expert slot cover each row once: slot 0's warps sum the squares.
     if (slot == 0) {
@@ -334,8 +336,8 @@ absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x,
   const dim3 grid((n_expert + kExpertsPerBlock - 1) / kExpertsPerBlock, TokenBlocks(n_tokens));
   const size_t smem = static_cast<size_t>(kRouterWarps) * n_expert * sizeof(float);
   const auto kernel = n_tokens <= kRouterTokens ? RouterKernel<kDecodeWeightRun> : RouterKernel<1>;
-  kernel<<<grid, kRouterThreads, smem, stream>>>(w, n_expert, n, x, norm, n_tokens, k, ids, weights, counters, logits);
-  return LaunchStatus("RouterKernel");
+  return LaunchKernel("RouterKernel", kernel, grid, kRouterThreads, smem, stream, w, n_expert, n, x, norm, n_tokens, k,
+                      ids, weights, counters, logits);
 }
 
 }  // namespace strata::kernels::cuda

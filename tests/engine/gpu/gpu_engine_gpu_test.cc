@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "engine/runtime/engine.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/dependent_launch.h"
 #include "packtool/synth.h"
 #include "tests/testing/test_util.h"
 
@@ -333,6 +334,27 @@ TEST_P(GpuOffloadTest, EveryCacheSizeAndPolicyGivesTheSameBitsAsAllInVram) {
       EXPECT_EQ(a.gpu_logits, all.gpu_logits) << "in place with " << slots << " slots, " << n_seqs << " sequences";
     }
   }
+}
+
+// Programmatic dependent launch (kernels/cuda/dependent_launch.h) lets each kernel start loading its weights
+// while the one before it ends; it must not change a bit, with every expert in VRAM and with the host and
+// PCIe miss paths of the offload tier, whose kernels wait on the host between launches.
+TEST(GpuEngineDependentLaunchTest, PlainLaunchesGiveTheSameBits) {
+  const bool was = kernels::cuda::DependentLaunchEnabled();
+  for (kernels::Scheme scheme : {kernels::Scheme::kS2, kernels::Scheme::kF16}) {
+    const std::string pack = Packs::Get().Pack("qwen3moe", "tiny", scheme);
+    for (const Offload& offload : {Offload{}, Offload{0, "lru", "cpu"}, Offload{4, "lfu-decay", "gpu"}}) {
+      std::vector<std::vector<float>> logits[2];
+      for (bool dependent : {true, false}) {
+        kernels::cuda::SetDependentLaunch(dependent);
+        logits[dependent ? 1 : 0] = CheckAgainstCpu(pack, 16, 8, 10, 5e-3, offload).gpu_logits;
+      }
+      EXPECT_FALSE(logits[1].empty());
+      EXPECT_EQ(logits[1], logits[0]) << kernels::SchemeName(scheme) << ", " << offload.vram_experts
+                                      << " VRAM experts, misses on " << offload.miss_path;
+    }
+  }
+  kernels::cuda::SetDependentLaunch(was);
 }
 
 std::vector<OffloadCase> OffloadCases() {
