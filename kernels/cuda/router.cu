@@ -5,13 +5,14 @@
 // added in warp order (so a logit does not depend on the grid). With a norm, every block first forms its
 // tokens' RMS scales (while its first weights load) and normalizes x on the fly; block 0 stores the
 // normed rows. Two experts a block give a decode step n_expert / 2 blocks, enough to read the router's
-// rows at the memory rate. The last of the expert blocks of token block t to finish (a counter per token
-// block, which that block resets to zero for the next call or graph replay) then reads all of their logits
-// and does the softmax and top-k: the block's 8 warps split between its tokens (8 warps on a decode token's
-// 512 experts, a warp each for 8 tokens), each warp a top-k of its slice, merged by the token's first warp.
-// Softmax, top-k and the weights follow strata::model::Softmax / TopK and Model::Forward: float exp, sum in
-// double, probs times a float 1 / sum, selection on the probs with ties to the lower id, weights as double
-// quotients.
+// rows at the memory rate. Every load of a lane's run is issued before any is used (no branch between
+// them), so a block waits for memory about once per run rather than once per float4. The last of the
+// expert blocks of token block t to finish (a counter per token block, which that block resets to zero
+// for the next call or graph replay) then reads all of their logits and does the softmax and top-k, one
+// warp per token with the token's logits in registers: k rounds of a warp-wide maximum (redux.sync) of
+// each lane's best, no shared memory and no block barrier. Softmax, top-k and the weights follow
+// strata::model::Softmax / TopK and Model::Forward: float exp, sum in double, probs times a float 1 / sum,
+// selection on the probs with ties to the lower id, weights as double quotients.
 
 #include <climits>
 #include <cmath>
@@ -40,8 +41,9 @@ constexpr int kRowStride = 32 * kWarpsPerExpert;  // float4s between a lane's co
 // few activation registers); one at a time for larger batches, whose 8 tokens' activations fill the
 // registers instead.
 constexpr int kDecodeWeightRun = 8;
-constexpr int kRouterTokens = 8;  // tokens per token block: one softmax warp each
+constexpr int kRouterTokens = 8;  // tokens per token block: one top-k warp each
 constexpr int kMaxExperts = 1024;
+constexpr int kExpertsPerLane = kMaxExperts / 32;
 constexpr int kMaxK = 32;
 
 int TokenBlocks(int n_tokens) { return (n_tokens + kRouterTokens - 1) / kRouterTokens; }
@@ -51,29 +53,88 @@ size_t CounterBytes(int n_tokens) {
   return (bytes + 255) / 256 * 256;
 }
 
-// The warp's largest (p, id): larger p, then lower id; every lane gets it.
-__device__ __forceinline__ void WarpArgMax(float& p, int& id) {
+__device__ __forceinline__ float4 Zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+
+// Float4 c4 of a row of n4, or zeros past its end (zeros add nothing to a sum or a dot product).
+__device__ __forceinline__ float4 LoadOrZero(const float4* row, int64_t c4, int64_t n4) {
+  return c4 < n4 ? __ldg(row + c4) : Zero4();
+}
+
+// (x * scale) * g, as strata::model::RmsNorm writes h.
+__device__ __forceinline__ float4 Normed(float4 x, float scale, float4 g) {
+  return make_float4(x.x * scale * g.x, x.y * scale * g.y, x.z * scale * g.z, x.w * scale * g.w);
+}
+
+// The softmax and top-k of one token's n_expert logits by one warp; lane j < k writes the j-th choice.
+// Expert e is entry e / 32 of lane e % 32. A live expert's key is its prob's bits + 1 (probs are >= 0, so
+// the bits order like the values; a NaN counts as the smallest live prob), a chosen or absent one's 0.
+__device__ void WarpTopK(const float* logits, int n_expert, int k, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x % 32;
+  float v[kExpertsPerLane];
+  float local_max = -INFINITY;
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other = __shfl_xor_sync(kFullMask, p, offset);
-    const int other_id = __shfl_xor_sync(kFullMask, id, offset);
-    if (other > p || (other == p && other_id < id)) {
-      p = other;
-      id = other_id;
+  for (int i = 0; i < kExpertsPerLane; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < n_expert ? __ldcg(logits + e) : -INFINITY;  // from L2: written by other blocks
+    local_max = fmaxf(local_max, v[i]);
+  }
+  const float max_logit = detail::WarpMax(local_max);
+  double sum = 0;
+#pragma unroll
+  for (int i = 0; i < kExpertsPerLane; ++i) {
+    if (lane + 32 * i < n_expert) {
+      v[i] = expf(v[i] - max_logit);
+      sum += v[i];
     }
+  }
+  const float inv = static_cast<float>(1.0 / detail::WarpSumDouble(sum));
+  unsigned key[kExpertsPerLane];
+  unsigned best = 0;
+  int best_i = 0;
+#pragma unroll
+  for (int i = 0; i < kExpertsPerLane; ++i) {
+    const float p = v[i] * inv;
+    key[i] = lane + 32 * i >= n_expert ? 0u : (p == p ? __float_as_uint(p) + 1u : 1u);
+    if (key[i] > best) {  // entries rise in id: equal keys keep the lower id
+      best = key[i];
+      best_i = i;
+    }
+  }
+  float my_p = 0.0f;
+  int my_id = 0;
+  for (int j = 0; j < k; ++j) {
+    const unsigned top = __reduce_max_sync(kFullMask, best);
+    const unsigned id = __reduce_min_sync(kFullMask, best == top ? static_cast<unsigned>(lane + 32 * best_i) : UINT_MAX);
+    if (lane == j) {
+      my_id = static_cast<int>(id);
+      my_p = top > 1u ? __uint_as_float(top - 1u) : 0.0f;
+    }
+    if (static_cast<int>(id % 32) == lane) {  // the owner drops the chosen expert and finds its next best
+      best = 0;
+      best_i = 0;
+#pragma unroll
+      for (int i = 0; i < kExpertsPerLane; ++i) {
+        if (i == static_cast<int>(id / 32)) key[i] = 0;
+        if (key[i] > best) {
+          best = key[i];
+          best_i = i;
+        }
+      }
+    }
+  }
+  // Every lane sums the k probs in the same order; lane j writes the j-th choice.
+  double total = 0;
+  for (int j = 0; j < k; ++j) total += __shfl_sync(kFullMask, my_p, j);
+  if (lane < k) {
+    ids[lane] = my_id;
+    weights[lane] = static_cast<float>(my_p / total);
   }
 }
 
-// Dynamic shared memory: kRouterWarps * n_expert floats (each softmax warp's probabilities).
 template <int kWeightRun>
 __global__ void __launch_bounds__(kRouterThreads)
     RouterKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, int n_tokens, int k,
                  int32_t* ids, float* weights, unsigned* counters, float* logits) {
-  extern __shared__ float s_probs[];
-  __shared__ float s_warp_max[kRouterWarps];
-  __shared__ double s_warp_sum[kRouterWarps];
-  __shared__ float s_top_p[kRouterWarps][kMaxK];
-  __shared__ int s_top_id[kRouterWarps][kMaxK];
   __shared__ bool s_is_last;
   __shared__ float s_partial[kRouterWarps][kRouterTokens];
   __shared__ double s_squares[kWarpsPerExpert][kRouterTokens];
@@ -89,27 +150,31 @@ __global__ void __launch_bounds__(kRouterThreads)
   const float4* const wr = expert < n_expert ? reinterpret_cast<const float4*>(w + expert * n) : nullptr;
   const float4* const x4 = reinterpret_cast<const float4*>(x);
   const float4* const g4 = reinterpret_cast<const float4*>(norm.weight);
+  const bool normed = norm.weight != nullptr;
 
-  // The first run of weights is in flight while the norm's sums of squares are formed.
+  // The first run of weights is in flight while the kernel before finishes and the norm's sums form.
   float4 wv[kWeightRun];
   auto load_run = [&](int64_t run_first) {
 #pragma unroll
-    for (int u = 0; u < kWeightRun; ++u) {
-      const int64_t c4 = run_first + u * kRowStride;
-      wv[u] = wr != nullptr && c4 < n4 ? __ldg(wr + c4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+    for (int u = 0; u < kWeightRun; ++u) wv[u] = wr != nullptr ? LoadOrZero(wr, run_first + u * kRowStride, n4) : Zero4();
   };
   load_run(first);
   WaitForPriorKernels();  // the router's weights are no kernel's output; x is
-  if (norm.weight != nullptr) {
+  if (normed) {
     // The four quarters of either expert slot cover each row once: slot 0's warps sum the squares.
     if (slot == 0) {
       for (int t = 0; t < block_tokens; ++t) {
+        const float4* xt = x4 + (token0 + t) * n4;
         double squares = 0;
-        for (int64_t c4 = first; c4 < n4; c4 += kRowStride) {
-          const float4 v = __ldg(x4 + (token0 + t) * n4 + c4);
-          squares += static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y +
-                     static_cast<double>(v.z) * v.z + static_cast<double>(v.w) * v.w;
+        for (int64_t run_first = first; run_first < n4; run_first += kDecodeWeightRun * kRowStride) {
+          float4 v[kDecodeWeightRun];
+#pragma unroll
+          for (int u = 0; u < kDecodeWeightRun; ++u) v[u] = LoadOrZero(xt, run_first + u * kRowStride, n4);
+#pragma unroll
+          for (int u = 0; u < kDecodeWeightRun; ++u) {
+            squares += static_cast<double>(v[u].x) * v[u].x + static_cast<double>(v[u].y) * v[u].y +
+                       static_cast<double>(v[u].z) * v[u].z + static_cast<double>(v[u].w) * v[u].w;
+          }
         }
         squares = detail::WarpSumDouble(squares);
         if (lane == 0) s_squares[quarter][t] = squares;
@@ -123,8 +188,6 @@ __global__ void __launch_bounds__(kRouterThreads)
     }
     __syncthreads();
   }
-  // Expert block 0's slot-0 warps also store the normed rows.
-  const bool store_h = norm.weight != nullptr && blockIdx.x == 0 && slot == 0;
 
   float acc[kRouterTokens];
 #pragma unroll
@@ -132,25 +195,46 @@ __global__ void __launch_bounds__(kRouterThreads)
 #pragma unroll(kWeightRun == 1 ? 4 : 1)
   for (int64_t run_first = first; run_first < n4; run_first += kWeightRun * kRowStride) {
     if (run_first != first) load_run(run_first);
+    float4 g[kWeightRun];
 #pragma unroll
     for (int u = 0; u < kWeightRun; ++u) {
-      const int64_t c4 = run_first + u * kRowStride;
-      if (c4 >= n4) break;
-      float4 g = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-      if (norm.weight != nullptr) g = __ldg(g4 + c4);
+      g[u] = normed ? LoadOrZero(g4, run_first + u * kRowStride, n4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    }
 #pragma unroll
-      for (int t = 0; t < kRouterTokens; ++t) {
-        if (t < block_tokens) {
-          float4 xv = __ldg(x4 + (token0 + t) * n4 + c4);
-          if (norm.weight != nullptr) {
-            const float scale = s_scale[t];
-            xv = make_float4(xv.x * scale * g.x, xv.y * scale * g.y, xv.z * scale * g.z, xv.w * scale * g.w);
-            if (store_h) reinterpret_cast<float4*>(norm.out)[(token0 + t) * n4 + c4] = xv;
-          }
-          acc[t] = fmaf(wv[u].x, xv.x, acc[t]);
-          acc[t] = fmaf(wv[u].y, xv.y, acc[t]);
-          acc[t] = fmaf(wv[u].z, xv.z, acc[t]);
-          acc[t] = fmaf(wv[u].w, xv.w, acc[t]);
+    for (int t = 0; t < kRouterTokens; ++t) {
+      if (t < block_tokens) {  // the same in the whole block
+        const float4* xt = x4 + (token0 + t) * n4;
+        float4 xv[kWeightRun];
+#pragma unroll
+        for (int u = 0; u < kWeightRun; ++u) xv[u] = LoadOrZero(xt, run_first + u * kRowStride, n4);
+#pragma unroll
+        for (int u = 0; u < kWeightRun; ++u) {
+          if (normed) xv[u] = Normed(xv[u], s_scale[t], g[u]);
+          acc[t] = fmaf(wv[u].x, xv[u].x, acc[t]);
+          acc[t] = fmaf(wv[u].y, xv[u].y, acc[t]);
+          acc[t] = fmaf(wv[u].z, xv[u].z, acc[t]);
+          acc[t] = fmaf(wv[u].w, xv[u].w, acc[t]);
+        }
+      }
+    }
+  }
+  // Expert block 0's slot-0 warps store the normed rows (after the products, so that no store sits
+  // between the loads above).
+  if (normed && blockIdx.x == 0 && slot == 0) {
+    float4* out4 = reinterpret_cast<float4*>(norm.out);
+    for (int t = 0; t < block_tokens; ++t) {
+      const float4* xt = x4 + (token0 + t) * n4;
+      for (int64_t run_first = first; run_first < n4; run_first += kDecodeWeightRun * kRowStride) {
+        float4 h[kDecodeWeightRun];
+#pragma unroll
+        for (int u = 0; u < kDecodeWeightRun; ++u) {
+          const int64_t c4 = run_first + u * kRowStride;
+          h[u] = Normed(LoadOrZero(xt, c4, n4), s_scale[t], LoadOrZero(g4, c4, n4));
+        }
+#pragma unroll
+        for (int u = 0; u < kDecodeWeightRun; ++u) {
+          const int64_t c4 = run_first + u * kRowStride;
+          if (c4 < n4) out4[(token0 + t) * n4 + c4] = h[u];
         }
       }
     }
@@ -181,114 +265,9 @@ __global__ void __launch_bounds__(kRouterThreads)
   __syncthreads();
   if (!s_is_last) return;
   __threadfence();  // see the other blocks' logits
-
-  // The softmax and top-k of the block's tokens: a group of `group_warps` warps per token (all 8 for a
-  // decode token), each warp taking a slice of the experts, their local top-k merged by the group's first
-  // warp. Every thread reaches each __syncthreads below.
-  int token_groups = 1;
-  while (token_groups < block_tokens) token_groups *= 2;
-  const int group_warps = kRouterWarps / token_groups;
-  const int g = warp / group_warps, wi = warp % group_warps;
-  const bool has_token = g < block_tokens;
-  const int64_t t = token0 + g;
-  const int slice = (n_expert + group_warps - 1) / group_warps;
-  const int e_begin = min(wi * slice, n_expert), e_end = min(e_begin + slice, n_expert);
-  float* probs = s_probs + g * n_expert;
-  float local_max = -INFINITY;
-  if (has_token) {
-    const float* lt = logits + t * n_expert;
-    // Unrolled so a lane's loads are in flight together rather than one L2 round trip each.
-#pragma unroll 4
-    for (int e = e_begin + lane; e < e_end; e += 32) {
-      probs[e] = __ldcg(lt + e);  // from L2: written by other blocks
-      local_max = fmaxf(local_max, probs[e]);
-    }
-    local_max = detail::WarpMax(local_max);
-    if (lane == 0) s_warp_max[warp] = local_max;
-  }
-  __syncthreads();
-  if (has_token) {
-    float max_logit = -INFINITY;
-    for (int i = 0; i < group_warps; ++i) max_logit = fmaxf(max_logit, s_warp_max[g * group_warps + i]);
-    double sum = 0;
-#pragma unroll 4
-    for (int e = e_begin + lane; e < e_end; e += 32) {
-      probs[e] = expf(probs[e] - max_logit);
-      sum += probs[e];
-    }
-    sum = detail::WarpSumDouble(sum);
-    if (lane == 0) s_warp_sum[warp] = sum;
-  }
-  __syncthreads();
-  if (has_token) {
-    double total = 0;
-    for (int i = 0; i < group_warps; ++i) total += s_warp_sum[g * group_warps + i];
-    const float inv = static_cast<float>(1.0 / total);
-    for (int e = e_begin + lane; e < e_end; e += 32) probs[e] *= inv;
-    __syncwarp();
-    // This warp's top-k of its slice by rounds of a warp arg-max (largest prob, then lowest id); a chosen
-    // prob becomes -inf. A slice with fewer than k experts pads with (-inf, INT_MAX).
-    for (int j = 0; j < k; ++j) {
-      float best = -INFINITY;
-      int best_id = INT_MAX;
-      for (int e = e_begin + lane; e < e_end; e += 32) {
-        if (probs[e] > best) {  // ids rise within a lane: equal probs keep the lower id
-          best = probs[e];
-          best_id = e;
-        }
-      }
-      WarpArgMax(best, best_id);
-      if (lane == 0) {
-        s_top_p[warp][j] = best;
-        s_top_id[warp][j] = best_id;
-        if (best_id < n_expert) probs[best_id] = -INFINITY;
-      }
-      __syncwarp();
-    }
-  }
-  __syncthreads();
-  if (has_token && wi == 0) {
-    // The group's top-k of its warps' candidates, held in registers: entry c of a lane is candidate
-    // lane + 32 c of group_warps * k.
-    constexpr int kMaxPerLane = kRouterWarps * kMaxK / 32;
-    const int n_cand = group_warps * k;
-    float cand_p[kMaxPerLane];
-    int cand_id[kMaxPerLane];
-#pragma unroll
-    for (int c = 0; c < kMaxPerLane; ++c) {
-      const int i = lane + 32 * c;
-      cand_p[c] = i < n_cand ? s_top_p[warp + i / k][i % k] : -INFINITY;
-      cand_id[c] = i < n_cand ? s_top_id[warp + i / k][i % k] : INT_MAX;
-    }
-    float my_p = 0.0f;
-    int my_id = 0;
-    for (int j = 0; j < k; ++j) {
-      float best = -INFINITY;
-      int best_id = INT_MAX;
-#pragma unroll
-      for (int c = 0; c < kMaxPerLane; ++c) {
-        if (cand_p[c] > best || (cand_p[c] == best && cand_id[c] < best_id)) {
-          best = cand_p[c];
-          best_id = cand_id[c];
-        }
-      }
-      WarpArgMax(best, best_id);
-#pragma unroll
-      for (int c = 0; c < kMaxPerLane; ++c) {
-        if (cand_id[c] == best_id) cand_p[c] = -INFINITY;  // ids are distinct among real candidates
-      }
-      if (lane == j) {
-        my_p = best;
-        my_id = best_id;
-      }
-    }
-    // Every lane sums the k probs in the same order; lane j writes the j-th choice.
-    double total = 0;
-    for (int j = 0; j < k; ++j) total += __shfl_sync(kFullMask, my_p, j);
-    if (lane < k) {
-      ids[t * k + lane] = my_id;
-      weights[t * k + lane] = static_cast<float>(my_p / total);
-    }
+  if (warp < block_tokens) {
+    const int64_t t = token0 + warp;
+    WarpTopK(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
   }
   if (threadIdx.x == 0) counters[blockIdx.y] = 0;  // every block of this token block has counted
 }
@@ -334,9 +313,8 @@ absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x,
   unsigned* counters = static_cast<unsigned*>(workspace);
   float* logits = reinterpret_cast<float*>(static_cast<char*>(workspace) + CounterBytes(n_tokens));
   const dim3 grid((n_expert + kExpertsPerBlock - 1) / kExpertsPerBlock, TokenBlocks(n_tokens));
-  const size_t smem = static_cast<size_t>(kRouterWarps) * n_expert * sizeof(float);
   const auto kernel = n_tokens <= kRouterTokens ? RouterKernel<kDecodeWeightRun> : RouterKernel<1>;
-  return LaunchKernel("RouterKernel", kernel, grid, kRouterThreads, smem, stream, w, n_expert, n, x, norm, n_tokens, k,
+  return LaunchKernel("RouterKernel", kernel, grid, kRouterThreads, 0, stream, w, n_expert, n, x, norm, n_tokens, k,
                       ids, weights, counters, logits);
 }
 

@@ -444,6 +444,42 @@ TEST_F(DenseKernelsTest, RouterTopKMatchesTheCpu) {
               StatusIsWith(absl::StatusCode::kInvalidArgument, "workspace_bytes is 4"));
 }
 
+// Experts 2j and 2j + 1 share a row, so their logits and probs are the same bits: the lower id must come
+// first, as model::TopK picks it, and the pair is never split (k even), for a decode block and a batch.
+TEST_F(DenseKernelsTest, RouterTopKBreaksExactTiesTowardTheLowerId) {
+  constexpr int kExperts = 64, kN = 256, kK = 6, kMostTokens = 9;
+  const uint64_t seed = NextSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  Random rng(seed);
+  std::vector<float> w = RandomFloats(static_cast<size_t>(kExperts) * kN, -0.0625f, 0.0625f, rng);
+  for (int e = 1; e < kExperts; e += 2) std::copy_n(&w[(e - 1) * kN], kN, &w[e * kN]);
+  DeviceArray<float> dw(w.size()), dx(static_cast<size_t>(kMostTokens) * kN), dweights(kMostTokens * kK);
+  DeviceArray<int32_t> dids(kMostTokens * kK);
+  const size_t ws_bytes = RouterWorkspaceBytes(kMostTokens, kExperts);
+  DeviceArray<uint8_t> workspace(ws_bytes);
+  Check(cudaMemset(workspace.get(), 0, ws_bytes), "memset");
+  dw.Upload(w);
+  for (int n_tokens : {1, kMostTokens}) {
+    std::vector<float> x = RandomFloats(static_cast<size_t>(kMostTokens) * kN, -1.0f, 1.0f, rng);
+    dx.Upload(x);
+    const absl::Status s = RouterTopK(dw.get(), kExperts, kN, dx.get(), RouterNorm{}, n_tokens, kK, dids.get(),
+                                      dweights.get(), workspace.get(), ws_bytes, stream_);
+    ASSERT_TRUE(s.ok()) << s;
+    Sync();
+    const std::vector<int32_t> ids = dids.Download();
+    const std::vector<float> weights = dweights.Download();
+    for (int t = 0; t < n_tokens; ++t) {
+      for (int j = 0; j < kK; j += 2) {
+        const int i = t * kK + j;
+        EXPECT_EQ(ids[i] % 2, 0) << "token " << t << " choice " << j;
+        EXPECT_EQ(ids[i + 1], ids[i] + 1) << "token " << t << " choice " << j;
+        EXPECT_EQ(weights[i + 1], weights[i]) << "token " << t << " choice " << j;
+        if (j > 0) EXPECT_GE(weights[i - 1], weights[i]) << "token " << t << " choice " << j;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // A decode step captured once in a CUDA graph and replayed with new token ids and positions.
 
