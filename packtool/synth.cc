@@ -74,6 +74,7 @@ absl::Status BuildModel(const SynthOptions& options, const SynthGeometry& g, con
                         bool include_experts, gguf::GgufWriter* writer) {
   ASSIGN_OR_RETURN(const SynthArch* arch, FindSynthArch(g.arch));
   SetSynthMetadata(*arch, g, writer);
+  if (options.router_skew > 0) writer->SetFloat32(kRouterSkewKey, static_cast<float>(options.router_skew));
   writer->SetUint32("general.quantization_version", 2);
   for (const auto& [key, value] : vocab.entries) writer->Set(key, value);
   const int threads = ResolveThreads(options.threads);

@@ -32,6 +32,8 @@ uint64_t Mix(uint64_t stream, uint64_t i) {
 
 }  // namespace
 
+double RecordedRouterSkew(const gguf::Metadata& metadata) { return metadata.GetFloatOr(kRouterSkewKey, 0).value_or(0); }
+
 absl::Status CheckRouterSkew(std::string_view arch, int64_t n_expert, int64_t n_expert_used, double skew) {
   if (!std::isfinite(skew) || skew < 0 || skew > kMaxRouterSkew) {
     return absl::InvalidArgumentError(

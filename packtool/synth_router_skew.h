@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/gguf/gguf_file.h"
 
 namespace strata::packtool {
 
@@ -30,6 +31,13 @@ namespace strata::packtool {
 inline constexpr double kMaxRouterSkewPickProbability = 0.45;
 // The largest --router-skew accepted (beyond about 1.2 the cap holds the hottest ranks anyway).
 inline constexpr double kMaxRouterSkew = 8.0;
+
+// The GGUF key (float32) a skewed synthetic model records its skew in (absent for skew 0), so that a
+// benchmark can say which skew a pack it did not make was made with.
+inline constexpr char kRouterSkewKey[] = "strata.synth.router_skew";
+
+// The skew `metadata` records (kRouterSkewKey); 0 when it records none (an unskewed or a real model).
+double RecordedRouterSkew(const gguf::Metadata& metadata);
 
 // Refuses a skew that is negative, not finite or above kMaxRouterSkew, and a skew above 0 for an
 // architecture whose router is not a plain top-k of logits (names it) or for n_expert_used / n_expert of

@@ -167,6 +167,9 @@ TEST(RouterSkewSynthTest, OnlyTheRouterChangesAndItsRowNormsFollowTheRanks) {
     for (size_t r = 1; r < 32; ++r) EXPECT_LT(norm_by_rank[r], norm_by_rank[r - 1]) << t.name << " rank " << r;
   }
   EXPECT_EQ(routers, 2);
+  EXPECT_EQ(RecordedRouterSkew((*a)->metadata()), 0);
+  EXPECT_FALSE((*a)->metadata().Has(kRouterSkewKey));
+  EXPECT_FLOAT_EQ(RecordedRouterSkew((*b)->metadata()), 0.75f);
 }
 
 TEST(RouterSkewSynthTest, TheGgufAndThePackGetTheSameRouter) {
