@@ -94,8 +94,8 @@ absl::Status BuildModel(const SynthOptions& options, const SynthGeometry& g, con
     const uint64_t row_bytes = *row_bytes_or;
     const float scale = t.scale, offset = t.offset;
     const std::string name = t.name;
-    // The router of a MoE layer ([n_embd, n_expert]: a row per expert) under --router-skew: each row set to
-    // its norm, in units of the rows' expected norm scale * sqrt(n_embd).
+    // The router of a MoE layer ([n_embd, n_expert]: a row per expert) under --router-skew: the norm each row
+    // is set to, RouterSkewRowNorms' factor times the norm a random row has on average, scale * sqrt(n_embd).
     std::vector<double> row_norms;
     if (options.router_skew > 0 && t.kind == SynthTensorKind::kRouter && t.ne.size() == 2) {
       row_norms = RouterSkewRowNorms(stream, g.n_expert, g.n_expert_used, options.router_skew);

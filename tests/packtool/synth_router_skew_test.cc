@@ -266,7 +266,8 @@ TEST_P(RouterSkewRoutingTest, TheEnginesRoutingHasTheSkewAimedAt) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, RouterSkewRoutingTest,
                          ::testing::Values(RoutingCase{"qwen3moe", 0.0, 1.0, 1.7}, RoutingCase{"qwen3moe", 0.75, 4.0, 6.5},
-                                           RoutingCase{"mixtral", 0.0, 1.0, 1.7}, RoutingCase{"mixtral", 0.4, 2.0, 3.2}),
+                                           RoutingCase{"mixtral", 0.0, 1.0, 1.7}, RoutingCase{"mixtral", 0.4, 2.0, 3.2},
+                                           RoutingCase{"qwen2moe", 0.75, 4.0, 6.5}, RoutingCase{"olmoe", 0.75, 4.0, 6.5}),
                          [](const auto& info) {
                            return info.param.arch + "_skew" + std::to_string(static_cast<int>(info.param.skew * 100));
                          });
