@@ -4,12 +4,18 @@
 //
 //   strata-cache-policy-bench [--counts tests/data/routing/olmoe_expert_counts.txt] [--cache 0.25]
 //                             [--tokens 20000] [--layers 16] [--seed 1]
+//                             [--synth-skew 0.18,0.32,0.42 [--experts 512] [--experts-used 10]]
 //
 // Routing is simulated, not traced: each of --layers layers takes the popularity of one (model, domain,
 // layer) line of the counts file (real aggregate counts from OLMoE and Mixtral runs), and every token picks
 // top_k distinct experts of a layer with probability proportional to it. Hit rates count the steps after
 // the first 10% (warm-up). static starts from the profile (the hottest experts by the counts);
 // static-rr from the engine's default warm start (expert 0 of every layer, then 1, ...).
+//
+// --synth-skew adds a row per exponent S for the routing `strata-pack synth --router-skew S` makes: each
+// layer's popularity is the law that synthesis aims its router at (packtool/synth_router_skew.h: rank r
+// picked with probability ~ (r+1)^-S, capped), over the same seeded order of the experts synth uses, for
+// --experts experts of which --experts-used are picked (default: the seed geometry, top-10 of 512).
 
 #include <algorithm>
 #include <cstdio>
@@ -20,8 +26,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "engine/model/expert_cache_policy.h"
+#include "packtool/synth_router_skew.h"
+#include "packtool/synth_values.h"
 
 namespace strata::bench {
 namespace {
@@ -86,6 +96,82 @@ double OracleHitRate(const std::vector<const Popularity*>& layers, int64_t slots
   return hits / total;
 }
 
+// The popularity strata-pack synth --router-skew `skew` aims MoE layer `layer`'s router at (seed 1, synth's
+// default): the law's pick probability of each expert's rank.
+Popularity SynthesizedPopularity(double skew, int64_t layer, int64_t n_expert, int top_k) {
+  Popularity p;
+  p.name = absl::StrCat("synth/S=", skew, "/L", layer);
+  p.top_k = top_k;
+  const std::vector<double> by_rank = packtool::RouterSkewPickProbabilities(n_expert, top_k, skew);
+  const std::vector<int64_t> rank =
+      packtool::RouterSkewRanks(packtool::SynthStream(1, absl::StrCat("blk.", layer, ".ffn_gate_inp.weight")), n_expert);
+  for (int64_t e = 0; e < n_expert; ++e) p.counts.push_back(by_rank[static_cast<size_t>(rank[e])]);
+  return p;
+}
+
+// Hit rates of lru, lfu-decay, static (from the true popularity) and static-rr over `tokens` simulated
+// tokens routed through `layers`, with `slots` of the experts cached; false when a warm start fails.
+bool SimulatePolicies(const std::vector<const Popularity*>& layers, int64_t slots, int64_t tokens, int64_t seed,
+                      double rates[4]) {
+  const int64_t n_layers = static_cast<int64_t>(layers.size());
+  const int64_t n_expert = static_cast<int64_t>(layers[0]->counts.size());
+  const int k = layers[0]->top_k;
+  std::vector<double> profile;
+  for (const auto* p : layers) profile.insert(profile.end(), p->counts.begin(), p->counts.end());
+
+  struct Run {
+    const char* name;
+    model::CachePolicy policy;
+    bool from_profile;
+  };
+  const Run runs[] = {{"lru", model::CachePolicy::kLru, false},
+                      {"lfu-decay", model::CachePolicy::kLfuDecay, false},
+                      {"static", model::CachePolicy::kStatic, true},
+                      {"static-rr", model::CachePolicy::kStatic, false}};
+  for (int r = 0; r < 4; ++r) {
+    model::CacheOptions o;
+    o.slots = slots;
+    o.policy = runs[r].policy;
+    model::ExpertCachePolicy policy(o, n_layers, n_expert);
+    const std::vector<double> counts = runs[r].from_profile ? profile : std::vector<double>{};
+    const auto warm = policy.WarmStart(counts);
+    if (!warm.ok() || !policy.Place(*warm, counts).ok()) return false;
+    std::mt19937_64 rng(static_cast<uint64_t>(seed));
+    std::vector<std::vector<int32_t>> ids(static_cast<size_t>(n_layers), std::vector<int32_t>(k));
+    std::vector<const int32_t*> ptrs;
+    for (auto& v : ids) ptrs.push_back(v.data());
+    uint64_t hits = 0, picks = 0;
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t l = 0; l < n_layers; ++l) Route(layers[l]->counts, k, rng, ids[l].data());
+      if (t >= tokens / 10) {
+        for (int64_t l = 0; l < n_layers; ++l) {
+          for (int j = 0; j < k; ++j) hits += policy.resident(static_cast<uint64_t>(l * n_expert + ids[l][j]));
+        }
+        picks += static_cast<uint64_t>(n_layers) * k;
+      }
+      // Copies land by the next step (one decode step is far longer than a blob copy).
+      for (const auto& a : policy.Observe(n_layers, ptrs.data(), 1, k)) policy.Landed(a.blob);
+    }
+    rates[r] = static_cast<double>(hits) / static_cast<double>(picks);
+  }
+  return true;
+}
+
+// Simulates `layers` and prints their row of the table.
+bool PrintRow(const std::string& model, const std::string& domain, const std::vector<const Popularity*>& layers,
+              double cache, int64_t tokens, int64_t seed) {
+  const int64_t n_expert = static_cast<int64_t>(layers[0]->counts.size());
+  const int64_t slots = static_cast<int64_t>(cache * static_cast<double>(layers.size() * n_expert) + 0.5);
+  double rates[4];
+  if (!SimulatePolicies(layers, slots, tokens, seed, rates)) {
+    std::fprintf(stderr, "warm start failed\n");
+    return false;
+  }
+  std::printf("%-12s %-10s %8lld %8.3f %8.3f %8.3f %8.3f %9.3f\n", model.c_str(), domain.c_str(),
+              static_cast<long long>(n_expert), rates[0], rates[1], rates[2], rates[3], OracleHitRate(layers, slots));
+  return true;
+}
+
 }  // namespace
 }  // namespace strata::bench
 
@@ -93,16 +179,37 @@ int main(int argc, char** argv) {
   using namespace strata;
   bench::Flags flags(argc, argv,
                      "usage: strata-cache-policy-bench [--counts FILE] [--cache FRACTION] [--tokens N] [--layers N] "
-                     "[--seed N]");
+                     "[--seed N] [--synth-skew S,S,... [--experts N] [--experts-used K]]");
   const std::string path = flags.String("counts", "tests/data/routing/olmoe_expert_counts.txt");
   const double cache = flags.Double("cache", 0.25);
   const int64_t tokens = flags.Int("tokens", 20000);
   const int64_t n_layers = flags.Int("layers", 16);
   const int64_t seed = flags.Int("seed", 1);
+  // Rows for strata-pack synth --router-skew S, one per S.
+  const std::vector<std::string> skew_names = flags.StringList("synth-skew", {});
+  const int64_t synth_experts = flags.Int("experts", 512);
+  const int64_t synth_used = flags.Int("experts-used", 10);
   flags.CheckNoUnknown();
   if (!(cache >= 0 && cache <= 1) || tokens < 10 || n_layers < 1) {
     std::fprintf(stderr, "--cache must be in [0, 1], --tokens >= 10, --layers >= 1\n");
     return 2;
+  }
+  if (synth_experts < 1 || synth_used < 1 || synth_used > synth_experts) {
+    std::fprintf(stderr, "--experts must be at least 1 and --experts-used in 1 .. --experts\n");
+    return 2;
+  }
+  std::vector<double> skews;
+  for (const std::string& name : skew_names) {
+    double skew = 0;
+    if (!absl::SimpleAtod(name, &skew)) {
+      std::fprintf(stderr, "--synth-skew: '%s' is not a number\n", name.c_str());
+      return 2;
+    }
+    if (absl::Status s = packtool::CheckRouterSkew("qwen3moe", synth_experts, synth_used, skew); !s.ok()) {
+      std::fprintf(stderr, "--synth-skew, as strata-pack synth's %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+    skews.push_back(skew);
   }
   const std::vector<bench::Popularity> all = bench::ReadCounts(path);
 
@@ -131,55 +238,17 @@ int main(int argc, char** argv) {
       }
       std::vector<const bench::Popularity*> layers;
       for (int64_t l = 0; l < n_layers; ++l) layers.push_back(source[static_cast<size_t>(l) % source.size()]);
-      const int64_t n_expert = static_cast<int64_t>(layers[0]->counts.size());
-      const int k = layers[0]->top_k;
-      const int64_t slots = static_cast<int64_t>(cache * static_cast<double>(n_layers * n_expert) + 0.5);
-      std::vector<double> profile;
-      for (const auto* p : layers) profile.insert(profile.end(), p->counts.begin(), p->counts.end());
-
-      struct Run {
-        const char* name;
-        model::CachePolicy policy;
-        bool from_profile;
-      };
-      const Run runs[] = {{"lru", model::CachePolicy::kLru, false},
-                          {"lfu-decay", model::CachePolicy::kLfuDecay, false},
-                          {"static", model::CachePolicy::kStatic, true},
-                          {"static-rr", model::CachePolicy::kStatic, false}};
-      double rates[4];
-      for (int r = 0; r < 4; ++r) {
-        model::CacheOptions o;
-        o.slots = slots;
-        o.policy = runs[r].policy;
-        model::ExpertCachePolicy policy(o, n_layers, n_expert);
-        const std::vector<double> counts = runs[r].from_profile ? profile : std::vector<double>{};
-        const auto warm = policy.WarmStart(counts);
-        if (!warm.ok() || !policy.Place(*warm, counts).ok()) {
-          std::fprintf(stderr, "warm start failed\n");
-          return 1;
-        }
-        std::mt19937_64 rng(static_cast<uint64_t>(seed));
-        std::vector<std::vector<int32_t>> ids(static_cast<size_t>(n_layers), std::vector<int32_t>(k));
-        std::vector<const int32_t*> ptrs;
-        for (auto& v : ids) ptrs.push_back(v.data());
-        uint64_t hits = 0, picks = 0;
-        for (int64_t t = 0; t < tokens; ++t) {
-          for (int64_t l = 0; l < n_layers; ++l) bench::Route(layers[l]->counts, k, rng, ids[l].data());
-          if (t >= tokens / 10) {
-            for (int64_t l = 0; l < n_layers; ++l) {
-              for (int j = 0; j < k; ++j) hits += policy.resident(static_cast<uint64_t>(l * n_expert + ids[l][j]));
-            }
-            picks += static_cast<uint64_t>(n_layers) * k;
-          }
-          // Copies land by the next step (one decode step is far longer than a blob copy).
-          for (const auto& a : policy.Observe(n_layers, ptrs.data(), 1, k)) policy.Landed(a.blob);
-        }
-        rates[r] = static_cast<double>(hits) / static_cast<double>(picks);
-      }
-      std::printf("%-12s %-10s %8lld %8.3f %8.3f %8.3f %8.3f %9.3f\n", model.c_str(), domain.c_str(),
-                  static_cast<long long>(n_expert), rates[0], rates[1], rates[2], rates[3],
-                  bench::OracleHitRate(layers, slots));
+      if (!bench::PrintRow(model, domain, layers, cache, tokens, seed)) return 1;
     }
+  }
+  for (const double skew : skews) {
+    std::vector<bench::Popularity> synthesized;
+    for (int64_t l = 0; l < n_layers; ++l) {
+      synthesized.push_back(bench::SynthesizedPopularity(skew, l, synth_experts, static_cast<int>(synth_used)));
+    }
+    std::vector<const bench::Popularity*> layers;
+    for (const auto& p : synthesized) layers.push_back(&p);
+    if (!bench::PrintRow("synth", absl::StrCat("S=", skew), layers, cache, tokens, seed)) return 1;
   }
   return 0;
 }

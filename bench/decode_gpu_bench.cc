@@ -7,27 +7,45 @@
 //
 //   strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32]
 //                           [--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0]
-//                           [--vram-experts -1,0,6144] [--cache-policy lfu-decay] [--miss-path both]
+//                           [--vram-experts -1,0,6144] [--cache-policy lru,lfu-decay,static] [--miss-path both]
+//                           [--router-skew S]
 // With --vram-experts below the expert count the experts not in VRAM (misses) are computed by the host's
 // threads from the arena and/or read over PCIe by the GPU (--miss-path cpu, gpu or both). The decode bound
 // printed is the slower of the HBM time (dense + hits) and the miss time: miss bytes over the bandwidth of
 // the paths used, each measured in the run (PCIe: a page-locked host-to-device copy; CPU: a DRAM read over
 // the engine's threads); with both paths, over their sum. Prefill is bound by copying every expert once a
 // prompt over PCIe.
+//
+// --cache-policy takes a list: each cache size runs once per policy, and a table at the end gives each one's
+// hit rate and tokens/s. static starts from the pack's routing profile: when the list names static and the
+// pack has none, the bench first profiles the pack on the CPU with a few prompts (strata-pack profile) and
+// says so. --router-skew S synthesizes a missing --pack with expert popularity skewed by a Zipf law of
+// exponent S (strata-pack synth --router-skew); the header prints the skew the pack was made with.
+
+#include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "bench/bench_util.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/model/expert_cache_policy.h"
+#include "engine/pack/routing_profile.h"
 #include "engine/runtime/engine.h"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
+#include "packtool/routing_profiler.h"
 #include "packtool/synth.h"
+#include "packtool/synth_router_skew.h"
 
 namespace {
 
@@ -77,14 +95,65 @@ RunResult RunConcurrent(Engine& engine, int n, int prompt_len, int tokens) {
   return out;
 }
 
+// Prompts for profiling a pack that has no routing profile (the static policy's warm start).
+constexpr const char* kProfilePrompts[] = {
+    "The capital of France is",
+    "Once upon a time, in a village at the edge of the forest,",
+    "Explain how a hash table handles collisions.",
+    "fn main() { let v: Vec<u32> = (0..10).collect(); println!(\"{:?}\", v); }",
+    "The quarterly report shows revenue grew by twelve percent while costs",
+    "Translate into German: the weather is nice today.",
+    "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)",
+    "List three causes of the French Revolution.",
+};
+
+// Profiles `pack` on the CPU with kProfilePrompts (each followed by 16 greedy tokens) into its
+// routing_profile.bin; exits on error.
+void ProfileForStatic(const std::string& pack, int threads) {
+  const std::string prompts =
+      (std::filesystem::temp_directory_path() / ("strata-decode-gpu-bench-prompts-" + std::to_string(getpid()) + ".txt"))
+          .string();
+  {
+    std::ofstream out(prompts);
+    for (const char* p : kProfilePrompts) out << p << '\n';
+  }
+  std::printf("the static policy starts from the pack's routing profile and %s has none: profiling it on the CPU "
+              "with %zu prompts (strata-pack profile %s --prompts FILE --tokens 16) ...\n",
+              pack.c_str(), std::size(kProfilePrompts), pack.c_str());
+  std::fflush(stdout);
+  strata::packtool::ProfileOptions o;
+  o.pack_dir = pack;
+  o.prompts_path = prompts;
+  o.decode_tokens = 16;
+  o.threads = threads;
+  absl::StatusOr<strata::packtool::ProfileResult> r = strata::packtool::ProfilePack(o, nullptr);
+  std::filesystem::remove(prompts);
+  if (!r.ok()) {
+    std::fprintf(stderr, "profile: %s\n", std::string(r.status().message()).c_str());
+    std::exit(1);
+  }
+  const strata::packtool::ProfileSkew skew = strata::packtool::MeasureSkew(r->profile);
+  std::printf("profiled %llu tokens in %.1f s: the hottest expert %.2fx its layer's mean, %llu of %zu never picked\n",
+              (unsigned long long)r->profile.tokens, r->seconds, skew.hottest_over_mean,
+              (unsigned long long)skew.never_picked, r->profile.counts.size());
+}
+
+// One run's decode result, for the summary table.
+struct SummaryRow {
+  int64_t slots;
+  std::string reads, policy;
+  int64_t batch;
+  double hit_rate, tokens_per_second, bound;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
                              "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
                              "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
-                             "[--vram-experts -1] [--cache-policy lfu-decay] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--preset seed --scheme s2 (to make --pack when "
-                             "it does not exist)]");
+                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] "
+                             "[--preset seed --scheme s2 --router-skew S (to make --pack when it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
   const int tokens = static_cast<int>(flags.Int("tokens", 128));
@@ -94,7 +163,8 @@ int main(int argc, char** argv) {
   const double vram_gib = flags.Double("vram-gib", 0);
   const int threads = static_cast<int>(flags.Int("threads", 0));
   const std::vector<int64_t> vram_experts = flags.IntList("vram-experts", {-1});
-  const std::string cache_policy = flags.String("cache-policy", "lfu-decay");
+  // Each cache size runs once per policy.
+  const std::vector<std::string> policies = flags.StringList("cache-policy", {"lfu-decay"});
   const std::string miss_path = flags.String("miss-path", "both");
   // How the GPU reads its decode misses: copied into VRAM first (staged) or inside the expert kernel (in-place);
   // each cache size with misses runs once per item.
@@ -104,17 +174,42 @@ int main(int argc, char** argv) {
   const std::vector<std::string> dependent_launch = flags.StringList("dependent-launch", {"on"});
   const std::string flags_preset = flags.String("preset", "seed");
   const std::string flags_scheme = flags.String("scheme", "s2");
+  // -1: not given (a missing pack is made uniform; an existing one is taken as it is).
+  const double router_skew = flags.Double("router-skew", -1);
   flags.CheckNoUnknown();
   if (pack.empty()) {
     std::fprintf(stderr, "--pack is required\n");
     return 2;
   }
+  for (const std::string& policy : policies) {
+    if (absl::Status s = strata::model::ParseCachePolicy(policy).status(); !s.ok()) {
+      std::fprintf(stderr, "--cache-policy: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+  // The pack synth makes when --pack does not exist: the seed geometry with random codes (strata-pack synth
+  // --arch qwen3moe --preset seed --pack-only), with the router skew asked for.
+  absl::StatusOr<strata::packtool::SynthGeometry> geometry = strata::packtool::PresetGeometry("qwen3moe", flags_preset);
+  absl::StatusOr<strata::kernels::Scheme> scheme = strata::kernels::ParseScheme(flags_scheme);
+  if (!geometry.ok() || !scheme.ok()) {
+    std::fprintf(stderr, "--preset/--scheme: %s\n",
+                 std::string((geometry.ok() ? scheme.status() : geometry.status()).message()).c_str());
+    return 2;
+  }
+  if (router_skew != -1) {
+    if (absl::Status s = strata::packtool::CheckRouterSkew(geometry->arch, geometry->n_expert,
+                                                           geometry->n_expert_used, router_skew);
+        !s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
   if (!std::filesystem::exists(pack)) {
-    // The seed geometry with random codes: strata-pack synth --arch qwen3moe --preset seed --pack-only.
     strata::packtool::SynthOptions o;
-    o.geometry = *strata::packtool::PresetGeometry("qwen3moe", flags_preset);
-    o.pack_scheme = *strata::kernels::ParseScheme(flags_scheme);
+    o.geometry = *geometry;
+    o.pack_scheme = *scheme;
     o.exact_quantize = false;
+    o.router_skew = std::max(router_skew, 0.0);
     o.output = pack;
     strata::bench::Timer synth;
     auto m = strata::packtool::SynthesizePack(o, nullptr, nullptr);
@@ -122,8 +217,29 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "synth: %s\n", std::string(m.status().message()).c_str());
       return 1;
     }
-    std::printf("synthesized the %s preset as a %s pack in %s in %.1f s (%.1f GB)\n", flags_preset.c_str(),
-                flags_scheme.c_str(), pack.c_str(), synth.Seconds(), m->experts_bytes() / 1e9);
+    std::printf("synthesized the %s preset as a %s pack in %s in %.1f s (%.1f GB), router skew %g\n",
+                flags_preset.c_str(), flags_scheme.c_str(), pack.c_str(), synth.Seconds(), m->experts_bytes() / 1e9,
+                o.router_skew);
+  }
+  // The skew the pack was synthesized with (dense.gguf records it), which an existing pack must match.
+  absl::StatusOr<std::unique_ptr<strata::gguf::GgufFile>> dense =
+      strata::gguf::GgufFile::Open((std::filesystem::path(pack) / "dense.gguf").string());
+  if (!dense.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(dense.status().message()).c_str());
+    return 1;
+  }
+  const double pack_skew = strata::packtool::RecordedRouterSkew((*dense)->metadata());
+  dense->reset();
+  if (router_skew != -1 && std::abs(router_skew - pack_skew) > 1e-6) {
+    std::fprintf(stderr,
+                 "--router-skew %g: %s exists and was synthesized with router skew %g; drop the flag, or remove the "
+                 "pack (or name another --pack) to synthesize it anew\n",
+                 router_skew, pack.c_str(), pack_skew);
+    return 2;
+  }
+  if (std::find(policies.begin(), policies.end(), "static") != policies.end() &&
+      !std::filesystem::exists(std::filesystem::path(pack) / strata::pack::kRoutingProfileFile)) {
+    ProfileForStatic(pack, threads);
   }
 
   absl::StatusOr<double> hbm = strata::kernels::cuda::MeasureDeviceCopyGBps();
@@ -173,86 +289,103 @@ int main(int argc, char** argv) {
       for (const std::string& reads : miss_reads) configs.push_back({slots, reads, dependent});
     }
   }
+  std::vector<SummaryRow> summary;
   for (const auto& [slots, reads, dependent] : configs) {
     strata::kernels::cuda::SetDependentLaunch(dependent == "on");
-    strata::runtime::EngineOptions eo;
-    eo.pack_dir = pack;
-    eo.threads = threads;
-    eo.max_seqs = static_cast<int>(max_seqs);
-    eo.max_ctx = std::max<int64_t>(prompt_len + tokens, longest + 2) + 64;
-    eo.prefill_chunk = prefill_chunk;
-    eo.device.device = "cuda";
-    eo.device.vram_gib = vram_gib;
-    eo.device.vram_experts = slots;
-    eo.device.cache_policy = cache_policy;
-    eo.device.miss_path = miss_path;
-    eo.device.stage_gpu_misses = reads == "staged";
-    strata::bench::Timer load;
-    auto engine = Engine::Create(eo);
-    if (!engine.ok()) {
-      std::fprintf(stderr, "engine: %s\n", std::string(engine.status().message()).c_str());
-      return 1;
-    }
-    const auto& info = (*engine)->info();
-    const uint64_t n_blobs = static_cast<uint64_t>(info.config.n_layer) * info.config.n_expert;
-    const double bytes_per_token = static_cast<double>(info.expert_bytes_per_token + info.dense_bytes_per_token);
-    std::printf("\npack %s: %s, %lld layers, %lld experts top-%lld, n_embd %lld, scheme %s; loaded in %.1f s\n",
-                pack.c_str(), info.config.arch.c_str(), (long long)info.config.n_layer,
-                (long long)info.config.n_expert, (long long)info.config.n_expert_used, (long long)info.config.n_embd,
-                info.scheme.c_str(), load.Seconds());
-    std::printf("device %s (%s), %.2f GiB in use, experts from %s%s, VRAM experts %s of %llu (%s)%s, dependent "
-                "launch %s\n",
-                info.backend.name.c_str(), info.backend.isa.c_str(), info.backend.memory_used / 1073741824.0,
-                info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
-                slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
-                cache_policy.c_str(), slots < 0 ? "" : (", GPU misses " + reads).c_str(),
-                strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off");
-    if (!info.device_note.empty()) std::printf("note: %s\n", info.device_note.c_str());
-    // Batch 1: hits from HBM, misses by the miss paths; at a hit rate h the bound is
-    // 1 / max(dense/HBM + h*experts/HBM, (1-h)*experts/miss bandwidth) (both run at once).
-    std::printf("bytes per decoded token (batch 1): experts %.1f MB + dense %.1f MB = %.1f MB -> HBM bound %.0f "
-                "tokens/s\n",
-                info.expert_bytes_per_token / 1e6, info.dense_bytes_per_token / 1e6, bytes_per_token / 1e6,
-                *hbm * 1e9 / bytes_per_token);
-    RunConcurrent(**engine, 1, 8, 8);  // warm up: graphs captured, buffers touched
-    for (int64_t n : concurrency) {
-      RunConcurrent(**engine, static_cast<int>(n), prompt_len, 4);  // capture this batch size's graphs
-      const strata::model::CacheReport before = (*engine)->stats().cache;
-      const RunResult r = RunConcurrent(**engine, static_cast<int>(n), prompt_len, tokens);
-      const strata::model::CacheReport after = (*engine)->stats().cache;
-      if (after.host_requests > before.host_requests) {
-        const double requests = static_cast<double>(after.host_requests - before.host_requests);
-        const double busy = after.host_busy_seconds - before.host_busy_seconds;
-        const double experts = static_cast<double>(after.host_experts - before.host_experts);
-        const double waited = static_cast<double>(after.gpu_waited_for_host - before.gpu_waited_for_host);
-        std::printf("  host: %.0f layer shares, %.1f experts and %.1f us each, %.1f GB/s of expert weights; the GPU "
-                    "had finished its part first in %.0f%% of them\n",
-                    requests, experts / requests, busy / requests * 1e6,
-                    experts * static_cast<double>(info.expert_bytes_per_token) /
-                        (info.config.n_layer * info.config.n_expert_used) / busy / 1e9,
-                    100.0 * waited / requests);
+    // With every expert in VRAM the policy decides nothing: that size runs with the first policy only.
+    for (size_t policy_index = 0; policy_index < (slots < 0 ? 1 : policies.size()); ++policy_index) {
+      const std::string& cache_policy = policies[policy_index];
+      strata::runtime::EngineOptions eo;
+      eo.pack_dir = pack;
+      eo.threads = threads;
+      eo.max_seqs = static_cast<int>(max_seqs);
+      eo.max_ctx = std::max<int64_t>(prompt_len + tokens, longest + 2) + 64;
+      eo.prefill_chunk = prefill_chunk;
+      eo.device.device = "cuda";
+      eo.device.vram_gib = vram_gib;
+      eo.device.vram_experts = slots;
+      eo.device.cache_policy = cache_policy;
+      eo.device.miss_path = miss_path;
+      eo.device.stage_gpu_misses = reads == "staged";
+      strata::bench::Timer load;
+      auto engine = Engine::Create(eo);
+      if (!engine.ok()) {
+        std::fprintf(stderr, "engine: %s\n", std::string(engine.status().message()).c_str());
+        return 1;
       }
-      const double h = r.hit_rate;
-      const double t_hbm = (info.dense_bytes_per_token + h * info.expert_bytes_per_token) / (*hbm * 1e9);
-      const double t_miss = (1 - h) * info.expert_bytes_per_token / (miss_gbps * 1e9);
-      const double bound = 1.0 / std::max(t_hbm, t_miss);
-      const strata::model::CacheReport cache = (*engine)->stats().cache;
-      std::printf("decode batch %2lld: %8.1f tokens/s in all (%.1f per sequence), hit rate %.3f, host share of "
-                  "misses %.2f\n",
-                  (long long)n, r.decode_tps, r.decode_tps / n, h, cache.host_share);
-      if (n == 1) strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", bound, "HBM+miss bound");
+      const auto& info = (*engine)->info();
+      const uint64_t n_blobs = static_cast<uint64_t>(info.config.n_layer) * info.config.n_expert;
+      const double bytes_per_token = static_cast<double>(info.expert_bytes_per_token + info.dense_bytes_per_token);
+      std::printf("\npack %s: %s, %lld layers, %lld experts top-%lld, n_embd %lld, scheme %s, router skew %g; loaded in "
+                  "%.1f s\n",
+                  pack.c_str(), info.config.arch.c_str(), (long long)info.config.n_layer,
+                  (long long)info.config.n_expert, (long long)info.config.n_expert_used, (long long)info.config.n_embd,
+                  info.scheme.c_str(), pack_skew, load.Seconds());
+      std::printf("device %s (%s), %.2f GiB in use, experts from %s%s, VRAM experts %s of %llu (%s)%s, dependent "
+                  "launch %s\n",
+                  info.backend.name.c_str(), info.backend.isa.c_str(), info.backend.memory_used / 1073741824.0,
+                  info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
+                  slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
+                  cache_policy.c_str(), slots < 0 ? "" : (", GPU misses " + reads).c_str(),
+                  strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off");
+      if (!info.device_note.empty()) std::printf("note: %s\n", info.device_note.c_str());
+      // Batch 1: hits from HBM, misses by the miss paths; at a hit rate h the bound is
+      // 1 / max(dense/HBM + h*experts/HBM, (1-h)*experts/miss bandwidth) (both run at once).
+      std::printf("bytes per decoded token (batch 1): experts %.1f MB + dense %.1f MB = %.1f MB -> HBM bound %.0f "
+                  "tokens/s\n",
+                  info.expert_bytes_per_token / 1e6, info.dense_bytes_per_token / 1e6, bytes_per_token / 1e6,
+                  *hbm * 1e9 / bytes_per_token);
+      RunConcurrent(**engine, 1, 8, 8);  // warm up: graphs captured, buffers touched
+      for (int64_t n : concurrency) {
+        RunConcurrent(**engine, static_cast<int>(n), prompt_len, 4);  // capture this batch size's graphs
+        const strata::model::CacheReport before = (*engine)->stats().cache;
+        const RunResult r = RunConcurrent(**engine, static_cast<int>(n), prompt_len, tokens);
+        const strata::model::CacheReport after = (*engine)->stats().cache;
+        if (after.host_requests > before.host_requests) {
+          const double requests = static_cast<double>(after.host_requests - before.host_requests);
+          const double busy = after.host_busy_seconds - before.host_busy_seconds;
+          const double experts = static_cast<double>(after.host_experts - before.host_experts);
+          const double waited = static_cast<double>(after.gpu_waited_for_host - before.gpu_waited_for_host);
+          std::printf("  host: %.0f layer shares, %.1f experts and %.1f us each, %.1f GB/s of expert weights; the GPU "
+                      "had finished its part first in %.0f%% of them\n",
+                      requests, experts / requests, busy / requests * 1e6,
+                      experts * static_cast<double>(info.expert_bytes_per_token) /
+                          (info.config.n_layer * info.config.n_expert_used) / busy / 1e9,
+                      100.0 * waited / requests);
+        }
+        const double h = r.hit_rate;
+        const double t_hbm = (info.dense_bytes_per_token + h * info.expert_bytes_per_token) / (*hbm * 1e9);
+        const double t_miss = (1 - h) * info.expert_bytes_per_token / (miss_gbps * 1e9);
+        const double bound = 1.0 / std::max(t_hbm, t_miss);
+        const strata::model::CacheReport cache = (*engine)->stats().cache;
+        std::printf("decode batch %2lld: %8.1f tokens/s in all (%.1f per sequence), hit rate %.3f, host share of "
+                    "misses %.2f\n",
+                    (long long)n, r.decode_tps, r.decode_tps / n, h, cache.host_share);
+        if (n == 1) strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", bound, "HBM+miss bound");
+        summary.push_back({slots, dependent == "on" ? reads : reads + " (plain launches)", cache_policy, n, h, r.decode_tps, bound});
+      }
+      for (int64_t p : prefill) {
+        RunConcurrent(**engine, 1, static_cast<int>(p), 1);  // warm up this prompt length
+        const RunResult r = RunConcurrent(**engine, 1, static_cast<int>(p), 1);
+        // Every expert not in VRAM crosses PCIe once per prefill step of up to prefill_chunk tokens.
+        const double chunk = static_cast<double>(std::min<int64_t>(p, prefill_chunk));
+        const double in_vram = slots < 0 ? 1.0 : static_cast<double>(slots) / static_cast<double>(n_blobs);
+        const double copy_seconds = (1 - in_vram) * static_cast<double>(info.experts_bytes) / (*pcie * 1e9);
+        std::printf("prefill %5lld tokens: %9.1f tokens/s (chunks of %d", (long long)p, r.prefill_tps, prefill_chunk);
+        if (copy_seconds > 0) std::printf("; PCIe bound %.0f tokens/s", chunk / copy_seconds);
+        std::printf(")\n");
+      }
     }
-    for (int64_t p : prefill) {
-      RunConcurrent(**engine, 1, static_cast<int>(p), 1);  // warm up this prompt length
-      const RunResult r = RunConcurrent(**engine, 1, static_cast<int>(p), 1);
-      // Every expert not in VRAM crosses PCIe once per prefill step of up to prefill_chunk tokens.
-      const double chunk = static_cast<double>(std::min<int64_t>(p, prefill_chunk));
-      const double in_vram = slots < 0 ? 1.0 : static_cast<double>(slots) / static_cast<double>(n_blobs);
-      const double copy_seconds = (1 - in_vram) * static_cast<double>(info.experts_bytes) / (*pcie * 1e9);
-      std::printf("prefill %5lld tokens: %9.1f tokens/s (chunks of %d", (long long)p, r.prefill_tps, prefill_chunk);
-      if (copy_seconds > 0) std::printf("; PCIe bound %.0f tokens/s", chunk / copy_seconds);
-      std::printf(")\n");
-    }
+  }
+  std::printf("\ndecode by cache size and policy (router skew %g):\n", pack_skew);
+  std::printf("  %12s %-8s %-10s %5s %8s %10s %10s\n", "vram experts", "misses", "policy", "batch", "hit rate",
+              "tokens/s", "bound");
+  for (const SummaryRow& row : summary) {
+    // The bound is batch 1's (HBM + miss paths at that hit rate).
+    std::printf("  %12s %-8s %-10s %5lld %8.3f %10.1f %10s\n",
+                row.slots < 0 ? "all" : std::to_string(row.slots).c_str(), row.slots < 0 ? "-" : row.reads.c_str(),
+                row.policy.c_str(), (long long)row.batch, row.hit_rate, row.tokens_per_second,
+                row.batch == 1 ? absl::StrFormat("%.0f", row.bound).c_str() : "-");
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <filesystem>
 #include <span>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "packtool/pack_writer.h"
 #include "packtool/synth_arch.h"
 #include "packtool/synth_codes.h"
+#include "packtool/synth_router_skew.h"
 #include "packtool/synth_values.h"
 
 namespace strata::packtool {
@@ -33,6 +35,15 @@ void ParallelRanges(int64_t n, int threads, const std::function<void(int64_t, in
     pool.emplace_back(fn, b, e);
   }
   for (std::thread& th : pool) th.join();
+}
+
+// Multiplies `values` so that their Euclidean norm is `norm`.
+void ScaleToNorm(double norm, std::span<float> values) {
+  double sum = 0;
+  for (float v : values) sum += static_cast<double>(v) * v;
+  if (sum <= 0) return;
+  const double factor = norm / std::sqrt(sum);
+  for (float& v : values) v = static_cast<float>(v * factor);
 }
 
 absl::StatusOr<VocabMetadata> LoadVocab(const SynthOptions& options) {
@@ -63,6 +74,7 @@ absl::Status BuildModel(const SynthOptions& options, const SynthGeometry& g, con
                         bool include_experts, gguf::GgufWriter* writer) {
   ASSIGN_OR_RETURN(const SynthArch* arch, FindSynthArch(g.arch));
   SetSynthMetadata(*arch, g, writer);
+  if (options.router_skew > 0) writer->SetFloat32(kRouterSkewKey, static_cast<float>(options.router_skew));
   writer->SetUint32("general.quantization_version", 2);
   for (const auto& [key, value] : vocab.entries) writer->Set(key, value);
   const int threads = ResolveThreads(options.threads);
@@ -82,6 +94,13 @@ absl::Status BuildModel(const SynthOptions& options, const SynthGeometry& g, con
     const uint64_t row_bytes = *row_bytes_or;
     const float scale = t.scale, offset = t.offset;
     const std::string name = t.name;
+    // The router of a MoE layer ([n_embd, n_expert]: a row per expert) under --router-skew: the norm each row
+    // is set to, RouterSkewRowNorms' factor times the norm a random row has on average, scale * sqrt(n_embd).
+    std::vector<double> row_norms;
+    if (options.router_skew > 0 && t.kind == SynthTensorKind::kRouter && t.ne.size() == 2) {
+      row_norms = RouterSkewRowNorms(stream, g.n_expert, g.n_expert_used, options.router_skew);
+      for (double& n : row_norms) n *= scale * std::sqrt(static_cast<double>(row));
+    }
     RETURN_IF_ERROR(writer->AddTensor(
         t.name, type, t.ne, [=](std::span<uint8_t> dst) -> absl::Status {
           std::atomic<bool> bad{false};
@@ -89,6 +108,7 @@ absl::Status BuildModel(const SynthOptions& options, const SynthGeometry& g, con
             std::vector<float> values(row);
             for (int64_t r = r0; r < r1; ++r) {
               FillSynthValues(stream, static_cast<uint64_t>(r * row), row, scale, offset, values.data());
+              if (!row_norms.empty()) ScaleToNorm(row_norms[static_cast<size_t>(r)], values);
               if (!gguf::Quantize(type, values.data(), dst.data() + r * row_bytes, row).ok()) bad = true;
             }
           });
@@ -309,6 +329,8 @@ absl::StatusOr<gguf::GgmlType> ParseSynthType(std::string_view name) {
 
 absl::Status SynthesizeGguf(const SynthOptions& options) {
   RETURN_IF_ERROR(CheckSynthGeometry(options.geometry));
+  RETURN_IF_ERROR(CheckRouterSkew(options.geometry.arch, options.geometry.n_expert, options.geometry.n_expert_used,
+                                  options.router_skew));
   ASSIGN_OR_RETURN(VocabMetadata vocab, LoadVocab(options));
   SynthGeometry g = options.geometry;
   g.n_vocab = vocab.n_tokens;
@@ -330,6 +352,8 @@ absl::Status SynthesizeGguf(const SynthOptions& options) {
 absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, const ConvertProgressFn& progress,
                                                   const std::atomic<bool>* cancel) {
   RETURN_IF_ERROR(CheckSynthGeometry(options.geometry));
+  RETURN_IF_ERROR(CheckRouterSkew(options.geometry.arch, options.geometry.n_expert, options.geometry.n_expert_used,
+                                  options.router_skew));
   ASSIGN_OR_RETURN(VocabMetadata vocab, LoadVocab(options));
   ASSIGN_OR_RETURN(const SynthArch* arch, FindSynthArch(options.geometry.arch));
   SynthGeometry g = options.geometry;

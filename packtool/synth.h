@@ -82,6 +82,9 @@ struct SynthOptions {
   // manifest reports the quantization error). false: write random codes and scales directly (the manifest's
   // created_by is kSynthRandomCodesCreatedBy and its quant_error is empty: not measured).
   bool exact_quantize = true;
+  // --router-skew: the Zipf exponent of expert popularity (packtool/synth_router_skew.h); 0 leaves the
+  // router's random weights as they are (the same bytes as before the option existed).
+  double router_skew = 0;
   int threads = 0;         // 0 = one per core this process may use
 };
 

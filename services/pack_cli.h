@@ -34,6 +34,7 @@ struct PackCliOptions {
   std::string vocab;       // GGUF to copy the tokenizer from
   bool pack_only = false;  // write a pack directly, no GGUF
   bool exact_quantize = false;  // with pack_only: quantize f32 weights (slow) instead of random codes
+  double router_skew = 0;       // Zipf exponent of expert popularity (packtool/synth_router_skew.h); 0: none
 
   // synth --pack-only and convert
   std::string scheme = "auto";  // convert: from the source's expert types; synth --pack-only: s4

@@ -141,6 +141,33 @@ TEST_F(PackCliTest, SynthUsageErrors) {
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "geometry");
   EXPECT_FALSE(fs::exists(options.out));
+
+  options.experts_used.reset();
+  options.router_skew = -1;
+  run = RunCli({"synth"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "--router-skew: -1 is out of range (expected a number from 0 to 8)");
+
+  options.router_skew = 0.3;
+  options.arch = "gpt-oss";
+  run = RunCli({"synth"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "--router-skew: architecture gpt-oss is not supported");
+  EXPECT_FALSE(fs::exists(options.out));
+}
+
+TEST_F(PackCliTest, SynthPackOnlyWithARouterSkewSaysWhatItAimsAt) {
+  PackCliOptions options;
+  options.out = root_ + "/skewed-pack";
+  options.pack_only = true;
+  options.experts = 32;
+  options.router_skew = 0.5;
+  options.threads = 2;
+  CliRun run = RunCli({"synth"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("router skew 0.5: the hottest expert of each layer aimed at 3.22x the mean"));
+  run = RunCli({"validate", options.out});
+  EXPECT_EQ(run.code, kExitOk) << run.err;
 }
 
 TEST_F(PackCliTest, SynthWritesAModelWithTheGeometryOverrides) {
