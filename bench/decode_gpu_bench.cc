@@ -362,7 +362,8 @@ int main(int argc, char** argv) {
                     "misses %.2f\n",
                     (long long)n, r.decode_tps, r.decode_tps / n, h, cache.host_share);
         if (n == 1) strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", bound, "HBM+miss bound");
-        summary.push_back({slots, dependent == "on" ? reads : reads + " (plain launches)", cache_policy, n, h, r.decode_tps, bound});
+        const std::string misses = dependent == "on" ? reads : reads + " (plain launches)";
+        summary.push_back({slots, misses, cache_policy, n, h, r.decode_tps, bound});
       }
       for (int64_t p : prefill) {
         RunConcurrent(**engine, 1, static_cast<int>(p), 1);  // warm up this prompt length
