@@ -19,6 +19,10 @@ namespace {
 
 constexpr uint64_t kStagingBytes = uint64_t{1} << 30;  // at most, for the ring of staging slots
 constexpr float kInitialHostShare = 0.6f;             // both paths: the host's share before balancing
+// Both paths: a layer's host share of one expert goes to the GPU instead. A share costs the host about 45 us
+// of round trip (posting, waking the threads, answering) plus about 11 us an s2 seed expert; the GPU reads one
+// over PCIe in about 25 us (H200 host, bench/RESULTS.md, fifth session).
+constexpr int kMinHostExperts = 2;
 
 struct StagingPlan {
   int chunk_experts = 0;  // 0: no streaming (the steps are never long enough)
@@ -309,6 +313,7 @@ absl::Status OffloadMoeDispatch::RunWithHost(const model::MoeBatch& batch, const
   a.x = batch.x_device;
   a.n_embd = layout_.n_embd;
   a.host_share = reinterpret_cast<const float*>(state + h.share);
+  if (options_.miss_path == model::MissPath::kBoth) a.min_host_experts = kMinHostExperts;
   a.gpu_ids = reinterpret_cast<int32_t*>(state);
   a.host_ids = reinterpret_cast<int32_t*>(state + h.host_ids);
   a.sequence = reinterpret_cast<int64_t*>(state + h.sequence);

@@ -86,7 +86,8 @@ __global__ void __launch_bounds__(kSplitThreads) SplitForHostKernel(const HostSp
   }
   __syncthreads();
   const float share = fminf(fmaxf(*a.host_share, 0.0f), 1.0f);
-  const int host_experts = static_cast<int>(share * static_cast<float>(misses) + 0.5f);
+  int host_experts = static_cast<int>(share * static_cast<float>(misses) + 0.5f);
+  if (host_experts < a.min_host_experts) host_experts = 0;
   for (int p = tid; p < n_pairs; p += kSplitThreads) {
     const int32_t e = a.ids[p];
     const bool valid = e >= 0 && e < a.n_expert;

@@ -92,6 +92,8 @@ struct HostSplitArgs {
   // The share of the layer's missed experts the host computes, in [0, 1]: the first round(share * misses)
   // of them in expert order.
   const float* host_share = nullptr;
+  // A share that comes to fewer experts than this goes to the GPU whole (1: every share stands).
+  int min_host_experts = 1;
   // Device outputs and state.
   int32_t* gpu_ids = nullptr;    // n_tokens x k: ids with the host's pairs (and invalid ids) set to -1
   int32_t* host_ids = nullptr;   // n_tokens x k: the host's pairs' ids, -1 for the others

@@ -61,6 +61,81 @@ class Layer {
   DeviceBuffer device_table_;
 };
 
+// SplitForHost gives the host the first round(share * misses) missed experts in expert order with all their
+// pairs and posts a request; a share of fewer than min_host_experts goes to the GPU whole and posts nothing.
+TEST(SplitForHostTest, GivesTheHostTheFirstMissesAndNothingBelowTheMinimum) {
+  constexpr int kExperts = 8, kResident = 4, kTokens = 2, kK = 3, kPairs = kTokens * kK;
+  constexpr int64_t kEmbd = 32;
+  Layer layer(kExperts, kResident, 256);  // experts 4..7 live in host memory
+  // Missed experts 5, 6 and 7 (in expert order), in four pairs.
+  const std::vector<int32_t> ids = {1, 5, 6, 6, 2, 7};
+  DeviceBuffer d_ids = Unwrap(DeviceBuffer::Allocate(kPairs * sizeof(int32_t)));
+  DeviceBuffer gpu_ids = Unwrap(DeviceBuffer::Allocate(kPairs * sizeof(int32_t)));
+  DeviceBuffer host_ids = Unwrap(DeviceBuffer::Allocate(kPairs * sizeof(int32_t)));
+  DeviceBuffer sequence = Unwrap(DeviceBuffer::Allocate(sizeof(int64_t)));
+  DeviceBuffer host_pairs = Unwrap(DeviceBuffer::Allocate(sizeof(int32_t)));
+  DeviceBuffer share = Unwrap(DeviceBuffer::Allocate(sizeof(float)));
+  DeviceBuffer x = Unwrap(DeviceBuffer::Allocate(kTokens * kEmbd * sizeof(float)));
+  PinnedBuffer mailbox = Unwrap(PinnedBuffer::Allocate(sizeof(HostMailbox)));
+  PinnedBuffer mailbox_ids = Unwrap(PinnedBuffer::Allocate(kPairs * sizeof(int32_t)));
+  PinnedBuffer mailbox_x = Unwrap(PinnedBuffer::Allocate(kTokens * kEmbd * sizeof(float)));
+  Check(cudaMemcpy(d_ids.data(), ids.data(), kPairs * sizeof(int32_t), cudaMemcpyHostToDevice), "ids");
+  Check(cudaMemset(x.data(), 0, kTokens * kEmbd * sizeof(float)), "x");
+  struct Case {
+    float share;
+    int min_host_experts;
+    std::vector<int32_t> host;  // the expected host_ids
+  };
+  const Case cases[] = {
+      {0.5f, 1, {-1, 5, 6, 6, -1, -1}},    // round(1.5) = 2 experts: 5 and 6, three pairs
+      {0.5f, 2, {-1, 5, 6, 6, -1, -1}},    // 2 is not below the minimum
+      {0.3f, 1, {-1, 5, -1, -1, -1, -1}},  // round(0.9) = 1: expert 5
+      {0.3f, 2, {-1, -1, -1, -1, -1, -1}}, // 1 is below the minimum: all on the GPU
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat("share ", c.share, ", min_host_experts ", c.min_host_experts));
+    Check(cudaMemcpy(share.data(), &c.share, sizeof(float), cudaMemcpyHostToDevice), "share");
+    Check(cudaMemset(sequence.data(), 0, sizeof(int64_t)), "sequence");
+    std::memset(mailbox.data(), 0, sizeof(HostMailbox));
+    HostSplitArgs a;
+    a.ids = d_ids.as<int32_t>();
+    a.n_tokens = kTokens;
+    a.k = kK;
+    a.blobs = layer.device_table();
+    a.n_expert = kExperts;
+    a.host_begin = layer.host_begin();
+    a.host_end = layer.host_end();
+    a.x = x.as<float>();
+    a.n_embd = kEmbd;
+    a.host_share = share.as<float>();
+    a.min_host_experts = c.min_host_experts;
+    a.gpu_ids = gpu_ids.as<int32_t>();
+    a.host_ids = host_ids.as<int32_t>();
+    a.sequence = sequence.as<int64_t>();
+    a.host_pairs = host_pairs.as<int32_t>();
+    a.mailbox = mailbox.as<HostMailbox>();
+    a.mailbox_ids = mailbox_ids.as<int32_t>();
+    a.mailbox_x = mailbox_x.as<float>();
+    const absl::Status s = SplitForHost(a, nullptr);
+    ASSERT_TRUE(s.ok()) << s;
+    Check(cudaDeviceSynchronize(), "split");
+    std::vector<int32_t> got_host(kPairs), got_gpu(kPairs);
+    int32_t got_pairs = -1;
+    Check(cudaMemcpy(got_host.data(), host_ids.data(), kPairs * sizeof(int32_t), cudaMemcpyDeviceToHost), "host_ids");
+    Check(cudaMemcpy(got_gpu.data(), gpu_ids.data(), kPairs * sizeof(int32_t), cudaMemcpyDeviceToHost), "gpu_ids");
+    Check(cudaMemcpy(&got_pairs, host_pairs.data(), sizeof(int32_t), cudaMemcpyDeviceToHost), "host_pairs");
+    EXPECT_EQ(got_host, c.host);
+    int expected_pairs = 0;
+    for (int p = 0; p < kPairs; ++p) {
+      expected_pairs += c.host[p] >= 0;
+      EXPECT_EQ(got_gpu[p], c.host[p] >= 0 ? -1 : ids[p]) << "pair " << p;
+    }
+    EXPECT_EQ(got_pairs, expected_pairs);
+    // A request is posted exactly when the host has pairs.
+    EXPECT_EQ(mailbox.as<HostMailbox>()->request, expected_pairs > 0 ? 1 : 0);
+  }
+}
+
 TEST(StageMissesTest, CopiesTheRoutedMissesInExpertOrderAndPointsTheTableAtThem) {
   constexpr int kExperts = 24, kResident = 6;
   constexpr uint64_t kBlobBytes = 4096 + 48;  // not a multiple of the copy's stride
