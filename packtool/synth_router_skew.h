@@ -5,7 +5,7 @@
 // experts are picked far more often than others, as real models' routers do.
 //
 // Construction. A router picks the top-k of logits w_e . x over experts e. For router inputs x of random
-// direction (what a synthetic model's hidden states are), w_e . x is about normal with a spread
+// direction (a synthetic model's hidden states over random token ids), w_e . x is about normal with a spread
 // proportional to |w_e|, and with many experts the k-th largest logit sits near a threshold t that every
 // expert must pass: expert e is picked with probability Q(t / |w_e|) (Q the normal tail). Each MoE layer's
 // experts get a popularity rank from a seeded permutation; rank r (0 = hottest) is to be picked with
