@@ -18,18 +18,14 @@
 //
 // --cache-policy takes a list: each cache size runs once per policy, and a table at the end gives each one's
 // hit rate and tokens/s. static starts from the pack's routing profile: when the list names static and the
-// pack has none, the bench first profiles the pack on the CPU with a few prompts (strata-pack profile) and
-// says so. --router-skew S synthesizes a missing --pack with expert popularity skewed by a Zipf law of
+// pack has none, the bench first profiles the pack on the CPU over its own decode prompts (those of batch 1
+// and 8, each followed by --tokens greedy tokens, as strata-pack profile counts) and says so. --router-skew S synthesizes a missing --pack with expert popularity skewed by a Zipf law of
 // exponent S (strata-pack synth --router-skew); the header prints the skew the pack was made with.
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,13 +56,20 @@ struct RunResult {
   double hit_rate = 0;
 };
 
+// Sequence i's prompt of `prompt_len` tokens.
+std::vector<int32_t> BenchPrompt(int i, int prompt_len) {
+  std::vector<int32_t> prompt;
+  for (int p = 0; p < prompt_len; ++p) prompt.push_back((i * 131 + p * 7 + 3) % 250 + 1);
+  return prompt;
+}
+
 RunResult RunConcurrent(Engine& engine, int n, int prompt_len, int tokens) {
   std::vector<GenerationResult> results(n);
   std::vector<absl::Notification> done(n);
   strata::bench::Timer timer;
   for (int i = 0; i < n; ++i) {
     GenerateRequest r;
-    for (int p = 0; p < prompt_len; ++p) r.prompt_tokens.push_back((i * 131 + p * 7 + 3) % 250 + 1);
+    r.prompt_tokens = BenchPrompt(i, prompt_len);
     r.sampling.temperature = 0;
     r.sampling.max_tokens = tokens;
     r.sampling.ignore_eos = true;
@@ -95,39 +98,21 @@ RunResult RunConcurrent(Engine& engine, int n, int prompt_len, int tokens) {
   return out;
 }
 
-// Prompts for profiling a pack that has no routing profile (the static policy's warm start).
-constexpr const char* kProfilePrompts[] = {
-    "The capital of France is",
-    "Once upon a time, in a village at the edge of the forest,",
-    "Explain how a hash table handles collisions.",
-    "fn main() { let v: Vec<u32> = (0..10).collect(); println!(\"{:?}\", v); }",
-    "The quarterly report shows revenue grew by twelve percent while costs",
-    "Translate into German: the weather is nice today.",
-    "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)",
-    "List three causes of the French Revolution.",
-};
-
-// Profiles `pack` on the CPU with kProfilePrompts (each followed by 16 greedy tokens) into its
-// routing_profile.bin; exits on error.
-void ProfileForStatic(const std::string& pack, int threads) {
-  const std::string prompts =
-      (std::filesystem::temp_directory_path() / ("strata-decode-gpu-bench-prompts-" + std::to_string(getpid()) + ".txt"))
-          .string();
-  {
-    std::ofstream out(prompts);
-    for (const char* p : kProfilePrompts) out << p << '\n';
-  }
+// Profiles `pack` on the CPU into its routing_profile.bin (the static policy's warm start) over the decode
+// runs' own prompts (sequences 0 .. sequences-1, then `tokens` greedy tokens each, as the runs generate);
+// exits on error.
+void ProfileForStatic(const std::string& pack, int sequences, int prompt_len, int tokens, int threads) {
   std::printf("the static policy starts from the pack's routing profile and %s has none: profiling it on the CPU "
-              "with %zu prompts (strata-pack profile %s --prompts FILE --tokens 16) ...\n",
-              pack.c_str(), std::size(kProfilePrompts), pack.c_str());
+              "first over the decode runs' %d prompts of %d tokens, %d tokens generated after each (as strata-pack "
+              "profile does) ...\n",
+              pack.c_str(), sequences, prompt_len, tokens);
   std::fflush(stdout);
   strata::packtool::ProfileOptions o;
   o.pack_dir = pack;
-  o.prompts_path = prompts;
-  o.decode_tokens = 16;
+  for (int i = 0; i < sequences; ++i) o.prompt_tokens.push_back(BenchPrompt(i, prompt_len));
+  o.decode_tokens = tokens;
   o.threads = threads;
   absl::StatusOr<strata::packtool::ProfileResult> r = strata::packtool::ProfilePack(o, nullptr);
-  std::filesystem::remove(prompts);
   if (!r.ok()) {
     std::fprintf(stderr, "profile: %s\n", std::string(r.status().message()).c_str());
     std::exit(1);
@@ -237,9 +222,12 @@ int main(int argc, char** argv) {
                  router_skew, pack.c_str(), pack_skew);
     return 2;
   }
+  int64_t max_seqs = 1;
+  for (int64_t n : concurrency) max_seqs = std::max(max_seqs, n);
   if (std::find(policies.begin(), policies.end(), "static") != policies.end() &&
       !std::filesystem::exists(std::filesystem::path(pack) / strata::pack::kRoutingProfileFile)) {
-    ProfileForStatic(pack, threads);
+    // The prompts of batch 1 and 8 (decode on the CPU is slow: a larger batch's other prompts are left out).
+    ProfileForStatic(pack, static_cast<int>(std::min<int64_t>(8, max_seqs)), prompt_len, tokens, threads);
   }
 
   absl::StatusOr<double> hbm = strata::kernels::cuda::MeasureDeviceCopyGBps();
@@ -258,8 +246,6 @@ int main(int argc, char** argv) {
               "%.1f GB/s (%d threads)\n",
               *hbm, *pcie, dram, host_threads);
   const double miss_gbps = miss_path == "gpu" ? *pcie : miss_path == "cpu" ? dram : *pcie + dram;
-  int64_t max_seqs = 1;
-  for (int64_t n : concurrency) max_seqs = std::max(max_seqs, n);
   int64_t longest = 0;
   for (int64_t p : prefill) longest = std::max(longest, p);
   for (const std::string& reads : miss_reads) {

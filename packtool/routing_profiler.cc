@@ -60,8 +60,17 @@ void CountRouting(const model::Model& model, const pack::v1::Geometry& g, int n_
 
 absl::Status CheckProfileOptions(const ProfileOptions& options) {
   if (options.pack_dir.empty()) return absl::InvalidArgumentError("pack_dir: empty; expected the pack directory");
-  if (options.prompts_path.empty()) {
-    return absl::InvalidArgumentError("prompts_path: empty; expected a text file of prompts, one a line");
+  if (options.prompts_path.empty() && options.prompt_tokens.empty()) {
+    return absl::InvalidArgumentError(
+        "prompts_path: empty; expected a text file of prompts, one a line (or prompts as prompt_tokens)");
+  }
+  if (!options.prompts_path.empty() && !options.prompt_tokens.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt_tokens: ", options.prompt_tokens.size(),
+                                                   " prompts given with prompts_path ", options.prompts_path,
+                                                   "; expected one of them"));
+  }
+  if (options.chat && !options.prompt_tokens.empty()) {
+    return absl::InvalidArgumentError("chat: needs prompts_path (prompt_tokens are run as they are)");
   }
   if (options.decode_tokens < 0 || options.decode_tokens > kMaxDecodeTokens) {
     return absl::InvalidArgumentError(
@@ -96,7 +105,19 @@ absl::StatusOr<std::vector<Prompt>> ReadPrompts(const std::string& path) {
 absl::StatusOr<ProfileResult> ProfilePack(const ProfileOptions& options,
                                           const std::function<void(const ProfileProgress&)>& progress) {
   RETURN_IF_ERROR(CheckProfileOptions(options));
-  ASSIGN_OR_RETURN(const std::vector<Prompt> prompts, ReadPrompts(options.prompts_path));
+  std::vector<Prompt> prompts;
+  if (options.prompt_tokens.empty()) {
+    ASSIGN_OR_RETURN(prompts, ReadPrompts(options.prompts_path));
+  } else {
+    prompts.resize(options.prompt_tokens.size());
+    // line: the index into prompt_tokens, for messages.
+    for (size_t p = 0; p < prompts.size(); ++p) prompts[p].line = static_cast<int64_t>(p);
+  }
+  // Where each prompt came from, for messages.
+  auto where = [&](const Prompt& prompt) {
+    return options.prompt_tokens.empty() ? absl::StrCat(options.prompts_path, " line ", prompt.line, ": ")
+                                         : absl::StrCat("prompt_tokens[", prompt.line, "]: ");
+  };
   const Clock::time_point load_start = Clock::now();
   // The profile being replaced is not read: a malformed one must not stop its replacement.
   ASSIGN_OR_RETURN(std::unique_ptr<pack::Pack> pack,
@@ -132,20 +153,28 @@ absl::StatusOr<ProfileResult> ProfilePack(const ProfileOptions& options,
   const int64_t n_ctx = std::max<int64_t>(1, c.n_ctx_train);
   std::vector<std::vector<int32_t>> tokens(prompts.size());
   for (size_t p = 0; p < prompts.size(); ++p) {
-    const std::string where = absl::StrCat(options.prompts_path, " line ", prompts[p].line, ": ");
-    if (chat_template != nullptr) {
+    const std::string where_p = where(prompts[p]);
+    if (!options.prompt_tokens.empty()) {
+      tokens[p] = options.prompt_tokens[p];
+      for (const int32_t id : tokens[p]) {
+        if (id < 0 || id >= c.n_vocab) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where_p, "token ", id, " is not in the model's vocabulary (0 .. ", c.n_vocab - 1, ")"));
+        }
+      }
+    } else if (chat_template != nullptr) {
       // As a server sends a one-message conversation (Engine::PrepareChat).
       const chat::ChatMessage message{"user", prompts[p].text};
       absl::StatusOr<std::string> rendered = chat_template->Render({&message, 1}, chat::ChatOptions());
-      if (!rendered.ok()) return absl::InvalidArgumentError(absl::StrCat(where, rendered.status().message()));
+      if (!rendered.ok()) return absl::InvalidArgumentError(absl::StrCat(where_p, rendered.status().message()));
       tokens[p] = tokenizer->Encode(
           *rendered, {.add_special = chat::AddSpecialToRendered(*rendered, *tokenizer), .parse_special = true});
     } else {
       tokens[p] = tokenizer->Encode(prompts[p].text, {.add_special = true, .parse_special = false});
     }
-    if (tokens[p].empty()) return absl::InvalidArgumentError(absl::StrCat(where, "the prompt makes no token"));
+    if (tokens[p].empty()) return absl::InvalidArgumentError(absl::StrCat(where_p, "the prompt makes no token"));
     if (static_cast<int64_t>(tokens[p].size()) > n_ctx) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "the prompt is ", tokens[p].size(),
+      return absl::InvalidArgumentError(absl::StrCat(where_p, "the prompt is ", tokens[p].size(),
                                                      " tokens, more than the model's context of ", n_ctx));
     }
   }
@@ -171,7 +200,7 @@ absl::StatusOr<ProfileResult> ProfilePack(const ProfileOptions& options,
                                                " prompts; the pack is unchanged"));
     }
     if (absl::Status s = model.Forward(batch, logits.data(), nullptr); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(options.prompts_path, " line ", prompt.line, ": ", s.message()));
+      return absl::Status(s.code(), absl::StrCat(where(prompt), s.message()));
     }
     CountRouting(model, g, static_cast<int>(batch.size()), &profile);
     report.tokens = profile.tokens;

@@ -22,6 +22,9 @@ namespace strata::packtool {
 struct ProfileOptions {
   std::string pack_dir;
   std::string prompts_path;     // text, one prompt a line (see ReadPrompts)
+  // Instead of prompts_path: the prompts as token ids, run as they are (nothing added, no chat), for a
+  // benchmark to profile the very tokens it runs. Exactly one of prompts_path and prompt_tokens is given.
+  std::vector<std::vector<int32_t>> prompt_tokens;
   int64_t decode_tokens = 32;   // generated after each prompt, and counted (0: the prompts only)
   bool chat = false;            // each prompt is a user message, rendered by the model's chat template
   int threads = 0;              // compute threads; 0 = one per core this process may use
@@ -31,7 +34,8 @@ struct ProfileOptions {
 // Most tokens a prompt may be followed by (--tokens).
 inline constexpr int64_t kMaxDecodeTokens = 1 << 20;
 
-// The one options check: INVALID_ARGUMENT naming the field (pack_dir, prompts_path, decode_tokens, threads).
+// The one options check: INVALID_ARGUMENT naming the field (pack_dir, prompts_path or prompt_tokens,
+// decode_tokens, threads, chat).
 absl::Status CheckProfileOptions(const ProfileOptions& options);
 
 // The prompts of `path`: one a line ("\n" or "\r\n"); lines of only white space are skipped. NOT_FOUND
@@ -59,7 +63,8 @@ struct ProfileResult {
 // (pack::WriteRoutingProfile: atomically, replacing any earlier profile, even a malformed one). `progress`
 // (may be empty) is called on the calling thread after each step of the model. Errors: the options'
 // (INVALID_ARGUMENT), the prompts file's, the pack's, INVALID_ARGUMENT naming the file and line of a prompt
-// longer than the model's context (or with no token) or that the chat template refuses,
+// (prompt_tokens[i] for token prompts) longer than the model's context (or with no token, or a token id
+// outside the vocabulary) or that the chat template refuses,
 // FAILED_PRECONDITION for `chat` with a model without a chat template, CANCELLED (the pack is left as it
 // was).
 absl::StatusOr<ProfileResult> ProfilePack(const ProfileOptions& options,

@@ -101,6 +101,8 @@ absl::Status BuildModel(const SynthOptions& options, const SynthGeometry& g, con
       row_norms = RouterSkewRowNorms(stream, g.n_expert, g.n_expert_used, options.router_skew);
       for (double& n : row_norms) n *= scale * std::sqrt(static_cast<double>(row));
     }
+    // A bias the router adds to its scores before it picks would move the picks off the law: zeros instead.
+    const bool zero = options.router_skew > 0 && IsRouterPickBias(t.name);
     RETURN_IF_ERROR(writer->AddTensor(
         t.name, type, t.ne, [=](std::span<uint8_t> dst) -> absl::Status {
           std::atomic<bool> bad{false};
@@ -109,6 +111,7 @@ absl::Status BuildModel(const SynthOptions& options, const SynthGeometry& g, con
             for (int64_t r = r0; r < r1; ++r) {
               FillSynthValues(stream, static_cast<uint64_t>(r * row), row, scale, offset, values.data());
               if (!row_norms.empty()) ScaleToNorm(row_norms[static_cast<size_t>(r)], values);
+              if (zero) std::fill(values.begin(), values.end(), 0.0f);
               if (!gguf::Quantize(type, values.data(), dst.data() + r * row_bytes, row).ok()) bad = true;
             }
           });

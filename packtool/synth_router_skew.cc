@@ -34,17 +34,23 @@ uint64_t Mix(uint64_t stream, uint64_t i) {
 
 double RecordedRouterSkew(const gguf::Metadata& metadata) { return metadata.GetFloatOr(kRouterSkewKey, 0).value_or(0); }
 
+bool IsRouterPickBias(std::string_view tensor_name) {
+  return tensor_name.ends_with(".exp_probs_b.bias");
+}
+
 absl::Status CheckRouterSkew(std::string_view arch, int64_t n_expert, int64_t n_expert_used, double skew) {
   if (!std::isfinite(skew) || skew < 0 || skew > kMaxRouterSkew) {
     return absl::InvalidArgumentError(
         absl::StrCat("--router-skew: ", skew, " is out of range (expected a number from 0 to ", kMaxRouterSkew, ")"));
   }
   if (skew == 0) return absl::OkStatus();
-  if (arch != "qwen3moe" && arch != "mixtral" && arch != "qwen2moe" && arch != "olmoe") {
+  if (arch == "deepseek2" || arch == "gpt-oss") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--router-skew: architecture ", std::string(arch),
-        " is not supported (its router adds a bias or picks by groups, so scaling the router's rows does not give "
-        "the law; supported: qwen3moe, mixtral, qwen2moe, olmoe)"));
+        "--router-skew: architecture ", std::string(arch), " is not supported (",
+        arch == "deepseek2" ? "its router picks the best experts of the best expert groups"
+                            : "its experts' biases give the router's inputs a common direction",
+        ", so scaling the router's rows does not give the law; supported: qwen3moe, mixtral, qwen2moe, olmoe, "
+        "glm4moe)"));
   }
   if (n_expert <= 0 || n_expert_used <= 0 ||
       static_cast<double>(n_expert_used) >= kMaxRouterSkewPickProbability * static_cast<double>(n_expert)) {

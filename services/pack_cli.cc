@@ -41,9 +41,9 @@ commands:
       --heads --kv-heads --head-dim --vocab-size --ctx. Types: f32 f16 bf16 q8_0 q4_0 q4_1 q6_K q5_K q4_K
       q3_K q2_K mxfp4 (K types: rows of whole 256-weight blocks, e.g. --embd and --expert-ff multiples of
       256).
-      --router-skew S (qwen3moe, mixtral, qwen2moe, olmoe; default 0: uniform) scales each router row so
-      that expert popularity follows a Zipf law with exponent S over a seeded order of each layer's experts
-      (an expert is picked at most 0.45 of the tokens). Hottest expert over the mean at top-10 of 512
+      --router-skew S (qwen3moe, mixtral, qwen2moe, olmoe, glm4moe; default 0: uniform) scales each router
+      row so that expert popularity follows a Zipf law with exponent S over a seeded order of each layer's
+      experts (an expert is picked at most 0.45 of the tokens; glm4moe's score bias becomes zeros). Hottest expert over the mean at top-10 of 512
       experts (the seed preset): S 0.18 -> about 2.5x, 0.32 -> 5x, 0.42 -> 8x; fewer experts reach less
       (top-4 of 32: at most 3.6x).
       Local only.

@@ -51,7 +51,7 @@ ABSL_FLAG(bool, exact_quantize, false,
 
 ABSL_FLAG(double, router_skew, 0,
           "synth: make expert popularity follow a Zipf law with this exponent over a seeded order of each layer's "
-          "experts (qwen3moe, mixtral, qwen2moe, olmoe); 0: uniform. Hottest expert over the mean, top-10 of 512 "
+          "experts (qwen3moe, mixtral, qwen2moe, olmoe, glm4moe); 0: uniform. Hottest expert over the mean, top-10 of 512 "
           "(seed preset): 0.18 -> 2.5x, 0.32 -> 5x, 0.42 -> 8x");
 
 int main(int argc, char** argv) {

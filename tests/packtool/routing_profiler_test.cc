@@ -129,6 +129,47 @@ TEST_F(RoutingProfilerTest, GeneratedTokensAreCountedTooAndTheProfileIsDetermini
   EXPECT_EQ(second->profile, first->profile);
 }
 
+TEST_F(RoutingProfilerTest, TokenPromptsRunAsTheyAreAndCountAsTheirTextWould) {
+  auto pack = pack::Pack::Open(pack_, {.ignore_routing_profile = true});
+  ASSERT_TRUE(pack.ok()) << pack.status();
+  auto tokenizer = tokenizer::Tokenizer::FromMetadata((*pack)->dense().metadata());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  ProfileOptions o = Options(5);
+  o.prompts_path.clear();
+  for (const char* p : {"The capital of France is", "Once upon a time", "fn main() { println!(\"hi\"); }"}) {
+    o.prompt_tokens.push_back((*tokenizer)->Encode(p, {.add_special = true}));
+  }
+  auto from_tokens = ProfilePack(o, nullptr);
+  ASSERT_TRUE(from_tokens.ok()) << from_tokens.status();
+  auto from_text = ProfilePack(Options(5), nullptr);
+  ASSERT_TRUE(from_text.ok()) << from_text.status();
+  EXPECT_EQ(from_tokens->profile, from_text->profile);
+
+  // Nothing is added to token prompts: without the BOS the text gets, 3 tokens fewer are run.
+  for (auto& prompt : o.prompt_tokens) prompt.erase(prompt.begin());
+  o.decode_tokens = 0;
+  auto without_bos = ProfilePack(o, nullptr);
+  ASSERT_TRUE(without_bos.ok()) << without_bos.status();
+  EXPECT_EQ(without_bos->profile.tokens, PromptTokens() - 3);
+  ExpectLayerSums(without_bos->profile);
+}
+
+TEST_F(RoutingProfilerTest, BadTokenPromptsAreRefusedNamingTheirIndex) {
+  ProfileOptions o = Options(0);
+  o.prompts_path.clear();
+  o.prompt_tokens = {{1, 2, 3}, {4, 99999}};
+  EXPECT_THAT(ProfilePack(o, nullptr).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument,
+                           "prompt_tokens[1]: token 99999 is not in the model's vocabulary (0 .. "));
+  o.prompt_tokens = {{1, 2, 3}, {}};
+  EXPECT_THAT(ProfilePack(o, nullptr).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "prompt_tokens[1]: the prompt makes no token"));
+  o.prompt_tokens = {std::vector<int32_t>(65, 5)};  // the pack's context is 64
+  EXPECT_THAT(ProfilePack(o, nullptr).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "prompt_tokens[0]: the prompt is 65 tokens"));
+  EXPECT_FALSE(fs::exists(pack_ + "/routing_profile.bin"));
+}
+
 TEST_F(RoutingProfilerTest, WithChatEachPromptIsAUserMessageThroughTheChatTemplate) {
   ProfileOptions o = Options(0);
   o.chat = true;
@@ -236,6 +277,14 @@ TEST_F(RoutingProfilerTest, BadOptionsAreRefusedByFieldFirst) {
   o = Options(0);
   o.prompts_path.clear();
   EXPECT_THAT(CheckProfileOptions(o), StatusIsWith(absl::StatusCode::kInvalidArgument, "prompts_path"));
+  o = Options(0);
+  o.prompt_tokens = {{1, 2}};
+  EXPECT_THAT(CheckProfileOptions(o),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "prompt_tokens: 1 prompts given with prompts_path"));
+  o.prompts_path.clear();
+  EXPECT_THAT(CheckProfileOptions(o), IsOk());
+  o.chat = true;
+  EXPECT_THAT(CheckProfileOptions(o), StatusIsWith(absl::StatusCode::kInvalidArgument, "chat: needs prompts_path"));
   o = Options(0);
   o.pack_dir.clear();
   EXPECT_THAT(CheckProfileOptions(o), StatusIsWith(absl::StatusCode::kInvalidArgument, "pack_dir"));

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/exec/thread_pool.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/kv_cache.h"
@@ -74,14 +75,15 @@ TEST(RouterSkewCheckTest, RefusesBadSkewsNamingTheFlag) {
   EXPECT_THAT(CheckRouterSkew("qwen3moe", 8, 2, std::numeric_limits<double>::infinity()),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "--router-skew: inf is out of range"));
   EXPECT_THAT(CheckRouterSkew("qwen3moe", 8, 2, 9), StatusIsWith(absl::StatusCode::kInvalidArgument, "expected a number from 0 to 8"));
-  for (const char* arch : {"gpt-oss", "glm4moe", "deepseek2"}) {
+  for (const char* arch : {"gpt-oss", "deepseek2"}) {
     EXPECT_THAT(CheckRouterSkew(arch, 32, 4, 0.5),
-                StatusIsWith(absl::StatusCode::kInvalidArgument, std::string("--router-skew: architecture ") + arch));
+                StatusIsWith(absl::StatusCode::kInvalidArgument,
+                             absl::StrCat("--router-skew: architecture ", arch, " is not supported")));
     EXPECT_THAT(CheckRouterSkew(arch, 32, 4, 0), IsOk()) << arch;
   }
   EXPECT_THAT(CheckRouterSkew("mixtral", 8, 4, 0.5),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "--router-skew: needs --experts-used (4) below 0.45"));
-  for (const char* arch : {"qwen3moe", "mixtral", "qwen2moe", "olmoe"}) {
+  for (const char* arch : {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "glm4moe"}) {
     EXPECT_THAT(CheckRouterSkew(arch, 8, 2, 0.5), IsOk()) << arch;
   }
 }
@@ -89,13 +91,13 @@ TEST(RouterSkewCheckTest, RefusesBadSkewsNamingTheFlag) {
 TEST(RouterSkewCheckTest, SynthesisRefusesAnUnsupportedArchitectureBeforeWriting) {
   ScratchDir dir;
   SynthOptions o;
-  o.geometry = *PresetGeometry("gpt-oss", "tiny");
+  o.geometry = *PresetGeometry("deepseek2", "tiny");
   o.router_skew = 0.3;
   o.output = dir.Join("pack");
   EXPECT_THAT(SynthesizePack(o, nullptr, nullptr).status(),
-              StatusIsWith(absl::StatusCode::kInvalidArgument, "--router-skew: architecture gpt-oss"));
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "--router-skew: architecture deepseek2"));
   o.output = dir.Join("model.gguf");
-  EXPECT_THAT(SynthesizeGguf(o), StatusIsWith(absl::StatusCode::kInvalidArgument, "architecture gpt-oss"));
+  EXPECT_THAT(SynthesizeGguf(o), StatusIsWith(absl::StatusCode::kInvalidArgument, "architecture deepseek2"));
   EXPECT_FALSE(std::filesystem::exists(dir.Join("pack")));
   EXPECT_FALSE(std::filesystem::exists(dir.Join("model.gguf")));
 }
@@ -185,21 +187,44 @@ TEST(RouterSkewSynthTest, TheGgufAndThePackGetTheSameRouter) {
   EXPECT_EQ(TensorValues(**a, "blk.1.ffn_gate_inp.weight"), TensorValues(**b, "blk.1.ffn_gate_inp.weight"));
 }
 
-// What the CPU engine's router picks, per MoE layer and expert, over `sequences` sequences of `length`
-// random token ids (uniform over the vocabulary).
-std::vector<std::vector<uint64_t>> MeasureRouting(const std::string& pack_dir, int sequences, int length) {
+TEST(RouterSkewSynthTest, TheScoreBiasGlm4moesRouterAddsBeforePickingIsZerosUnderASkew) {
+  ScratchDir dir;
+  const SynthOptions plain = SkewPackOptions("glm4moe", dir.Join("plain"), 0);
+  const SynthOptions skewed = SkewPackOptions("glm4moe", dir.Join("skewed"), 0.5);
+  ASSERT_THAT(SynthesizePack(plain, nullptr, nullptr).status(), IsOk());
+  ASSERT_THAT(SynthesizePack(skewed, nullptr, nullptr).status(), IsOk());
+  auto a = gguf::GgufFile::Open(plain.output + "/dense.gguf");
+  auto b = gguf::GgufFile::Open(skewed.output + "/dense.gguf");
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  const std::vector<float> random = TensorValues(**a, "blk.1.exp_probs_b.bias");
+  const std::vector<float> zeros = TensorValues(**b, "blk.1.exp_probs_b.bias");
+  EXPECT_EQ(zeros, std::vector<float>(32, 0.0f));
+  EXPECT_NE(random, zeros);
+  EXPECT_TRUE(IsRouterPickBias("blk.1.exp_probs_b.bias"));
+  EXPECT_FALSE(IsRouterPickBias("blk.1.attn_q.bias"));
+}
+
+// What the CPU engine's router picks over `sequences` sequences of `length` random token ids (uniform over
+// the vocabulary): counts[MoE layer][expert], and each MoE layer's block.
+struct Routing {
   std::vector<std::vector<uint64_t>> counts;
+  std::vector<int64_t> blocks;
+};
+Routing MeasureRouting(const std::string& pack_dir, int sequences, int length) {
+  Routing routing;
+  std::vector<std::vector<uint64_t>>& counts = routing.counts;
   auto pack = pack::Pack::Open(pack_dir, {.ignore_routing_profile = true});
   EXPECT_THAT(pack.status(), IsOk());
-  if (!pack.ok()) return counts;
+  if (!pack.ok()) return {};
   auto pool = exec::ThreadPool::Create(2);
   EXPECT_THAT(pool.status(), IsOk());
-  if (!pool.ok()) return counts;
+  if (!pool.ok()) return {};
   runtime::DeviceOptions device;
   device.device = "cpu";
   auto loaded = runtime::LoadModel(**pack, device, {}, {}, pool->get(), nullptr);
   EXPECT_THAT(loaded.status(), IsOk());
-  if (!loaded.ok()) return counts;
+  if (!loaded.ok()) return {};
   model::Model& model = *loaded->model;
   const model::ModelConfig& c = model.config();
   const pack::v1::Geometry& g = (*pack)->manifest().geometry();
@@ -207,6 +232,7 @@ std::vector<std::vector<uint64_t>> MeasureRouting(const std::string& pack_dir, i
   model::KvCachePool kv_pool(c.n_layer, layout, model::KvCachePool::BytesFor(c.n_layer, layout, length),
                              model.backend().kv_memory());
   counts.assign(g.moe_layers_size(), std::vector<uint64_t>(g.n_expert()));
+  routing.blocks.assign(g.moe_layers().begin(), g.moe_layers().end());
   std::mt19937 rng(5);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(c.n_vocab) - 1);
   std::vector<float> logits(static_cast<size_t>(c.n_vocab));
@@ -224,7 +250,7 @@ std::vector<std::vector<uint64_t>> MeasureRouting(const std::string& pack_dir, i
       for (int i = 0; i < length * static_cast<int>(g.n_expert_used()); ++i) ++counts[l][ids[i]];
     }
   }
-  return counts;
+  return routing;
 }
 
 double HottestOverMean(const std::vector<uint64_t>& counts) {
@@ -248,8 +274,9 @@ TEST_P(RouterSkewRoutingTest, TheEnginesRoutingHasTheSkewAimedAt) {
   ScratchDir dir;
   const SynthOptions o = SkewPackOptions(c.arch, dir.Join("pack"), c.skew);
   ASSERT_THAT(SynthesizePack(o, nullptr, nullptr).status(), IsOk());
-  const std::vector<std::vector<uint64_t>> counts = MeasureRouting(o.output, 64, 64);
-  ASSERT_EQ(counts.size(), 2u);
+  const Routing routing = MeasureRouting(o.output, 64, 64);
+  const std::vector<std::vector<uint64_t>>& counts = routing.counts;
+  ASSERT_EQ(counts.size(), static_cast<size_t>(o.geometry.n_layer - o.geometry.n_dense_lead));
   const double aimed = RouterSkewHottestOverMean(32, 2, c.skew);
   for (size_t l = 0; l < counts.size(); ++l) {
     const double ratio = HottestOverMean(counts[l]);
@@ -258,7 +285,7 @@ TEST_P(RouterSkewRoutingTest, TheEnginesRoutingHasTheSkewAimedAt) {
     if (c.skew == 0) continue;
     // The most picked expert is one the law makes hot (rank 0 or 1).
     const std::vector<int64_t> rank =
-        RouterSkewRanks(SynthStream(o.seed, "blk." + std::to_string(l) + ".ffn_gate_inp.weight"), 32);
+        RouterSkewRanks(SynthStream(o.seed, "blk." + std::to_string(routing.blocks[l]) + ".ffn_gate_inp.weight"), 32);
     const size_t hottest = std::max_element(counts[l].begin(), counts[l].end()) - counts[l].begin();
     EXPECT_LE(rank[hottest], 1) << "moe layer " << l;
   }
@@ -267,9 +294,12 @@ TEST_P(RouterSkewRoutingTest, TheEnginesRoutingHasTheSkewAimedAt) {
 INSTANTIATE_TEST_SUITE_P(Architectures, RouterSkewRoutingTest,
                          ::testing::Values(RoutingCase{"qwen3moe", 0.0, 1.0, 1.7}, RoutingCase{"qwen3moe", 0.75, 4.0, 6.5},
                                            RoutingCase{"mixtral", 0.0, 1.0, 1.7}, RoutingCase{"mixtral", 0.4, 2.0, 3.2},
-                                           RoutingCase{"qwen2moe", 0.75, 4.0, 6.5}, RoutingCase{"olmoe", 0.75, 4.0, 6.5}),
+                                           RoutingCase{"qwen2moe", 0.75, 4.0, 6.5}, RoutingCase{"olmoe", 0.75, 4.0, 6.5},
+                                           RoutingCase{"glm4moe", 0.75, 4.0, 6.5}),
                          [](const auto& info) {
-                           return info.param.arch + "_skew" + std::to_string(static_cast<int>(info.param.skew * 100));
+                           std::string arch = info.param.arch;
+                           std::replace(arch.begin(), arch.end(), '-', '_');  // a test name's characters
+                           return arch + "_skew" + std::to_string(static_cast<int>(info.param.skew * 100));
                          });
 
 }  // namespace
