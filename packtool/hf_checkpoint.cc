@@ -2,9 +2,9 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <memory>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +13,8 @@
 #include "engine/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "packtool/builtin_vocab.h"
+#include "packtool/hf_config.h"
+#include "packtool/hf_fp8.h"
 #include "packtool/hf_tokenizer.h"
 #include "packtool/safetensors.h"
 #include "packtool/synth_arch.h"
@@ -21,111 +23,6 @@ namespace strata::packtool {
 namespace {
 
 using nlohmann::json;
-
-struct HfArch {
-  std::string_view hf_name;        // config.json "architectures"
-  std::string_view synth_name;     // synth's architecture, whose tensor list and metadata keys are the GGUF's
-  std::string_view moe_block;      // model.layers.N.<moe_block>.gate / .experts.E.<role>
-  std::string_view roles[3];       // gate, up, down
-  std::string_view expert_ff_key;  // config.json key of the expert width
-  std::string_view n_expert_key;
-  bool permute_qk;                 // normal (interleaved) RoPE in GGUF
-};
-
-const std::vector<HfArch>& HfArchTable() {
-  static const std::vector<HfArch> table = {
-      {"Qwen3MoeForCausalLM", "qwen3moe", "mlp", {"gate_proj", "up_proj", "down_proj"}, "moe_intermediate_size",
-       "num_experts", false},
-      {"MixtralForCausalLM", "mixtral", "block_sparse_moe", {"w1", "w3", "w2"}, "intermediate_size",
-       "num_local_experts", true},
-  };
-  return table;
-}
-
-absl::StatusOr<json> ReadConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream text;
-  text << in.rdbuf();
-  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  return j;
-}
-
-absl::StatusOr<const HfArch*> FindHfArch(const json& config, const std::string& path) {
-  std::vector<std::string> known;
-  for (const HfArch& a : HfArchTable()) known.emplace_back(a.hf_name);
-  const std::string expected = absl::StrCat("expected one of: ", absl::StrJoin(known, ", "));
-  if (!config.contains("architectures") || !config["architectures"].is_array() || config["architectures"].empty() ||
-      !config["architectures"][0].is_string()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": architectures: missing (", expected, ")"));
-  }
-  const std::string name = config["architectures"][0].get<std::string>();
-  for (const HfArch& a : HfArchTable()) {
-    if (a.hf_name == name) return &a;
-  }
-  return absl::UnimplementedError(
-      absl::StrCat(path, ": architectures: '", name, "' is not supported (", expected, ")"));
-}
-
-absl::StatusOr<int64_t> ReadInt(const json& c, std::string_view key, const std::string& path,
-                                std::optional<int64_t> fallback = std::nullopt) {
-  const std::string k(key);
-  if (!c.contains(k) || c[k].is_null()) {
-    if (fallback) return *fallback;
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", k, ": missing (expected a positive integer)"));
-  }
-  if (!c[k].is_number_unsigned() || c[k].get<uint64_t>() == 0 || c[k].get<uint64_t>() > (uint64_t{1} << 31)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", k, ": expected an integer in 1 .. 2^31"));
-  }
-  return c[k].get<int64_t>();
-}
-
-absl::StatusOr<double> ReadFloat(const json& c, const char* key, const std::string& path, double fallback) {
-  if (!c.contains(key) || c[key].is_null()) return fallback;
-  if (!c[key].is_number()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, ": expected a number"));
-  return c[key].get<double>();
-}
-
-absl::StatusOr<std::pair<const HfArch*, SynthGeometry>> ReadGeometry(const std::string& dir, json* config_out) {
-  const std::string path = dir + "/config.json";
-  ASSIGN_OR_RETURN(json c, ReadConfig(path));
-  ASSIGN_OR_RETURN(const HfArch* arch, FindHfArch(c, path));
-  // What the engine does not implement is refused here, naming the field, rather than converted wrongly.
-  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
-    return absl::UnimplementedError(absl::StrCat(path, ": rope_scaling: Strata does not implement RoPE scaling (expected null)"));
-  }
-  if (arch->synth_name == "qwen3moe") {
-    if (c.contains("mlp_only_layers") && c["mlp_only_layers"].is_array() && !c["mlp_only_layers"].empty()) {
-      return absl::UnimplementedError(absl::StrCat(path, ": mlp_only_layers: dense layers are not supported (expected [])"));
-    }
-    if (ReadInt(c, "decoder_sparse_step", path, 1).value_or(0) != 1) {
-      return absl::UnimplementedError(absl::StrCat(path, ": decoder_sparse_step: expected 1 (every layer MoE)"));
-    }
-    if (c.contains("norm_topk_prob") && c["norm_topk_prob"].is_boolean() && !c["norm_topk_prob"].get<bool>()) {
-      return absl::UnimplementedError(
-          absl::StrCat(path, ": norm_topk_prob: false is not supported (Strata renormalises the top-k weights)"));
-    }
-  }
-  SynthGeometry g;
-  g.arch = std::string(arch->synth_name);
-  ASSIGN_OR_RETURN(g.n_layer, ReadInt(c, "num_hidden_layers", path));
-  ASSIGN_OR_RETURN(g.n_embd, ReadInt(c, "hidden_size", path));
-  ASSIGN_OR_RETURN(g.n_head, ReadInt(c, "num_attention_heads", path));
-  ASSIGN_OR_RETURN(g.n_head_kv, ReadInt(c, "num_key_value_heads", path, g.n_head));
-  ASSIGN_OR_RETURN(g.head_dim, ReadInt(c, "head_dim", path, g.n_embd / g.n_head));
-  ASSIGN_OR_RETURN(g.expert_ff, ReadInt(c, arch->expert_ff_key, path));
-  ASSIGN_OR_RETURN(g.n_expert, ReadInt(c, arch->n_expert_key, path));
-  ASSIGN_OR_RETURN(g.n_expert_used, ReadInt(c, "num_experts_per_tok", path));
-  ASSIGN_OR_RETURN(g.n_ctx, ReadInt(c, "max_position_embeddings", path));
-  ASSIGN_OR_RETURN(g.n_vocab, ReadInt(c, "vocab_size", path));
-  ASSIGN_OR_RETURN(const double theta, ReadFloat(c, "rope_theta", path, 10000.0));
-  ASSIGN_OR_RETURN(const double eps, ReadFloat(c, "rms_norm_eps", path, 1e-6));
-  g.rope_freq_base = static_cast<float>(theta);
-  g.rms_norm_eps = static_cast<float>(eps);
-  if (config_out != nullptr) *config_out = std::move(c);
-  return std::make_pair(arch, g);
-}
 
 // The Hugging Face name of a GGUF tensor of synth's list (experts: of expert `e`).
 std::string HfName(const HfArch& arch, const std::string& gguf_name, int64_t e) {
@@ -138,16 +35,33 @@ std::string HfName(const HfArch& arch, const std::string& gguf_name, int64_t e) 
   const std::string rest = gguf_name.substr(dot + 1);
   const std::string p = absl::StrCat("model.layers.", layer, ".");
   const std::string moe = absl::StrCat(p, std::string(arch.moe_block), ".");
-  if (rest == "attn_norm.weight") return p + "input_layernorm.weight";
-  if (rest == "ffn_norm.weight") return p + "post_attention_layernorm.weight";
-  if (rest == "attn_q.weight") return p + "self_attn.q_proj.weight";
-  if (rest == "attn_k.weight") return p + "self_attn.k_proj.weight";
-  if (rest == "attn_v.weight") return p + "self_attn.v_proj.weight";
-  if (rest == "attn_output.weight") return p + "self_attn.o_proj.weight";
-  if (rest == "attn_q_norm.weight") return p + "self_attn.q_norm.weight";
-  if (rest == "attn_k_norm.weight") return p + "self_attn.k_norm.weight";
+  static const absl::flat_hash_map<std::string, std::string> kLayerNames = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      // DeepSeek's latent attention and dense leading blocks.
+      {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
+      {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+      {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+      {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+      {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+      {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},
+  };
+  if (auto it = kLayerNames.find(rest); it != kLayerNames.end()) return p + it->second;
   if (rest == "ffn_gate_inp.weight") return moe + "gate.weight";
-  const int role = rest == "ffn_gate_exps.weight" ? 0 : rest == "ffn_up_exps.weight" ? 1 : 2;
+  if (rest == "exp_probs_b.bias") return moe + "gate.e_score_correction_bias";
+  const int role = absl::StartsWith(rest, "ffn_gate_") ? 0 : absl::StartsWith(rest, "ffn_up_") ? 1 : 2;
+  if (absl::EndsWith(rest, "_shexp.weight")) {
+    return absl::StrCat(moe, "shared_experts.", std::string(arch.roles[role]), ".weight");
+  }
   return absl::StrCat(moe, "experts.", e, ".", std::string(arch.roles[role]), ".weight");
 }
 
@@ -161,17 +75,61 @@ absl::Status CheckShape(const SafetensorsTensor& t, std::span<const int64_t> ne,
   return absl::OkStatus();
 }
 
-// `src` (of `type`) widened to f32 into `dst`.
-absl::Status ToF32(const SafetensorsTensor& src, std::span<uint8_t> dst) {
-  const int64_t n = src.n_elements();
+// A checkpoint tensor as the GGUF gets it: F16/BF16/F32 as they are, FP8 block-scaled dequantized to BF16.
+struct Source {
+  const SafetensorsTensor* tensor = nullptr;
+  const SafetensorsTensor* scale_inv = nullptr;  // FP8 only
+  gguf::GgmlType type = gguf::GgmlType::kF32;     // what it is written as
+
+  uint64_t element_bytes() const { return type == gguf::GgmlType::kF32 ? 4 : 2; }  // F32, F16 or BF16
+  uint64_t bytes() const { return static_cast<uint64_t>(tensor->n_elements()) * element_bytes(); }
+  absl::Status Fill(std::span<uint8_t> dst) const {
+    if (scale_inv == nullptr) {
+      std::memcpy(dst.data(), tensor->data.data(), tensor->data.size());
+      return absl::OkStatus();
+    }
+    return DequantizeFp8Blocks(tensor->data, scale_inv->data, tensor->shape[0], tensor->shape[1], tensor->name, dst);
+  }
+};
+
+// `src` widened to f32 into `dst`.
+absl::Status ToF32(const Source& src, std::span<uint8_t> dst) {
+  const SafetensorsTensor& t = *src.tensor;
   if (src.type == gguf::GgmlType::kF32) {
-    std::memcpy(dst.data(), src.data.data(), src.data.size());
+    std::memcpy(dst.data(), t.data.data(), t.data.size());
     return absl::OkStatus();
   }
-  std::vector<float> values(static_cast<size_t>(n));
-  RETURN_IF_ERROR(gguf::Dequantize(src.type, src.data.data(), values.data(), n));
+  std::vector<float> values(static_cast<size_t>(t.n_elements()));
+  RETURN_IF_ERROR(gguf::Dequantize(src.type, t.data.data(), values.data(), t.n_elements()));
   std::memcpy(dst.data(), values.data(), values.size() * sizeof(float));
   return absl::OkStatus();
+}
+
+// DeepSeek's kv_b_proj ([n_head * (nope + v), rank], Hugging Face order) split as llama.cpp's converter does:
+// attn_k_b holds each head's first `nope` rows transposed (ggml ne [nope, rank, n_head]), attn_v_b its last
+// `v` rows as they are (ne [rank, v, n_head]). `element` bytes per value; `k_b` and `v_b` are filled.
+void SplitKvB(std::span<const uint8_t> kv_b, int64_t n_head, int64_t nope, int64_t v, int64_t rank, uint64_t element,
+              std::span<uint8_t> k_b, std::span<uint8_t> v_b) {
+  const int64_t per_head = nope + v;
+  for (int64_t h = 0; h < n_head; ++h) {
+    for (int64_t d = 0; d < nope; ++d) {
+      for (int64_t r = 0; r < rank; ++r) {
+        std::memcpy(k_b.data() + ((h * rank + r) * nope + d) * element,
+                    kv_b.data() + ((h * per_head + d) * rank + r) * element, element);
+      }
+    }
+    std::memcpy(v_b.data() + h * v * rank * element, kv_b.data() + (h * per_head + nope) * rank * element,
+                v * rank * element);
+  }
+}
+
+// True for a tensor of DeepSeek's multi-token-prediction layers, numbered after the model's `n_layer`, which
+// llama.cpp's converter leaves out (the engine does not run them).
+bool IsMtpLayer(const std::string& name, int64_t n_layer, int64_t n_mtp) {
+  for (int64_t l = n_layer; l < n_layer + n_mtp; ++l) {
+    if (absl::StartsWith(name, absl::StrCat("model.layers.", l, "."))) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -213,12 +171,12 @@ void UnpermuteRowsForNormalRope(std::span<const uint8_t> src, std::span<uint8_t>
 }
 
 absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
-  json config;
-  ASSIGN_OR_RETURN(auto arch_geometry, ReadGeometry(options.dir, &config));
-  const HfArch& hf = *arch_geometry.first;
-  SynthGeometry g = arch_geometry.second;
+  ASSIGN_OR_RETURN(const HfModelConfig config, ReadHfConfig(options.dir));
+  const HfArch& hf = *config.arch;
+  const SynthGeometry& g = config.geometry;
   ASSIGN_OR_RETURN(const SynthArch* arch, FindSynthArch(g.arch));
 
+  const json& c = config.json;
   VocabMetadata vocab;
   if (!options.tokenizer_gguf.empty()) {
     ASSIGN_OR_RETURN(vocab, VocabFromGguf(options.tokenizer_gguf));
@@ -226,14 +184,14 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
     HfTokenizerOptions t;
     t.dir = options.dir;
     t.n_vocab = g.n_vocab;
-    if (config.contains("bos_token_id") && config["bos_token_id"].is_number_unsigned()) {
-      t.bos_id = config["bos_token_id"].get<int64_t>();
+    if (c.contains("bos_token_id") && c["bos_token_id"].is_number_unsigned()) {
+      t.bos_id = c["bos_token_id"].get<int64_t>();
     }
-    if (config.contains("eos_token_id") && config["eos_token_id"].is_number_unsigned()) {
-      t.eos_id = config["eos_token_id"].get<int64_t>();
-    } else if (config.contains("eos_token_id") && config["eos_token_id"].is_array() &&
-               !config["eos_token_id"].empty() && config["eos_token_id"][0].is_number_unsigned()) {
-      t.eos_id = config["eos_token_id"][0].get<int64_t>();
+    if (c.contains("eos_token_id") && c["eos_token_id"].is_number_unsigned()) {
+      t.eos_id = c["eos_token_id"].get<int64_t>();
+    } else if (c.contains("eos_token_id") && c["eos_token_id"].is_array() && !c["eos_token_id"].empty() &&
+               c["eos_token_id"][0].is_number_unsigned()) {
+      t.eos_id = c["eos_token_id"][0].get<int64_t>();
     }
     ASSIGN_OR_RETURN(vocab, VocabFromHfTokenizer(t));
   }
@@ -246,13 +204,39 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt, SafetensorsCheckpoint::Open(options.dir));
   absl::flat_hash_set<std::string> used;
   auto file_of = [&](const SafetensorsTensor& t) { return ckpt->files()[static_cast<size_t>(t.shard)]->path(); };
-  auto find = [&](const std::string& name) -> absl::StatusOr<const SafetensorsTensor*> {
+  // The source of HF tensor `name`, of ggml shape `ne`: its dtype read, FP8's scale_inv found and checked.
+  auto find = [&](const std::string& name, std::span<const int64_t> ne) -> absl::StatusOr<Source> {
     const SafetensorsTensor* t = ckpt->Find(name);
     if (t == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(options.dir, ": tensor '", name, "' is missing from the *.safetensors files"));
     }
     used.insert(name);
-    return t;
+    RETURN_IF_ERROR(CheckShape(*t, ne, file_of(*t)));
+    if (t->type.has_value()) return Source{t, nullptr, *t->type};
+    const std::string where = absl::StrCat(file_of(*t), ": tensor '", name, "' is ", t->dtype);
+    if (t->dtype != "F8_E4M3") return absl::UnimplementedError(absl::StrCat(where, ", which Strata does not read here"));
+    if (!config.fp8_blocks) {
+      return absl::UnimplementedError(absl::StrCat(where, " but config.json has no quantization_config ",
+                                                   "(expected quant_method fp8 with weight_block_size [128, 128])"));
+    }
+    if (t->shape.size() != 2) {
+      return absl::UnimplementedError(absl::StrCat(where, " of ", t->shape.size(), " dimensions; Strata reads FP8 ",
+                                                   "block-scaled matrices only"));
+    }
+    const std::string scale_name = name + "_scale_inv";
+    const SafetensorsTensor* s = ckpt->Find(scale_name);
+    if (s == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " but its block scales '", scale_name, "' are missing"));
+    }
+    used.insert(scale_name);
+    const std::vector<int64_t> blocks = {(t->shape[0] + kFp8BlockSize - 1) / kFp8BlockSize,
+                                         (t->shape[1] + kFp8BlockSize - 1) / kFp8BlockSize};
+    if (s->dtype != "F32" || s->shape != blocks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file_of(*s), ": tensor '", scale_name, "' is ", s->dtype, " [", absl::StrJoin(s->shape, ", "),
+          "], expected F32 [", absl::StrJoin(blocks, ", "), "]: one scale per 128 x 128 block of '", name, "'"));
+    }
+    return Source{t, s, gguf::GgmlType::kBF16};
   };
 
   gguf::GgufWriter writer;
@@ -265,64 +249,85 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
       return fill(dst);
     });
   };
-  SetSynthMetadata(*arch, g, &writer);
+  SetHfMetadata(config, &writer);
   writer.SetString("general.name", std::filesystem::path(options.dir).filename().string());
   writer.SetUint32("general.quantization_version", 2);
   for (const auto& [key, value] : vocab.entries) writer.Set(key, value);
 
-  const bool tied = config.contains("tie_word_embeddings") && config["tie_word_embeddings"].is_boolean() &&
-                    config["tie_word_embeddings"].get<bool>();
+  const bool tied = c.contains("tie_word_embeddings") && c["tie_word_embeddings"].is_boolean() &&
+                    c["tie_word_embeddings"].get<bool>();
   for (const SynthTensor& st : SynthTensors(*arch, g)) {
     if (st.name == "output.weight" && ckpt->Find("lm_head.weight") == nullptr && tied) continue;  // the engine reuses token_embd
     if (st.kind == SynthTensorKind::kExpert) {
       // One source per expert, stacked along ggml's outermost dimension in expert order.
-      std::vector<const SafetensorsTensor*> experts;
+      std::vector<Source> experts;
       for (int64_t e = 0; e < g.n_expert; ++e) {
-        ASSIGN_OR_RETURN(const SafetensorsTensor* t, find(HfName(hf, st.name, e)));
-        RETURN_IF_ERROR(CheckShape(*t, std::span<const int64_t>(st.ne).first(2), file_of(*t)));
-        if (!experts.empty() && t->type != experts.front()->type) {
-          return absl::UnimplementedError(absl::StrCat(file_of(*t), ": tensor '", t->name, "' is ", t->dtype, " but '",
-                                                       experts.front()->name, "' is ", experts.front()->dtype,
+        ASSIGN_OR_RETURN(Source s, find(HfName(hf, st.name, e), std::span<const int64_t>(st.ne).first(2)));
+        if (!experts.empty() && s.tensor->dtype != experts.front().tensor->dtype) {
+          return absl::UnimplementedError(absl::StrCat(file_of(*s.tensor), ": tensor '", s.tensor->name, "' is ",
+                                                       s.tensor->dtype, " but '", experts.front().tensor->name, "' is ",
+                                                       experts.front().tensor->dtype,
                                                        "; the experts of a layer must share one dtype"));
         }
-        experts.push_back(t);
+        experts.push_back(s);
       }
-      RETURN_IF_ERROR(add(st.name, experts.front()->type, st.ne, [experts](std::span<uint8_t> dst) {
+      RETURN_IF_ERROR(add(st.name, experts.front().type, st.ne, [experts](std::span<uint8_t> dst) {
         uint64_t at = 0;
-        for (const SafetensorsTensor* t : experts) {
-          std::memcpy(dst.data() + at, t->data.data(), t->data.size());
-          at += t->data.size();
+        for (const Source& s : experts) {
+          RETURN_IF_ERROR(s.Fill(dst.subspan(at, s.bytes())));
+          at += s.bytes();
         }
         return absl::OkStatus();
       }));
       continue;
     }
-    ASSIGN_OR_RETURN(const SafetensorsTensor* t, find(HfName(hf, st.name, 0)));
-    RETURN_IF_ERROR(CheckShape(*t, st.ne, file_of(*t)));
-    if (st.kind == SynthTensorKind::kNorm || st.kind == SynthTensorKind::kRouter) {
-      // llama.cpp keeps norms and the router in f32.
-      RETURN_IF_ERROR(add(st.name, gguf::GgmlType::kF32, st.ne,
-                                       [t](std::span<uint8_t> dst) { return ToF32(*t, dst); }));
+    ASSIGN_OR_RETURN(const Source s, find(HfName(hf, st.name, 0), st.ne));
+    if (st.kind == SynthTensorKind::kNorm || st.kind == SynthTensorKind::kRouter || st.kind == SynthTensorKind::kBias) {
+      // llama.cpp keeps norms, biases and the router in f32.
+      if (s.scale_inv != nullptr) {
+        return absl::UnimplementedError(absl::StrCat(file_of(*s.tensor), ": tensor '", s.tensor->name,
+                                                     "' is FP8; Strata reads FP8 for weight matrices only"));
+      }
+      RETURN_IF_ERROR(add(st.name, gguf::GgmlType::kF32, st.ne, [s](std::span<uint8_t> dst) { return ToF32(s, dst); }));
+      continue;
+    }
+    if (absl::EndsWith(st.name, ".attn_kv_b.weight")) {
+      // Latent attention: split into attn_k_b / attn_v_b as llama.cpp's converter writes it (packtool/hf_config.h).
+      const std::string prefix = st.name.substr(0, st.name.size() - std::string("attn_kv_b.weight").size());
+      const int64_t nope = g.head_dim - g.rope_dim, rank = g.kv_lora_rank;
+      const uint64_t element = s.element_bytes();
+      // Each half decodes the whole matrix (small: 33 MB in DeepSeek-V3) rather than share state between fillers.
+      auto split = [s, n_head = g.n_head, nope, v = g.v_dim, rank, element](std::span<uint8_t> dst, bool key) {
+        std::vector<uint8_t> whole(s.bytes());
+        RETURN_IF_ERROR(s.Fill(whole));
+        std::vector<uint8_t> other(static_cast<size_t>(n_head * (key ? v : nope) * rank) * element);
+        SplitKvB(whole, n_head, nope, v, rank, element, key ? dst : std::span<uint8_t>(other),
+                 key ? std::span<uint8_t>(other) : dst);
+        return absl::OkStatus();
+      };
+      RETURN_IF_ERROR(add(prefix + "attn_k_b.weight", s.type, {nope, rank, g.n_head},
+                          [split](std::span<uint8_t> dst) { return split(dst, true); }));
+      RETURN_IF_ERROR(add(prefix + "attn_v_b.weight", s.type, {rank, g.v_dim, g.n_head},
+                          [split](std::span<uint8_t> dst) { return split(dst, false); }));
       continue;
     }
     const bool is_q = absl::EndsWith(st.name, ".attn_q.weight"), is_k = absl::EndsWith(st.name, ".attn_k.weight");
     if (hf.permute_qk && (is_q || is_k)) {
       const int64_t heads = is_q ? g.n_head : g.n_head_kv;
-      const uint64_t row_bytes = t->data.size() / static_cast<uint64_t>(heads * g.head_dim);
+      const uint64_t row_bytes = s.bytes() / static_cast<uint64_t>(heads * g.head_dim);
       const int64_t head_dim = g.head_dim;
-      RETURN_IF_ERROR(add(st.name, t->type, st.ne, [t, heads, head_dim, row_bytes](std::span<uint8_t> dst) {
-        PermuteRowsForNormalRope(t->data, dst, heads, head_dim, row_bytes);
+      RETURN_IF_ERROR(add(st.name, s.type, st.ne, [s, heads, head_dim, row_bytes](std::span<uint8_t> dst) {
+        std::vector<uint8_t> hf_order(s.bytes());
+        RETURN_IF_ERROR(s.Fill(hf_order));
+        PermuteRowsForNormalRope(hf_order, dst, heads, head_dim, row_bytes);
         return absl::OkStatus();
       }));
       continue;
     }
-    RETURN_IF_ERROR(add(st.name, t->type, st.ne, [t](std::span<uint8_t> dst) {
-      std::memcpy(dst.data(), t->data.data(), t->data.size());
-      return absl::OkStatus();
-    }));
+    RETURN_IF_ERROR(add(st.name, s.type, st.ne, [s](std::span<uint8_t> dst) { return s.Fill(dst); }));
   }
   for (const SafetensorsTensor* t : ckpt->tensors()) {
-    if (used.contains(t->name) || absl::EndsWith(t->name, "rotary_emb.inv_freq")) continue;
+    if (used.contains(t->name) || absl::EndsWith(t->name, "rotary_emb.inv_freq") || IsMtpLayer(t->name, g.n_layer, config.n_mtp_layers)) continue;
     return absl::UnimplementedError(absl::StrCat(file_of(*t), ": tensor '", t->name, "' has no place in a ",
                                                  std::string(hf.hf_name), " model as Strata reads it"));
   }
