@@ -1,13 +1,16 @@
 #include "tests/testing/hf_checkpoint_writer.h"
 
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
 #include "engine/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "packtool/hf_checkpoint.h"
@@ -35,6 +38,60 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
   return out ? absl::OkStatus() : absl::InternalError(absl::StrCat("cannot write ", path));
 }
 
+// DeepSeek-V2's config.json (softmax router) or V3's (sigmoid with the score-correction bias) for a synth
+// deepseek2 GGUF, with the keys and defaults of DeepSeek's own files.
+ordered_json DeepseekConfig(const gguf::Metadata& m, size_t n_vocab) {
+  auto u = [&](const std::string& key) { return m.GetUint("deepseek2." + key).value_or(0); };
+  auto f = [&](const std::string& key) { return m.GetFloat("deepseek2." + key).value_or(0); };
+  const bool v3 = u("expert_gating_func") == 2;
+  const uint64_t rope = u("rope.dimension_count"), expert_ff = u("expert_feed_forward_length");
+  ordered_json c;
+  c["architectures"] = {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"};
+  c["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
+  c["hidden_size"] = u("embedding_length");
+  c["intermediate_size"] = u("feed_forward_length");
+  c["moe_intermediate_size"] = expert_ff;
+  c["num_hidden_layers"] = u("block_count");
+  c["num_attention_heads"] = u("attention.head_count");
+  c["num_key_value_heads"] = u("attention.head_count");
+  c["n_shared_experts"] = u("expert_shared_count");
+  c["n_routed_experts"] = u("expert_count");
+  c["num_experts_per_tok"] = u("expert_used_count");
+  c["routed_scaling_factor"] = f("expert_weights_scale");
+  c["kv_lora_rank"] = u("attention.kv_lora_rank");
+  c["q_lora_rank"] = m.Has("deepseek2.attention.q_lora_rank") ? ordered_json(u("attention.q_lora_rank")) : ordered_json();
+  c["qk_rope_head_dim"] = rope;
+  c["v_head_dim"] = u("attention.value_length");
+  c["qk_nope_head_dim"] = u("attention.key_length") - rope;
+  c["topk_method"] = v3 ? "noaux_tc" : "group_limited_greedy";
+  c["n_group"] = u("expert_group_count");
+  c["topk_group"] = u("expert_group_used_count");
+  c["moe_layer_freq"] = 1;
+  c["first_k_dense_replace"] = u("leading_dense_block_count");
+  c["norm_topk_prob"] = m.GetBool("deepseek2.expert_weights_norm").value_or(false);
+  c["scoring_func"] = v3 ? "sigmoid" : "softmax";
+  c["hidden_act"] = "silu";
+  c["max_position_embeddings"] = u("context_length");
+  c["rms_norm_eps"] = f("attention.layer_norm_rms_epsilon");
+  c["rope_theta"] = f("rope.freq_base");
+  if (m.Has("deepseek2.rope.scaling.type")) {
+    // DeepSeek's YaRN: llama.cpp's log multiplier is 0.1 * mscale_all_dim; mscale equals it.
+    const double mscale = f("rope.scaling.yarn_log_multiplier") / 0.1;
+    c["rope_scaling"] = {{"beta_fast", 32}, {"beta_slow", 1}, {"factor", f("rope.scaling.factor")},
+                         {"mscale", mscale}, {"mscale_all_dim", mscale},
+                         {"original_max_position_embeddings", u("rope.scaling.original_context_length")},
+                         {"type", "yarn"}};
+  } else {
+    c["rope_scaling"] = nullptr;
+  }
+  c["attention_bias"] = false;
+  c["tie_word_embeddings"] = false;
+  c["num_nextn_predict_layers"] = 0;
+  c["vocab_size"] = n_vocab;
+  c["torch_dtype"] = "bfloat16";
+  return c;
+}
+
 }  // namespace
 
 absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::string& dir,
@@ -51,25 +108,29 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
   ASSIGN_OR_RETURN(const std::vector<std::string> tokens, m.GetStringArray("tokenizer.ggml.tokens"));
 
   ordered_json config;
-  config["architectures"] = {mixtral ? "MixtralForCausalLM" : "Qwen3MoeForCausalLM"};
-  config["model_type"] = mixtral ? "mixtral" : "qwen3_moe";
-  config["hidden_size"] = u("embedding_length");
-  config["num_hidden_layers"] = u("block_count");
-  config["num_attention_heads"] = n_head;
-  config["num_key_value_heads"] = n_head_kv;
-  config["head_dim"] = head_dim;
-  config[mixtral ? "intermediate_size" : "moe_intermediate_size"] = u("feed_forward_length");
-  if (!mixtral) config["intermediate_size"] = 6 * u("feed_forward_length");  // the dense MLP's, unused
-  config[mixtral ? "num_local_experts" : "num_experts"] = u("expert_count");
-  config["num_experts_per_tok"] = u("expert_used_count");
-  config["max_position_embeddings"] = u("context_length");
-  config["rope_theta"] = m.GetFloat(p + "rope.freq_base").value_or(0);
-  config["rms_norm_eps"] = m.GetFloat(p + "attention.layer_norm_rms_epsilon").value_or(0);
-  config["vocab_size"] = tokens.size();
-  config["rope_scaling"] = nullptr;
-  config["tie_word_embeddings"] = false;
-  config["torch_dtype"] = "bfloat16";
-  if (!mixtral) config["norm_topk_prob"] = true, config["decoder_sparse_step"] = 1, config["mlp_only_layers"] = ordered_json::array();
+  if (arch == "deepseek2") {
+    config = DeepseekConfig(m, tokens.size());
+  } else {
+    config["architectures"] = {mixtral ? "MixtralForCausalLM" : "Qwen3MoeForCausalLM"};
+    config["model_type"] = mixtral ? "mixtral" : "qwen3_moe";
+    config["hidden_size"] = u("embedding_length");
+    config["num_hidden_layers"] = u("block_count");
+    config["num_attention_heads"] = n_head;
+    config["num_key_value_heads"] = n_head_kv;
+    config["head_dim"] = head_dim;
+    config[mixtral ? "intermediate_size" : "moe_intermediate_size"] = u("feed_forward_length");
+    if (!mixtral) config["intermediate_size"] = 6 * u("feed_forward_length");  // the dense MLP's, unused
+    config[mixtral ? "num_local_experts" : "num_experts"] = u("expert_count");
+    config["num_experts_per_tok"] = u("expert_used_count");
+    config["max_position_embeddings"] = u("context_length");
+    config["rope_theta"] = m.GetFloat(p + "rope.freq_base").value_or(0);
+    config["rms_norm_eps"] = m.GetFloat(p + "attention.layer_norm_rms_epsilon").value_or(0);
+    config["vocab_size"] = tokens.size();
+    config["rope_scaling"] = nullptr;
+    config["tie_word_embeddings"] = false;
+    config["torch_dtype"] = "bfloat16";
+    if (!mixtral) config["norm_topk_prob"] = true, config["decoder_sparse_step"] = 1, config["mlp_only_layers"] = ordered_json::array();
+  }
   RETURN_IF_ERROR(WriteText(dir + "/config.json", config.dump(2)));
 
   if (options.tokenizer) {
@@ -146,7 +207,19 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
         {"attn_norm.weight", "input_layernorm.weight"},   {"ffn_norm.weight", "post_attention_layernorm.weight"},
         {"attn_v.weight", "self_attn.v_proj.weight"},     {"attn_output.weight", "self_attn.o_proj.weight"},
         {"attn_q_norm.weight", "self_attn.q_norm.weight"}, {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-        {"attn_q.weight", "self_attn.q_proj.weight"},     {"attn_k.weight", "self_attn.k_proj.weight"}};
+        {"attn_q.weight", "self_attn.q_proj.weight"},     {"attn_k.weight", "self_attn.k_proj.weight"},
+        // deepseek2
+        {"attn_q_a.weight", "self_attn.q_a_proj.weight"}, {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+        {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+        {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+        {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+        {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
+        {"ffn_gate.weight", "mlp.gate_proj.weight"},       {"ffn_up.weight", "mlp.up_proj.weight"},
+        {"ffn_down.weight", "mlp.down_proj.weight"},
+        {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
+        {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
+        {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
+        {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"}};
     bool done = false;
     for (const auto& [g, h] : plain) {
       if (rest != g) continue;
@@ -182,6 +255,56 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
         absl::StrFormat("%s/model-%05d-of-%05d.safetensors", dir, s + 1, options.shards), shard));
   }
   return absl::OkStatus();
+}
+
+absl::Status SplitDeepseekKvB(const std::string& src, const std::string& dst) {
+  ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file, gguf::GgufFile::Open(src));
+  const gguf::Metadata& m = file->metadata();
+  auto u = [&](const char* key) -> absl::StatusOr<int64_t> {
+    ASSIGN_OR_RETURN(const uint64_t v, m.GetUint(absl::StrCat("deepseek2.", key)));
+    return static_cast<int64_t>(v);
+  };
+  ASSIGN_OR_RETURN(const int64_t heads, u("attention.head_count"));
+  ASSIGN_OR_RETURN(const int64_t rank, u("attention.kv_lora_rank"));
+  ASSIGN_OR_RETURN(const int64_t rope, u("rope.dimension_count"));
+  ASSIGN_OR_RETURN(const int64_t key, u("attention.key_length"));
+  ASSIGN_OR_RETURN(const int64_t vd, u("attention.value_length"));
+  const int64_t nope = key - rope, per_head = nope + vd;
+  gguf::GgufWriter w(file->alignment());
+  for (const auto& [k, value] : m.entries()) {
+    if (k != "general.alignment") w.Set(k, value);
+  }
+  w.SetUint32("deepseek2.attention.head_count_kv", 1);
+  w.SetUint32("deepseek2.attention.key_length", static_cast<uint32_t>(rank + rope));
+  w.SetUint32("deepseek2.attention.value_length", static_cast<uint32_t>(rank));
+  w.SetUint32("deepseek2.attention.key_length_mla", static_cast<uint32_t>(key));
+  w.SetUint32("deepseek2.attention.value_length_mla", static_cast<uint32_t>(vd));
+  std::deque<std::vector<uint8_t>> split;  // outlives WriteFile; emplace_back keeps references valid
+  for (const gguf::TensorInfo& t : file->tensors()) {
+    if (!absl::EndsWith(t.name, ".attn_kv_b.weight")) {
+      RETURN_IF_ERROR(w.AddTensorData(t.name, t.type, t.ne, {t.data, t.bytes}));
+      continue;
+    }
+    const size_t e = t.bytes / static_cast<size_t>(heads * per_head * rank);  // bytes an element
+    std::vector<uint8_t>& k_b = split.emplace_back(static_cast<size_t>(heads * rank * nope) * e);
+    std::vector<uint8_t>& v_b = split.emplace_back(static_cast<size_t>(heads * vd * rank) * e);
+    // kv_b row (h * per_head + d) of `rank` values; k_b[h][r][d] = kv_b[h * per_head + d][r], v_b[h][j][r] =
+    // kv_b[h * per_head + nope + j][r].
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t r = 0; r < rank; ++r) {
+        for (int64_t d = 0; d < nope; ++d) {
+          std::memcpy(&k_b[((h * rank + r) * nope + d) * e], t.data + ((h * per_head + d) * rank + r) * e, e);
+        }
+        for (int64_t j = 0; j < vd; ++j) {
+          std::memcpy(&v_b[((h * vd + j) * rank + r) * e], t.data + ((h * per_head + nope + j) * rank + r) * e, e);
+        }
+      }
+    }
+    const std::string prefix = t.name.substr(0, t.name.size() - std::string("attn_kv_b.weight").size());
+    RETURN_IF_ERROR(w.AddTensorData(prefix + "attn_k_b.weight", t.type, {nope, rank, heads}, k_b));
+    RETURN_IF_ERROR(w.AddTensorData(prefix + "attn_v_b.weight", t.type, {rank, vd, heads}, v_b));
+  }
+  return w.WriteFile(dst);
 }
 
 }  // namespace strata::testing
