@@ -15,6 +15,7 @@
 #include "packtool/builtin_vocab.h"
 #include "packtool/hf_config.h"
 #include "packtool/hf_fp8.h"
+#include "packtool/hf_gpt_oss.h"
 #include "packtool/hf_tokenizer.h"
 #include "packtool/safetensors.h"
 #include "packtool/synth_arch.h"
@@ -54,9 +55,17 @@ std::string HfName(const HfArch& arch, const std::string& gguf_name, int64_t e) 
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_up.weight", "mlp.up_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"},
+      // gpt-oss's biases, sinks and FFN pre-norm.
+      {"attn_q.bias", "self_attn.q_proj.bias"},
+      {"attn_k.bias", "self_attn.k_proj.bias"},
+      {"attn_v.bias", "self_attn.v_proj.bias"},
+      {"attn_output.bias", "self_attn.o_proj.bias"},
+      {"attn_sinks.weight", "self_attn.sinks"},
+      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
   };
   if (auto it = kLayerNames.find(rest); it != kLayerNames.end()) return p + it->second;
-  if (rest == "ffn_gate_inp.weight") return moe + "gate.weight";
+  if (rest == "ffn_gate_inp.weight") return absl::StrCat(moe, std::string(arch.router), ".weight");
+  if (rest == "ffn_gate_inp.bias") return absl::StrCat(moe, std::string(arch.router), ".bias");
   if (rest == "exp_probs_b.bias") return moe + "gate.e_score_correction_bias";
   const int role = absl::StartsWith(rest, "ffn_gate_") ? 0 : absl::StartsWith(rest, "ffn_up_") ? 1 : 2;
   if (absl::EndsWith(rest, "_shexp.weight")) {
@@ -204,14 +213,19 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt, SafetensorsCheckpoint::Open(options.dir));
   absl::flat_hash_set<std::string> used;
   auto file_of = [&](const SafetensorsTensor& t) { return ckpt->files()[static_cast<size_t>(t.shard)]->path(); };
-  // The source of HF tensor `name`, of ggml shape `ne`: its dtype read, FP8's scale_inv found and checked.
-  auto find = [&](const std::string& name, std::span<const int64_t> ne) -> absl::StatusOr<Source> {
+  // HF tensor `name`, of ggml shape `ne`, marked used.
+  auto lookup = [&](const std::string& name, std::span<const int64_t> ne) -> absl::StatusOr<const SafetensorsTensor*> {
     const SafetensorsTensor* t = ckpt->Find(name);
     if (t == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(options.dir, ": tensor '", name, "' is missing from the *.safetensors files"));
     }
     used.insert(name);
     RETURN_IF_ERROR(CheckShape(*t, ne, file_of(*t)));
+    return t;
+  };
+  // The source of HF tensor `name`, of ggml shape `ne`: its dtype read, FP8's scale_inv found and checked.
+  auto find = [&](const std::string& name, std::span<const int64_t> ne) -> absl::StatusOr<Source> {
+    ASSIGN_OR_RETURN(const SafetensorsTensor* t, lookup(name, ne));
     if (t->type.has_value()) return Source{t, nullptr, *t->type};
     const std::string where = absl::StrCat(file_of(*t), ": tensor '", name, "' is ", t->dtype);
     if (t->dtype != "F8_E4M3") return absl::UnimplementedError(absl::StrCat(where, ", which Strata does not read here"));
@@ -254,10 +268,62 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
   writer.SetUint32("general.quantization_version", 2);
   for (const auto& [key, value] : vocab.entries) writer.Set(key, value);
 
+  // gpt-oss's blk.N.ffn_{gate,up,down}_exps.{weight,bias} from the layer's fused tensors (packtool/hf_gpt_oss.h).
+  auto add_gpt_oss_experts = [&](const SynthTensor& st) -> absl::Status {
+    const bool down = absl::StrContains(st.name, ".ffn_down_"), up = absl::StrContains(st.name, ".ffn_up_");
+    const std::string fused = absl::StrCat("model.layers.", st.layer, ".mlp.experts.", down ? "down_proj" : "gate_up_proj");
+    const int64_t E = g.n_expert, k = down ? g.expert_ff : g.n_embd;
+    const int64_t step = down ? 1 : 2, first = up ? 1 : 0, src_rows = step * (down ? g.n_embd : g.expert_ff);
+    auto require = [&](const SafetensorsTensor* t, bool u8) -> absl::Status {
+      if (u8 ? t->dtype == "U8" : t->type.has_value()) return absl::OkStatus();
+      return absl::UnimplementedError(absl::StrCat(file_of(*t), ": tensor '", t->name, "' is ", t->dtype, ", expected ",
+                                                   u8 ? "U8 (MXFP4)" : "F16, BF16 or F32"));
+    };
+    if (absl::EndsWith(st.name, ".bias")) {
+      ASSIGN_OR_RETURN(const SafetensorsTensor* t, lookup(fused + "_bias", std::vector<int64_t>{src_rows, E}));
+      RETURN_IF_ERROR(require(t, false));
+      const Source s{t, nullptr, *t->type};
+      return add(st.name, gguf::GgmlType::kF32, st.ne, [s, E, src_rows, step, first](std::span<uint8_t> dst) {
+        std::vector<uint8_t> selected(static_cast<size_t>(E * (src_rows / step)) * s.element_bytes());
+        SelectExpertRows(s.tensor->data, E, src_rows, s.element_bytes(), step, first, selected);
+        return gguf::Dequantize(s.type, selected.data(), reinterpret_cast<float*>(dst.data()),
+                                static_cast<int64_t>(selected.size() / s.element_bytes()));
+      });
+    }
+    if (config.mxfp4_experts) {
+      if (k % 32 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(fused, ": MXFP4 rows of ", k, " values, expected a multiple of 32"));
+      }
+      const int64_t n_blocks = k / 32;
+      ASSIGN_OR_RETURN(const SafetensorsTensor* blocks,
+                       lookup(fused + "_blocks", std::vector<int64_t>{16, n_blocks, src_rows, E}));
+      ASSIGN_OR_RETURN(const SafetensorsTensor* scales,
+                       lookup(fused + "_scales", std::vector<int64_t>{n_blocks, src_rows, E}));
+      RETURN_IF_ERROR(require(blocks, true));
+      RETURN_IF_ERROR(require(scales, true));
+      return add(st.name, gguf::GgmlType::kMXFP4, st.ne,
+                 [blocks, scales, E, src_rows, n_blocks, step, first](std::span<uint8_t> dst) {
+                   RepackMxfp4Rows(blocks->data, scales->data, E, src_rows, n_blocks, step, first, dst);
+                   return absl::OkStatus();
+                 });
+    }
+    ASSIGN_OR_RETURN(const SafetensorsTensor* t, lookup(fused, std::vector<int64_t>{src_rows, k, E}));
+    RETURN_IF_ERROR(require(t, false));
+    const Source s{t, nullptr, *t->type};
+    return add(st.name, s.type, st.ne, [s, E, k, src_rows, step, first](std::span<uint8_t> dst) {
+      TransposeExpertRows(s.tensor->data, E, k, src_rows, s.element_bytes(), step, first, dst);
+      return absl::OkStatus();
+    });
+  };
+
   const bool tied = c.contains("tie_word_embeddings") && c["tie_word_embeddings"].is_boolean() &&
                     c["tie_word_embeddings"].get<bool>();
   for (const SynthTensor& st : SynthTensors(*arch, g)) {
     if (st.name == "output.weight" && ckpt->Find("lm_head.weight") == nullptr && tied) continue;  // the engine reuses token_embd
+    if (arch->gpt_oss && absl::StrContains(st.name, "_exps.")) {
+      RETURN_IF_ERROR(add_gpt_oss_experts(st));
+      continue;
+    }
     if (st.kind == SynthTensorKind::kExpert) {
       // One source per expert, stacked along ggml's outermost dimension in expert order.
       std::vector<Source> experts;

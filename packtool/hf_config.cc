@@ -229,6 +229,67 @@ absl::Status ReadDeepseek(const json& c, const std::string& path, HfModelConfig*
   return ReadDeepseekYarn(c, path, &g);
 }
 
+// gpt-oss (llama.cpp's GptOssModel): every even layer sliding-window, YaRN, the clamped SwiGLU of limit 7.
+absl::Status ReadGptOss(const json& c, const std::string& path, HfModelConfig* out) {
+  SynthGeometry& g = out->geometry;
+  RETURN_IF_ERROR(ReadCommon(c, path, &g));
+  ASSIGN_OR_RETURN(g.expert_ff, ReadInt(c, "intermediate_size", path));
+  ASSIGN_OR_RETURN(g.n_expert, ReadInt(c, "num_local_experts", path));
+  ASSIGN_OR_RETURN(g.sliding_window, ReadInt(c, "sliding_window", path));
+  ASSIGN_OR_RETURN(const std::string act, ReadString(c, "hidden_act", path, "silu"));
+  ASSIGN_OR_RETURN(const bool attention_bias, ReadBool(c, "attention_bias", path, true));
+  ASSIGN_OR_RETURN(const double limit, ReadFloat(c, "swiglu_limit", path, 7.0));
+  if (act != "silu") {
+    return absl::UnimplementedError(absl::StrCat(path, ": hidden_act: '", act, "' is not supported (expected silu)"));
+  }
+  if (!attention_bias) {
+    return absl::UnimplementedError(absl::StrCat(path, ": attention_bias: false is not supported (expected true)"));
+  }
+  if (limit != 7.0) {
+    return absl::UnimplementedError(absl::StrCat(path, ": swiglu_limit: ", limit, " is not supported (Strata implements 7)"));
+  }
+  if (c.contains("layer_types") && !c["layer_types"].is_null()) {
+    const json& types = c["layer_types"];
+    bool alternating = types.is_array() && static_cast<int64_t>(types.size()) == g.n_layer;
+    for (size_t l = 0; alternating && l < types.size(); ++l) {
+      alternating = types[l] == (l % 2 == 0 ? "sliding_attention" : "full_attention");
+    }
+    if (!alternating) {
+      return absl::UnimplementedError(absl::StrCat(
+          path, ": layer_types: Strata runs gpt-oss with sliding_attention in even layers and full_attention in odd ",
+          "ones, one entry per layer (", g.n_layer, ")"));
+    }
+  }
+  // YaRN as the released models have it. Their "truncate": false (the correction range left unrounded) is
+  // read as llama.cpp's converter and engine read it: rounded (a difference in the lowest frequencies' ramp).
+  const std::string where = absl::StrCat(path, ": rope_scaling");
+  if (!c.contains("rope_scaling") || !c["rope_scaling"].is_object()) {
+    return absl::UnimplementedError(absl::StrCat(where, ": missing (Strata runs gpt-oss with yarn)"));
+  }
+  const json& r = c["rope_scaling"];
+  ASSIGN_OR_RETURN(std::string type, ReadString(r, "rope_type", where, ""));
+  if (type.empty()) {
+    ASSIGN_OR_RETURN(type, ReadString(r, "type", where, ""));
+  }
+  if (type != "yarn") {
+    return absl::UnimplementedError(absl::StrCat(where, ".rope_type: '", type, "' is not supported (expected yarn)"));
+  }
+  ASSIGN_OR_RETURN(const double factor, ReadFloat(r, "factor", where, 0.0));
+  if (!(factor > 1.0 && factor <= 1e4)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".factor: ", factor, ", expected above 1 (up to 10000)"));
+  }
+  g.yarn_factor = static_cast<float>(factor);
+  ASSIGN_OR_RETURN(g.yarn_original_context, ReadInt(r, "original_max_position_embeddings", where));
+  for (const auto& [key, expected] : {std::pair<const char*, double>{"beta_fast", 32.0}, {"beta_slow", 1.0}}) {
+    ASSIGN_OR_RETURN(const double v, ReadFloat(r, key, where, expected));
+    if (v != expected) {
+      return absl::UnimplementedError(
+          absl::StrCat(where, ".", key, ": ", v, " is not supported (Strata implements ", expected, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 using ConfigReader = absl::Status (*)(const json&, const std::string&, HfModelConfig*);
 
 struct HfArchEntry {
@@ -238,10 +299,12 @@ struct HfArchEntry {
 
 const std::vector<HfArchEntry>& Entries() {
   static const std::vector<HfArchEntry> entries = {
-      {{"Qwen3MoeForCausalLM", "qwen3moe", "mlp", {"gate_proj", "up_proj", "down_proj"}, false}, ReadQwen3Moe},
-      {{"MixtralForCausalLM", "mixtral", "block_sparse_moe", {"w1", "w3", "w2"}, true}, ReadMixtral},
-      {{"DeepseekV3ForCausalLM", "deepseek2", "mlp", {"gate_proj", "up_proj", "down_proj"}, false}, ReadDeepseek},
-      {{"DeepseekV2ForCausalLM", "deepseek2", "mlp", {"gate_proj", "up_proj", "down_proj"}, false}, ReadDeepseek},
+      {{"Qwen3MoeForCausalLM", "qwen3moe", "mlp", "gate", {"gate_proj", "up_proj", "down_proj"}, false}, ReadQwen3Moe},
+      {{"MixtralForCausalLM", "mixtral", "block_sparse_moe", "gate", {"w1", "w3", "w2"}, true}, ReadMixtral},
+      {{"DeepseekV3ForCausalLM", "deepseek2", "mlp", "gate", {"gate_proj", "up_proj", "down_proj"}, false}, ReadDeepseek},
+      {{"DeepseekV2ForCausalLM", "deepseek2", "mlp", "gate", {"gate_proj", "up_proj", "down_proj"}, false}, ReadDeepseek},
+      // gpt-oss's experts are fused tensors (packtool/hf_gpt_oss.h): no per-expert roles.
+      {{"GptOssForCausalLM", "gpt-oss", "mlp", "router", {"", "", ""}, false}, ReadGptOss},
   };
   return entries;
 }
@@ -275,7 +338,12 @@ absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& dir) {
     if (entries[i].arch.hf_name != name) continue;
     out.arch = &HfArchTable()[i];
     out.geometry.arch = std::string(out.arch->synth_name);
-    ASSIGN_OR_RETURN(out.fp8_blocks, ReadFp8QuantizationConfig(c, path));
+    const json* q = c.contains("quantization_config") ? &c["quantization_config"] : nullptr;
+    if (out.arch->synth_name == "gpt-oss" && q != nullptr && q->is_object() && q->value("quant_method", "") == "mxfp4") {
+      out.mxfp4_experts = true;  // MXFP4 as gpt-oss ships its experts; the rest is BF16
+    } else {
+      ASSIGN_OR_RETURN(out.fp8_blocks, ReadFp8QuantizationConfig(c, path));
+    }
     RETURN_IF_ERROR(entries[i].read(c, path, &out));
     return out;
   }
@@ -292,6 +360,11 @@ void SetHfMetadata(const HfModelConfig& config, gguf::GgufWriter* writer) {
     writer->SetUint32(a + ".attention.value_length", static_cast<uint32_t>(g.kv_lora_rank));
     writer->SetUint32(a + ".attention.key_length_mla", static_cast<uint32_t>(g.head_dim));
     writer->SetUint32(a + ".attention.value_length_mla", static_cast<uint32_t>(g.v_dim));
+  }
+  if (arch.gpt_oss) {  // the checkpoint's YaRN, where synth writes the released models'
+    const std::string a(arch.gguf_arch);
+    writer->SetFloat32(a + ".rope.scaling.factor", g.yarn_factor);
+    writer->SetUint32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(g.yarn_original_context));
   }
 }
 

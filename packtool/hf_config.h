@@ -20,7 +20,8 @@ namespace strata::packtool {
 struct HfArch {
   std::string_view hf_name;        // config.json "architectures"
   std::string_view synth_name;     // synth's architecture, whose tensor list and metadata keys are the GGUF's
-  std::string_view moe_block;      // model.layers.N.<moe_block>.gate / .experts.E.<role>
+  std::string_view moe_block;      // model.layers.N.<moe_block>.<router> / .experts.E.<role>
+  std::string_view router;         // "gate" (ffn_gate_inp) or gpt-oss's "router"
   std::string_view roles[3];       // gate, up, down
   bool permute_qk;                 // normal (interleaved) RoPE in GGUF from Hugging Face's NeoX order
 };
@@ -32,6 +33,7 @@ struct HfModelConfig {
   SynthGeometry geometry;
   nlohmann::json json;        // the whole file (token ids, tie_word_embeddings)
   bool fp8_blocks = false;    // quantization_config says FP8 with 128 x 128 blocks (packtool/hf_fp8.h)
+  bool mxfp4_experts = false; // gpt-oss's quantization_config says MXFP4 (packtool/hf_gpt_oss.h)
   int64_t n_mtp_layers = 0;   // DeepSeek's multi-token-prediction layers after the model's, skipped as llama.cpp does
 };
 

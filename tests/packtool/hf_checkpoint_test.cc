@@ -97,8 +97,10 @@ class HfCheckpointArchTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(HfCheckpointArchTest, ConvertsToTheSameGgufAndPack) {
   ScratchDir dir;
   const std::string gguf_path = dir.Join("synth.gguf"), hf_dir = dir.Join("hf");
-  // BF16 experts for Mixtral, F16 for Qwen3: both dtypes travel unchanged.
-  const gguf::GgmlType expert_type = GetParam() == "mixtral" ? gguf::GgmlType::kBF16 : gguf::GgmlType::kF16;
+  // BF16 experts for Mixtral, F16 for Qwen3: both dtypes travel unchanged; MXFP4 for gpt-oss, as it ships.
+  const gguf::GgmlType expert_type = GetParam() == "mixtral"   ? gguf::GgmlType::kBF16
+                                     : GetParam() == "gpt-oss" ? gguf::GgmlType::kMXFP4
+                                                               : gguf::GgmlType::kF16;
   ASSERT_TRUE(SynthesizeGguf(Options(GetParam(), gguf_path, expert_type)).ok());
   std::filesystem::create_directory(hf_dir);
   HfWriteOptions w;
@@ -137,7 +139,8 @@ TEST_P(HfCheckpointArchTest, ConvertsToTheSameGgufAndPack) {
   EXPECT_EQ(from_hf->geometry().SerializeAsString(), from_gguf->geometry().SerializeAsString());
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, HfCheckpointArchTest, ::testing::Values("qwen3moe", "mixtral"));
+INSTANTIATE_TEST_SUITE_P(Archs, HfCheckpointArchTest, ::testing::Values("qwen3moe", "mixtral", "gpt-oss"),
+                         [](const auto& info) { return info.param == "gpt-oss" ? std::string("gpt_oss") : info.param; });
 
 // Hugging Face rotates (i, i + d/2) (NeoX style); the engine runs Mixtral ("llama") with normal RoPE,
 // rotating (2i, 2i + 1). With the q/k rows permuted as the converter does, the engine's rotation of the
@@ -602,6 +605,80 @@ TEST(HfDeepseekCheckpointTest, LeavesOutTheMultiTokenPredictionLayers) {
   ASSERT_TRUE(HfCheckpointToGguf({hf, dir.Join("out.gguf"), ""}).ok());
   ASSERT_TRUE(SplitDeepseekKvB(dir.Join("synth.gguf"), dir.Join("split.gguf")).ok());
   ExpectSameGguf(dir.Join("split.gguf"), dir.Join("out.gguf"), {"general.name"});
+}
+
+}  // namespace
+}  // namespace strata::packtool
+
+namespace strata::packtool {
+namespace {
+
+// A tiny gpt-oss checkpoint in `dir`/hf from the synthetic GGUF `dir`/synth.gguf with `expert_type` experts.
+std::string WriteGptOssCheckpoint(const ScratchDir& dir, gguf::GgmlType expert_type) {
+  const std::string hf_dir = dir.Join("hf");
+  EXPECT_TRUE(SynthesizeGguf(Options("gpt-oss", dir.Join("synth.gguf"), expert_type)).ok());
+  std::filesystem::create_directory(hf_dir);
+  const absl::Status written = WriteHfCheckpointFromGguf(dir.Join("synth.gguf"), hf_dir, {.shards = 1});
+  EXPECT_TRUE(written.ok()) << written;
+  return hf_dir;
+}
+
+// Dequantized gpt-oss checkpoints hold the experts as floats, transposed ([E, K, rows]): imported as they are.
+TEST(HfGptOssCheckpointTest, ReadsFloatExpertsOfDequantizedCheckpoints) {
+  ScratchDir dir;
+  const std::string hf = WriteGptOssCheckpoint(dir, gguf::GgmlType::kBF16);
+  ASSERT_TRUE(std::ifstream(hf + "/config.json").good());
+  EXPECT_FALSE(nlohmann::json::parse(std::ifstream(hf + "/config.json")).contains("quantization_config"));
+  const absl::Status s = HfCheckpointToGguf({hf, dir.Join("out.gguf"), ""});
+  ASSERT_TRUE(s.ok()) << s;
+  ExpectSameGguf(dir.Join("synth.gguf"), dir.Join("out.gguf"), {"general.name"});
+}
+
+TEST(HfGptOssCheckpointTest, RefusesBadConfigFieldsAndTensorsNamingThem) {
+  ScratchDir dir;
+  const std::string hf = WriteGptOssCheckpoint(dir, gguf::GgmlType::kMXFP4);
+  nlohmann::json original;
+  EditConfig(hf, [&](nlohmann::json& c) { original = c; });
+  auto refusal = [&](const std::function<void(nlohmann::json&)>& edit) {
+    EditConfig(hf, [&](nlohmann::json& c) { c = original; edit(c); });
+    return std::string(HfCheckpointToGguf({hf, dir.Join("out.gguf"), ""}).message());
+  };
+  EXPECT_THAT(refusal([](auto& c) { c["layer_types"][0] = "full_attention"; }),
+              HasSubstr("config.json: layer_types: Strata runs gpt-oss with sliding_attention in even layers"));
+  EXPECT_THAT(refusal([](auto& c) { c["swiglu_limit"] = 10.0; }), HasSubstr("swiglu_limit: 10 is not supported"));
+  EXPECT_THAT(refusal([](auto& c) { c.erase("rope_scaling"); }), HasSubstr("rope_scaling: missing"));
+  EXPECT_THAT(refusal([](auto& c) { c["rope_scaling"]["rope_type"] = "linear"; }),
+              HasSubstr("rope_scaling.rope_type: 'linear' is not supported"));
+  EXPECT_THAT(refusal([](auto& c) { c.erase("sliding_window"); }), HasSubstr("config.json: sliding_window: missing"));
+  // Without quantization_config the experts are expected as floats: the MXFP4 ones are not where they would be.
+  EXPECT_THAT(refusal([](auto& c) { c.erase("quantization_config"); }),
+              HasSubstr("tensor 'model.layers.0.mlp.experts.gate_up_proj' is missing"));
+  // The YaRN factor is the checkpoint's, not synth's (which writes the released models').
+  ASSERT_EQ(refusal([](auto& c) { c["rope_scaling"]["factor"] = 8.0; }), "");
+  auto out = gguf::GgufFile::Open(dir.Join("out.gguf"));
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)->metadata().GetFloat("gpt-oss.rope.scaling.factor").value_or(0), 8.0);
+  out->reset();
+  refusal([](auto&) {});
+
+  EditShards(hf, [](auto& e) {
+    for (auto& t : e) {
+      if (t.name == "model.layers.1.mlp.experts.down_proj_scales") t.dtype = "F8_E4M3";
+    }
+  });
+  EXPECT_THAT(refusal([](auto&) {}),
+              HasSubstr("tensor 'model.layers.1.mlp.experts.down_proj_scales' is F8_E4M3, expected U8 (MXFP4)"));
+  EditShards(hf, [](auto& e) { std::erase_if(e, [](const auto& t) { return t.name == "model.layers.1.mlp.experts.down_proj_scales"; }); });
+  EXPECT_THAT(refusal([](auto&) {}), HasSubstr("tensor 'model.layers.1.mlp.experts.down_proj_scales' is missing"));
+}
+
+// MXFP4 is gpt-oss's: another architecture's quantization_config naming it is refused.
+TEST(HfCheckpointTest, RefusesMxfp4QuantizationOutsideGptOss) {
+  ScratchDir dir;
+  const std::string hf = WriteTinyCheckpoint(dir);
+  EditConfig(hf, [](nlohmann::json& c) { c["quantization_config"] = {{"quant_method", "mxfp4"}}; });
+  EXPECT_THAT(std::string(ToGguf(dir, hf).message()),
+              HasSubstr("config.json: quantization_config.quant_method: 'mxfp4' is not supported"));
 }
 
 }  // namespace

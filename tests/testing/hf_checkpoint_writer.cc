@@ -92,6 +92,119 @@ ordered_json DeepseekConfig(const gguf::Metadata& m, size_t n_vocab) {
   return c;
 }
 
+// gpt-oss's config.json (as openai/gpt-oss-20b's) for a synth gpt-oss GGUF; `mxfp4` adds its
+// quantization_config.
+ordered_json GptOssConfig(const gguf::Metadata& m, size_t n_vocab, bool mxfp4) {
+  auto u = [&](const std::string& key) { return m.GetUint("gpt-oss." + key).value_or(0); };
+  auto f = [&](const std::string& key) { return m.GetFloat("gpt-oss." + key).value_or(0); };
+  ordered_json c;
+  c["architectures"] = {"GptOssForCausalLM"};
+  c["attention_bias"] = true;
+  c["experts_per_token"] = u("expert_used_count");
+  c["head_dim"] = u("attention.key_length");
+  c["hidden_act"] = "silu";
+  c["hidden_size"] = u("embedding_length");
+  c["initial_context_length"] = u("rope.scaling.original_context_length");
+  c["intermediate_size"] = u("expert_feed_forward_length");
+  ordered_json types = ordered_json::array();
+  for (uint64_t l = 0; l < u("block_count"); ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  c["layer_types"] = types;
+  c["max_position_embeddings"] = u("context_length");
+  c["model_type"] = "gpt_oss";
+  c["num_attention_heads"] = u("attention.head_count");
+  c["num_experts_per_tok"] = u("expert_used_count");
+  c["num_hidden_layers"] = u("block_count");
+  c["num_key_value_heads"] = u("attention.head_count_kv");
+  c["num_local_experts"] = u("expert_count");
+  if (mxfp4) {
+    c["quantization_config"] = {
+        {"modules_to_not_convert", {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}},
+        {"quant_method", "mxfp4"}};
+  }
+  c["rms_norm_eps"] = f("attention.layer_norm_rms_epsilon");
+  c["rope_scaling"] = {{"beta_fast", 32.0}, {"beta_slow", 1.0}, {"factor", f("rope.scaling.factor")},
+                       {"original_max_position_embeddings", u("rope.scaling.original_context_length")},
+                       {"rope_type", "yarn"}, {"truncate", false}};
+  c["rope_theta"] = f("rope.freq_base");
+  c["sliding_window"] = u("attention.sliding_window");
+  c["swiglu_limit"] = 7.0;
+  c["tie_word_embeddings"] = false;
+  c["vocab_size"] = n_vocab;
+  return c;
+}
+
+// gpt-oss's fused expert tensors of each layer from the GGUF's per-role ones: gate and up interleaved row by
+// row into gate_up_proj, MXFP4 blocks split into _blocks (value 2j in byte j's low nibble, 2j + 1 in its
+// high) and _scales, float experts transposed to [E, K, rows]; biases interleaved the same way, in the GGUF's
+// dtype.
+absl::Status AddGptOssExperts(const gguf::GgufFile& file, std::vector<SafetensorsEntry>* entries) {
+  ASSIGN_OR_RETURN(const uint64_t n_layer, file.metadata().GetUint("gpt-oss.block_count"));
+  for (uint64_t l = 0; l < n_layer; ++l) {
+    const std::string blk = absl::StrCat("blk.", l, "."), hf = absl::StrCat("model.layers.", l, ".mlp.experts.");
+    auto tensor = [&](const std::string& name) -> absl::StatusOr<const gguf::TensorInfo*> {
+      const gguf::TensorInfo* t = file.FindTensor(blk + name);
+      if (t == nullptr) return absl::NotFoundError(absl::StrCat("hf writer: no ", blk, name));
+      return t;
+    };
+    ASSIGN_OR_RETURN(const gguf::TensorInfo* gate, tensor("ffn_gate_exps.weight"));
+    ASSIGN_OR_RETURN(const gguf::TensorInfo* up, tensor("ffn_up_exps.weight"));
+    ASSIGN_OR_RETURN(const gguf::TensorInfo* down, tensor("ffn_down_exps.weight"));
+    const int64_t E = gate->ne[2];
+    // [E][rows][row_bytes] of gate and up as [E][2 * rows][row_bytes], gate's rows even.
+    auto interleave = [E](const gguf::TensorInfo* a, const gguf::TensorInfo* b, int64_t rows) {
+      const size_t row_bytes = a->bytes / static_cast<size_t>(E * rows);
+      std::vector<uint8_t> out(2 * a->bytes);
+      for (int64_t e = 0; e < E; ++e) {
+        for (int64_t r = 0; r < rows; ++r) {
+          std::memcpy(&out[((e * rows + r) * 2) * row_bytes], a->data + (e * rows + r) * row_bytes, row_bytes);
+          std::memcpy(&out[((e * rows + r) * 2 + 1) * row_bytes], b->data + (e * rows + r) * row_bytes, row_bytes);
+        }
+      }
+      return out;
+    };
+    for (const bool is_down : {false, true}) {
+      const gguf::TensorInfo* w = is_down ? down : gate;
+      const int64_t k = w->ne[0], rows = is_down ? w->ne[1] : 2 * w->ne[1];
+      const std::string name = hf + (is_down ? "down_proj" : "gate_up_proj");
+      const std::vector<uint8_t> fused = is_down ? std::vector<uint8_t>(w->data, w->data + w->bytes)
+                                                 : interleave(gate, up, w->ne[1]);
+      if (w->type == gguf::GgmlType::kMXFP4) {
+        const size_t n = fused.size() / 17;
+        std::vector<uint8_t> blocks(n * 16), scales(n);
+        for (size_t i = 0; i < n; ++i) {
+          const uint8_t* b = &fused[i * 17];
+          scales[i] = b[0];
+          uint8_t v[32];
+          for (int j = 0; j < 16; ++j) v[j] = b[1 + j] & 0x0F, v[j + 16] = b[1 + j] >> 4;
+          for (int j = 0; j < 16; ++j) blocks[i * 16 + j] = static_cast<uint8_t>(v[2 * j] | v[2 * j + 1] << 4);
+        }
+        entries->push_back({name + "_blocks", "U8", {E, rows, k / 32, 16}, std::move(blocks)});
+        entries->push_back({name + "_scales", "U8", {E, rows, k / 32}, std::move(scales)});
+      } else {
+        ASSIGN_OR_RETURN(const std::string dtype, Dtype(w->type));
+        const size_t el = fused.size() / static_cast<size_t>(E * rows * k);
+        std::vector<uint8_t> transposed(fused.size());
+        for (int64_t e = 0; e < E; ++e) {
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t c = 0; c < k; ++c) {
+              std::memcpy(&transposed[((e * k + c) * rows + r) * el], &fused[((e * rows + r) * k + c) * el], el);
+            }
+          }
+        }
+        entries->push_back({name, dtype, {E, k, rows}, std::move(transposed)});
+      }
+    }
+    ASSIGN_OR_RETURN(const gguf::TensorInfo* gate_b, tensor("ffn_gate_exps.bias"));
+    ASSIGN_OR_RETURN(const gguf::TensorInfo* up_b, tensor("ffn_up_exps.bias"));
+    ASSIGN_OR_RETURN(const gguf::TensorInfo* down_b, tensor("ffn_down_exps.bias"));
+    ASSIGN_OR_RETURN(const std::string bias_dtype, Dtype(gate_b->type));
+    entries->push_back({hf + "gate_up_proj_bias", bias_dtype, {E, 2 * gate_b->ne[0]}, interleave(gate_b, up_b, gate_b->ne[0])});
+    entries->push_back({hf + "down_proj_bias", bias_dtype, {E, down_b->ne[0]},
+                        std::vector<uint8_t>(down_b->data, down_b->data + down_b->bytes)});
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::string& dir,
@@ -108,8 +221,12 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
   ASSIGN_OR_RETURN(const std::vector<std::string> tokens, m.GetStringArray("tokenizer.ggml.tokens"));
 
   ordered_json config;
+  const bool gpt_oss = arch == "gpt-oss";
   if (arch == "deepseek2") {
     config = DeepseekConfig(m, tokens.size());
+  } else if (gpt_oss) {
+    const gguf::TensorInfo* gate = file->FindTensor("blk.0.ffn_gate_exps.weight");
+    config = GptOssConfig(m, tokens.size(), gate != nullptr && gate->type == gguf::GgmlType::kMXFP4);
   } else {
     config["architectures"] = {mixtral ? "MixtralForCausalLM" : "Qwen3MoeForCausalLM"};
     config["model_type"] = mixtral ? "mixtral" : "qwen3_moe";
@@ -185,6 +302,7 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
   const std::string moe = mixtral ? "block_sparse_moe" : "mlp";
   const char* roles_hf[3] = {mixtral ? "w1" : "gate_proj", mixtral ? "w3" : "up_proj", mixtral ? "w2" : "down_proj"};
   for (const gguf::TensorInfo& t : file->tensors()) {
+    if (gpt_oss && absl::StrContains(t.name, "_exps.")) continue;  // fused below
     ASSIGN_OR_RETURN(const std::string dtype, Dtype(t.type));
     std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
     std::vector<uint8_t> bytes(t.data, t.data + t.bytes);
@@ -219,7 +337,12 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
         {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
         {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
         {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
-        {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"}};
+        {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
+        // gpt-oss
+        {"attn_q.bias", "self_attn.q_proj.bias"},         {"attn_k.bias", "self_attn.k_proj.bias"},
+        {"attn_v.bias", "self_attn.v_proj.bias"},         {"attn_output.bias", "self_attn.o_proj.bias"},
+        {"attn_sinks.weight", "self_attn.sinks"},
+        {"post_attention_norm.weight", "post_attention_layernorm.weight"}};
     bool done = false;
     for (const auto& [g, h] : plain) {
       if (rest != g) continue;
@@ -233,8 +356,8 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
       done = true;
     }
     if (done) continue;
-    if (rest == "ffn_gate_inp.weight") {
-      entries.push_back({layer + moe + ".gate.weight", dtype, shape, bytes});
+    if (rest == "ffn_gate_inp.weight" || rest == "ffn_gate_inp.bias") {
+      entries.push_back({absl::StrCat(layer, moe, gpt_oss ? ".router." : ".gate.", rest.substr(13)), dtype, shape, bytes});
       continue;
     }
     const int role = rest == "ffn_gate_exps.weight" ? 0 : rest == "ffn_up_exps.weight" ? 1 : rest == "ffn_down_exps.weight" ? 2 : -1;
@@ -246,6 +369,9 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
                          {shape[1], shape[2]},
                          std::vector<uint8_t>(bytes.begin() + e * per, bytes.begin() + (e + 1) * per)});
     }
+  }
+  if (gpt_oss) {
+    RETURN_IF_ERROR(AddGptOssExperts(*file, &entries));
   }
   const size_t n = entries.size();
   for (int s = 0; s < options.shards; ++s) {

@@ -2,9 +2,10 @@
 #define STRATA_TESTS_TESTING_HF_CHECKPOINT_WRITER_H_
 
 // Writes a GGUF model (as synth makes them: qwen3moe, "llama" with experts for Mixtral, deepseek2 for
-// DeepSeek-V2 (softmax router) or V3 (sigmoid)) as the Hugging Face checkpoint it would have been converted
-// from: config.json, tokenizer.json, tokenizer_config.json and *.safetensors shards with Hugging Face's tensor
-// names, experts unstacked and (for "llama") the q/k rows in Hugging Face's order. Written independently of
+// DeepSeek-V2 (softmax router) or V3 (sigmoid), gpt-oss) as the Hugging Face checkpoint it would have been
+// converted from: config.json, tokenizer.json, tokenizer_config.json and *.safetensors shards with Hugging
+// Face's tensor names, experts unstacked (gpt-oss's fused per layer, MXFP4 experts as gpt-oss ships them) and
+// (for "llama") the q/k rows in Hugging Face's order. Written independently of
 // packtool/hf_checkpoint.cc, so that the tests compare the two.
 
 #include <string>
