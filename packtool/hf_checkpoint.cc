@@ -68,16 +68,19 @@ std::string HfName(const HfArch& arch, const std::string& gguf_name, int64_t e) 
   if (rest == "ffn_gate_inp.bias") return absl::StrCat(moe, std::string(arch.router), ".bias");
   if (rest == "exp_probs_b.bias") return moe + "gate.e_score_correction_bias";
   const int role = absl::StartsWith(rest, "ffn_gate_") ? 0 : absl::StartsWith(rest, "ffn_up_") ? 1 : 2;
+  if (rest == "ffn_gate_inp_shexp.weight") return moe + "shared_expert_gate.weight";
   if (absl::EndsWith(rest, "_shexp.weight")) {
-    return absl::StrCat(moe, "shared_experts.", std::string(arch.roles[role]), ".weight");
+    return absl::StrCat(moe, std::string(arch.shared_expert), ".", std::string(arch.roles[role]), ".weight");
   }
   return absl::StrCat(moe, "experts.", e, ".", std::string(arch.roles[role]), ".weight");
 }
 
 // Checks that `t` is a matrix/vector of ggml shape `ne` (its row-major shape reversed).
+// A vector may be a [1, n] matrix (Qwen2-MoE's shared_expert_gate, a linear layer of one output).
 absl::Status CheckShape(const SafetensorsTensor& t, std::span<const int64_t> ne, const std::string& file) {
   std::vector<int64_t> expected(ne.rbegin(), ne.rend());
-  if (t.shape != expected) {
+  const bool row_vector = ne.size() == 1 && t.shape == std::vector<int64_t>{1, ne[0]};
+  if (t.shape != expected && !row_vector) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": tensor '", t.name, "' has shape [", absl::StrJoin(t.shape, ", "),
                                                    "], expected [", absl::StrJoin(expected, ", "), "] from config.json"));
   }

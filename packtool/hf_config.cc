@@ -290,6 +290,72 @@ absl::Status ReadGptOss(const json& c, const std::string& path, HfModelConfig* o
   return absl::OkStatus();
 }
 
+// Refuses `key` when present with another value than `expected` (a JSON value), naming what Strata implements.
+absl::Status RequireValue(const json& c, const char* key, const json& expected, const std::string& path,
+                          const char* why) {
+  if (!c.contains(key) || c[key].is_null() || c[key] == expected) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat(path, ": ", key, ": ", c[key].dump(), " is not supported (expected ", expected.dump(), ": ", why, ")"));
+}
+
+// Qwen1.5-MoE / Qwen2-57B-A14B: q/k/v biases, a shared expert with its sigmoid gate, top-k weights as softmaxed.
+absl::Status ReadQwen2Moe(const json& c, const std::string& path, HfModelConfig* out) {
+  RETURN_IF_ERROR(RefuseRopeScaling(c, path));
+  RETURN_IF_ERROR(RequireValue(c, "norm_topk_prob", false, path, "Strata runs qwen2moe without renormalising"));
+  RETURN_IF_ERROR(RequireValue(c, "decoder_sparse_step", 1, path, "every layer MoE"));
+  RETURN_IF_ERROR(RequireValue(c, "mlp_only_layers", json::array(), path, "no dense layers"));
+  RETURN_IF_ERROR(RequireValue(c, "use_sliding_window", false, path, "full attention"));
+  SynthGeometry& g = out->geometry;
+  RETURN_IF_ERROR(ReadCommon(c, path, &g));
+  ASSIGN_OR_RETURN(g.expert_ff, ReadInt(c, "moe_intermediate_size", path));
+  ASSIGN_OR_RETURN(g.n_expert, ReadInt(c, "num_experts", path));
+  ASSIGN_OR_RETURN(g.shared_ff, ReadInt(c, "shared_expert_intermediate_size", path));
+  return absl::OkStatus();
+}
+
+// OLMoE: RMSNorm over the whole q and k projections, top-k weights as softmaxed.
+absl::Status ReadOlmoe(const json& c, const std::string& path, HfModelConfig* out) {
+  RETURN_IF_ERROR(RefuseRopeScaling(c, path));
+  RETURN_IF_ERROR(RequireValue(c, "norm_topk_prob", false, path, "Strata runs olmoe without renormalising"));
+  RETURN_IF_ERROR(RequireValue(c, "clip_qkv", json(), path, "no clipping"));
+  SynthGeometry& g = out->geometry;
+  RETURN_IF_ERROR(ReadCommon(c, path, &g));
+  ASSIGN_OR_RETURN(g.expert_ff, ReadInt(c, "intermediate_size", path));
+  ASSIGN_OR_RETURN(g.n_expert, ReadInt(c, "num_experts", path));
+  return absl::OkStatus();
+}
+
+// GLM-4.5 / 4.6 (Air): partial RoPE, dense leading layers, sigmoid routing with the score-correction bias, a
+// shared expert; the multi-token-prediction layers are left out.
+absl::Status ReadGlm4Moe(const json& c, const std::string& path, HfModelConfig* out) {
+  RETURN_IF_ERROR(RefuseRopeScaling(c, path));
+  RETURN_IF_ERROR(RequireValue(c, "use_qk_norm", false, path, "Strata does not implement glm4moe's q/k norm"));
+  RETURN_IF_ERROR(RequireValue(c, "attention_bias", true, path, "q/k/v biases"));
+  RETURN_IF_ERROR(RequireValue(c, "n_group", 1, path, "Strata's glm4moe routes without expert groups"));
+  RETURN_IF_ERROR(RequireValue(c, "topk_group", 1, path, "Strata's glm4moe routes without expert groups"));
+  RETURN_IF_ERROR(RequireValue(c, "topk_method", "noaux_tc", path, "sigmoid routing with the bias"));
+  SynthGeometry& g = out->geometry;
+  RETURN_IF_ERROR(ReadCommon(c, path, &g));
+  ASSIGN_OR_RETURN(g.expert_ff, ReadInt(c, "moe_intermediate_size", path));
+  ASSIGN_OR_RETURN(g.n_expert, ReadInt(c, "n_routed_experts", path));
+  ASSIGN_OR_RETURN(const int64_t n_shared, ReadInt(c, "n_shared_experts", path));
+  g.shared_ff = n_shared * g.expert_ff;
+  ASSIGN_OR_RETURN(g.n_dense_lead, ReadCount(c, "first_k_dense_replace", path, 0));
+  ASSIGN_OR_RETURN(g.dense_ff, ReadInt(c, "intermediate_size", path));
+  ASSIGN_OR_RETURN(const double rotary, ReadFloat(c, "partial_rotary_factor", path, 0.5));
+  const double rope_dim = rotary * static_cast<double>(g.head_dim);
+  if (!(rotary > 0.0 && rotary <= 1.0) || rope_dim != std::floor(rope_dim) || static_cast<int64_t>(rope_dim) % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": partial_rotary_factor: ", rotary, " of head_dim ",
+                                                   g.head_dim, " is not an even number of values"));
+  }
+  g.rope_dim = static_cast<int64_t>(rope_dim);
+  ASSIGN_OR_RETURN(g.expert_weights_norm, ReadBool(c, "norm_topk_prob", path, true));
+  ASSIGN_OR_RETURN(const double routed_scale, ReadFloat(c, "routed_scaling_factor", path, 1.0));
+  g.expert_weights_scale = static_cast<float>(routed_scale);
+  ASSIGN_OR_RETURN(out->n_mtp_layers, ReadCount(c, "num_nextn_predict_layers", path, 0));
+  return absl::OkStatus();
+}
+
 using ConfigReader = absl::Status (*)(const json&, const std::string&, HfModelConfig*);
 
 struct HfArchEntry {
@@ -299,12 +365,19 @@ struct HfArchEntry {
 
 const std::vector<HfArchEntry>& Entries() {
   static const std::vector<HfArchEntry> entries = {
-      {{"Qwen3MoeForCausalLM", "qwen3moe", "mlp", "gate", {"gate_proj", "up_proj", "down_proj"}, false}, ReadQwen3Moe},
-      {{"MixtralForCausalLM", "mixtral", "block_sparse_moe", "gate", {"w1", "w3", "w2"}, true}, ReadMixtral},
-      {{"DeepseekV3ForCausalLM", "deepseek2", "mlp", "gate", {"gate_proj", "up_proj", "down_proj"}, false}, ReadDeepseek},
-      {{"DeepseekV2ForCausalLM", "deepseek2", "mlp", "gate", {"gate_proj", "up_proj", "down_proj"}, false}, ReadDeepseek},
+      {{"Qwen3MoeForCausalLM", "qwen3moe", "mlp", "gate", "", {"gate_proj", "up_proj", "down_proj"}, false}, ReadQwen3Moe},
+      {{"MixtralForCausalLM", "mixtral", "block_sparse_moe", "gate", "", {"w1", "w3", "w2"}, true}, ReadMixtral},
+      {{"DeepseekV3ForCausalLM", "deepseek2", "mlp", "gate", "shared_experts", {"gate_proj", "up_proj", "down_proj"}, false},
+       ReadDeepseek},
+      {{"DeepseekV2ForCausalLM", "deepseek2", "mlp", "gate", "shared_experts", {"gate_proj", "up_proj", "down_proj"}, false},
+       ReadDeepseek},
       // gpt-oss's experts are fused tensors (packtool/hf_gpt_oss.h): no per-expert roles.
-      {{"GptOssForCausalLM", "gpt-oss", "mlp", "router", {"", "", ""}, false}, ReadGptOss},
+      {{"GptOssForCausalLM", "gpt-oss", "mlp", "router", "", {"", "", ""}, false}, ReadGptOss},
+      {{"Qwen2MoeForCausalLM", "qwen2moe", "mlp", "gate", "shared_expert", {"gate_proj", "up_proj", "down_proj"}, false},
+       ReadQwen2Moe},
+      {{"OlmoeForCausalLM", "olmoe", "mlp", "gate", "", {"gate_proj", "up_proj", "down_proj"}, false}, ReadOlmoe},
+      {{"Glm4MoeForCausalLM", "glm4moe", "mlp", "gate", "shared_experts", {"gate_proj", "up_proj", "down_proj"}, false},
+       ReadGlm4Moe},
   };
   return entries;
 }
@@ -360,6 +433,11 @@ void SetHfMetadata(const HfModelConfig& config, gguf::GgufWriter* writer) {
     writer->SetUint32(a + ".attention.value_length", static_cast<uint32_t>(g.kv_lora_rank));
     writer->SetUint32(a + ".attention.key_length_mla", static_cast<uint32_t>(g.head_dim));
     writer->SetUint32(a + ".attention.value_length_mla", static_cast<uint32_t>(g.v_dim));
+  }
+  if (arch.sigmoid_router) {  // the checkpoint's routing, where synth writes GLM-4.5's
+    const std::string a(arch.gguf_arch);
+    writer->SetBool(a + ".expert_weights_norm", g.expert_weights_norm);
+    writer->SetFloat32(a + ".expert_weights_scale", g.expert_weights_scale);
   }
   if (arch.gpt_oss) {  // the checkpoint's YaRN, where synth writes the released models'
     const std::string a(arch.gguf_arch);

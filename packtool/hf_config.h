@@ -22,6 +22,7 @@ struct HfArch {
   std::string_view synth_name;     // synth's architecture, whose tensor list and metadata keys are the GGUF's
   std::string_view moe_block;      // model.layers.N.<moe_block>.<router> / .experts.E.<role>
   std::string_view router;         // "gate" (ffn_gate_inp) or gpt-oss's "router"
+  std::string_view shared_expert;  // model.layers.N.<moe_block>.<shared_expert>.<role> (ffn_*_shexp)
   std::string_view roles[3];       // gate, up, down
   bool permute_qk;                 // normal (interleaved) RoPE in GGUF from Hugging Face's NeoX order
 };

@@ -139,7 +139,8 @@ TEST_P(HfCheckpointArchTest, ConvertsToTheSameGgufAndPack) {
   EXPECT_EQ(from_hf->geometry().SerializeAsString(), from_gguf->geometry().SerializeAsString());
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, HfCheckpointArchTest, ::testing::Values("qwen3moe", "mixtral", "gpt-oss"),
+INSTANTIATE_TEST_SUITE_P(Archs, HfCheckpointArchTest,
+                         ::testing::Values("qwen3moe", "mixtral", "gpt-oss", "qwen2moe", "olmoe", "glm4moe"),
                          [](const auto& info) { return info.param == "gpt-oss" ? std::string("gpt_oss") : info.param; });
 
 // Hugging Face rotates (i, i + d/2) (NeoX style); the engine runs Mixtral ("llama") with normal RoPE,
@@ -679,6 +680,58 @@ TEST(HfCheckpointTest, RefusesMxfp4QuantizationOutsideGptOss) {
   EditConfig(hf, [](nlohmann::json& c) { c["quantization_config"] = {{"quant_method", "mxfp4"}}; });
   EXPECT_THAT(std::string(ToGguf(dir, hf).message()),
               HasSubstr("config.json: quantization_config.quant_method: 'mxfp4' is not supported"));
+}
+
+}  // namespace
+}  // namespace strata::packtool
+
+namespace strata::packtool {
+namespace {
+
+// A tiny checkpoint of synth architecture `arch` in `dir`/hf from `dir`/synth.gguf.
+std::string WriteArchCheckpoint(const ScratchDir& dir, const std::string& arch) {
+  const std::string hf_dir = dir.Join("hf");
+  EXPECT_TRUE(SynthesizeGguf(Options(arch, dir.Join("synth.gguf"), gguf::GgmlType::kBF16)).ok());
+  std::filesystem::create_directory(hf_dir);
+  const absl::Status written = WriteHfCheckpointFromGguf(dir.Join("synth.gguf"), hf_dir, {.shards = 1});
+  EXPECT_TRUE(written.ok()) << written;
+  return hf_dir;
+}
+
+// What each architecture's engine file does not implement is refused naming the config field.
+TEST(HfCheckpointTest, RefusesWhatQwen2MoeOlmoeAndGlm4MoeDoNotImplement) {
+  const std::vector<std::tuple<std::string, std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {"qwen2moe", [](auto& c) { c["norm_topk_prob"] = true; }, "norm_topk_prob: true is not supported (expected false"},
+      {"qwen2moe", [](auto& c) { c["use_sliding_window"] = true; }, "use_sliding_window: true is not supported"},
+      {"qwen2moe", [](auto& c) { c.erase("shared_expert_intermediate_size"); }, "shared_expert_intermediate_size: missing"},
+      {"olmoe", [](auto& c) { c["clip_qkv"] = 8; }, "clip_qkv: 8 is not supported (expected null"},
+      {"olmoe", [](auto& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; }, "rope_scaling:"},
+      {"glm4moe", [](auto& c) { c["use_qk_norm"] = true; }, "use_qk_norm: true is not supported"},
+      {"glm4moe", [](auto& c) { c["n_group"] = 8; }, "n_group: 8 is not supported"},
+      {"glm4moe", [](auto& c) { c["partial_rotary_factor"] = 0.3; }, "partial_rotary_factor: 0.3 of head_dim 32"},
+  };
+  for (const auto& [arch, edit, message] : cases) {
+    ScratchDir dir;
+    const std::string hf = WriteArchCheckpoint(dir, arch);
+    EditConfig(hf, edit);
+    absl::Status s = ToGguf(dir, hf);
+    EXPECT_FALSE(s.ok()) << arch << ": " << message;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("config.json: " + message)) << arch;
+  }
+}
+
+// GLM-4.5's multi-token-prediction layer (model.layers.<n_layer>.*) is left out when config.json says so, as
+// for DeepSeek; a stray tensor otherwise.
+TEST(HfCheckpointTest, LeavesOutGlm4MoesMultiTokenPredictionLayer) {
+  ScratchDir dir;
+  const std::string hf = WriteArchCheckpoint(dir, "glm4moe");
+  EditShards(hf, [](auto& e) {
+    e.push_back({"model.layers.2.eh_proj.weight", "BF16", {4, 8}, std::vector<uint8_t>(64)});
+  });
+  EXPECT_THAT(std::string(ToGguf(dir, hf).message()), HasSubstr("tensor 'model.layers.2.eh_proj.weight' has no place"));
+  EditConfig(hf, [](nlohmann::json& c) { c["num_nextn_predict_layers"] = 1; });
+  ASSERT_TRUE(ToGguf(dir, hf).ok());
+  ExpectSameGguf(dir.Join("synth.gguf"), dir.Join("out.gguf"), {"general.name"});
 }
 
 }  // namespace

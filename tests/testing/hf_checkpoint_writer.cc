@@ -205,6 +205,59 @@ absl::Status AddGptOssExperts(const gguf::GgufFile& file, std::vector<Safetensor
   return absl::OkStatus();
 }
 
+// Qwen2-MoE's, OLMoE's or GLM-4.5's config.json for a synth GGUF of `arch` (qwen2moe, olmoe, glm4moe).
+ordered_json OtherMoeConfig(const std::string& arch, const gguf::Metadata& m, size_t n_vocab) {
+  auto u = [&](const std::string& key) { return m.GetUint(arch + "." + key).value_or(0); };
+  auto f = [&](const std::string& key) { return m.GetFloat(arch + "." + key).value_or(0); };
+  ordered_json c;
+  c["architectures"] = {arch == "qwen2moe" ? "Qwen2MoeForCausalLM" : arch == "olmoe" ? "OlmoeForCausalLM" : "Glm4MoeForCausalLM"};
+  c["hidden_size"] = u("embedding_length");
+  c["num_hidden_layers"] = u("block_count");
+  c["num_attention_heads"] = u("attention.head_count");
+  c["num_key_value_heads"] = u("attention.head_count_kv");
+  c["num_experts_per_tok"] = u("expert_used_count");
+  c["max_position_embeddings"] = u("context_length");
+  c["rope_theta"] = f("rope.freq_base");
+  c["rms_norm_eps"] = f("attention.layer_norm_rms_epsilon");
+  c["rope_scaling"] = nullptr;
+  c["tie_word_embeddings"] = false;
+  c["vocab_size"] = n_vocab;
+  if (arch == "qwen2moe") {
+    c["model_type"] = "qwen2_moe";
+    c["intermediate_size"] = 4 * u("expert_feed_forward_length");  // the dense MLP's, unused
+    c["moe_intermediate_size"] = u("expert_feed_forward_length");
+    c["shared_expert_intermediate_size"] = u("expert_shared_feed_forward_length");
+    c["num_experts"] = u("expert_count");
+    c["norm_topk_prob"] = false;
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = ordered_json::array();
+    c["use_sliding_window"] = false;
+  } else if (arch == "olmoe") {
+    c["model_type"] = "olmoe";
+    c["intermediate_size"] = u("feed_forward_length");
+    c["num_experts"] = u("expert_count");
+    c["norm_topk_prob"] = false;
+    c["clip_qkv"] = nullptr;
+  } else {
+    c["model_type"] = "glm4_moe";
+    c["head_dim"] = u("attention.key_length");
+    c["partial_rotary_factor"] = static_cast<double>(u("rope.dimension_count")) / static_cast<double>(u("attention.key_length"));
+    c["intermediate_size"] = u("feed_forward_length");
+    c["moe_intermediate_size"] = u("expert_feed_forward_length");
+    c["n_routed_experts"] = u("expert_count");
+    c["n_shared_experts"] = u("expert_shared_count");
+    c["first_k_dense_replace"] = u("leading_dense_block_count");
+    c["routed_scaling_factor"] = f("expert_weights_scale");
+    c["norm_topk_prob"] = m.GetBool("glm4moe.expert_weights_norm").value_or(false);
+    c["n_group"] = 1;
+    c["topk_group"] = 1;
+    c["use_qk_norm"] = false;
+    c["attention_bias"] = true;
+    c["num_nextn_predict_layers"] = 0;
+  }
+  return c;
+}
+
 }  // namespace
 
 absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::string& dir,
@@ -224,6 +277,8 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
   const bool gpt_oss = arch == "gpt-oss";
   if (arch == "deepseek2") {
     config = DeepseekConfig(m, tokens.size());
+  } else if (arch == "qwen2moe" || arch == "olmoe" || arch == "glm4moe") {
+    config = OtherMoeConfig(arch, m, tokens.size());
   } else if (gpt_oss) {
     const gguf::TensorInfo* gate = file->FindTensor("blk.0.ffn_gate_exps.weight");
     config = GptOssConfig(m, tokens.size(), gate != nullptr && gate->type == gguf::GgmlType::kMXFP4);
@@ -335,9 +390,7 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
         {"ffn_gate.weight", "mlp.gate_proj.weight"},       {"ffn_up.weight", "mlp.up_proj.weight"},
         {"ffn_down.weight", "mlp.down_proj.weight"},
         {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
-        {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
-        {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
-        {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
+
         // gpt-oss
         {"attn_q.bias", "self_attn.q_proj.bias"},         {"attn_k.bias", "self_attn.k_proj.bias"},
         {"attn_v.bias", "self_attn.v_proj.bias"},         {"attn_output.bias", "self_attn.o_proj.bias"},
@@ -356,6 +409,17 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
       done = true;
     }
     if (done) continue;
+    if (absl::EndsWith(rest, "_shexp.weight")) {
+      // Qwen2-MoE's one shared expert (with its gate, a [1, n_embd] linear layer), DeepSeek's and GLM's shared experts.
+      const std::string shared = arch == "qwen2moe" ? "mlp.shared_expert" : "mlp.shared_experts";
+      if (rest == "ffn_gate_inp_shexp.weight") {
+        entries.push_back({layer + "mlp.shared_expert_gate.weight", dtype, {1, shape[0]}, bytes});
+      } else {
+        const std::string role = rest.substr(4, rest.find('_', 4) - 4);  // gate, up, down
+        entries.push_back({absl::StrCat(layer, shared, ".", role, "_proj.weight"), dtype, shape, bytes});
+      }
+      continue;
+    }
     if (rest == "ffn_gate_inp.weight" || rest == "ffn_gate_inp.bias") {
       entries.push_back({absl::StrCat(layer, moe, gpt_oss ? ".router." : ".gate.", rest.substr(13)), dtype, shape, bytes});
       continue;
