@@ -135,7 +135,7 @@ void SplitKvB(std::span<const uint8_t> kv_b, int64_t n_head, int64_t nope, int64
   }
 }
 
-// True for a tensor of DeepSeek's multi-token-prediction layers, numbered after the model's `n_layer`, which
+// True for a tensor of the multi-token-prediction layers (DeepSeek-V3, GLM-4.5), numbered after the model's `n_layer`, which
 // llama.cpp's converter leaves out (the engine does not run them).
 bool IsMtpLayer(const std::string& name, int64_t n_layer, int64_t n_mtp) {
   for (int64_t l = n_layer; l < n_layer + n_mtp; ++l) {
