@@ -1,6 +1,11 @@
 #include "packtool/hf_gpt_oss.h"
 
 #include <cstring>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/status_macros.h"
 
 namespace strata::packtool {
 
@@ -44,6 +49,53 @@ void TransposeExpertRows(std::span<const uint8_t> src, int64_t n_expert, int64_t
       }
     }
   }
+}
+
+absl::Status AddGptOssExpertTensor(const SynthTensor& st, const HfModelConfig& config, HfCheckpointTensors& tensors,
+                                   const HfTensorAdder& add) {
+  const SynthGeometry& g = config.geometry;
+  const bool down = absl::StrContains(st.name, ".ffn_down_"), up = absl::StrContains(st.name, ".ffn_up_");
+  const std::string fused = absl::StrCat("model.layers.", st.layer, ".mlp.experts.", down ? "down_proj" : "gate_up_proj");
+  // Per expert: `src_rows` rows of `k` values in the checkpoint, every `step`-th from `first` this tensor's.
+  const int64_t E = g.n_expert, k = down ? g.expert_ff : g.n_embd;
+  const int64_t step = down ? 1 : 2, first = up ? 1 : 0, src_rows = step * (down ? g.n_embd : g.expert_ff);
+  if (absl::EndsWith(st.name, ".bias")) {
+    ASSIGN_OR_RETURN(const SafetensorsTensor* t, tensors.Take(fused + "_bias", std::vector<int64_t>{src_rows, E}));
+    RETURN_IF_ERROR(tensors.RequireDtype(*t, /*u8=*/false));
+    const HfTensorSource s{t, nullptr, *t->type};
+    return add(st.name, gguf::GgmlType::kF32, st.ne, [s, E, src_rows, step, first](std::span<uint8_t> dst) {
+      std::vector<uint8_t> selected(static_cast<size_t>(E * (src_rows / step)) * s.element_bytes());
+      SelectExpertRows(s.tensor->data, E, src_rows, s.element_bytes(), step, first, selected);
+      std::vector<float> values(selected.size() / s.element_bytes());
+      RETURN_IF_ERROR(gguf::Dequantize(s.type, selected.data(), values.data(), static_cast<int64_t>(values.size())));
+      std::memcpy(dst.data(), values.data(), values.size() * sizeof(float));
+      return absl::OkStatus();
+    });
+  }
+  if (config.mxfp4_experts) {
+    if (k % 32 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(fused, ": MXFP4 rows of ", k, " values, expected a multiple of 32"));
+    }
+    const int64_t n_blocks = k / 32;
+    ASSIGN_OR_RETURN(const SafetensorsTensor* blocks,
+                     tensors.Take(fused + "_blocks", std::vector<int64_t>{16, n_blocks, src_rows, E}));
+    ASSIGN_OR_RETURN(const SafetensorsTensor* scales,
+                     tensors.Take(fused + "_scales", std::vector<int64_t>{n_blocks, src_rows, E}));
+    RETURN_IF_ERROR(tensors.RequireDtype(*blocks, /*u8=*/true));
+    RETURN_IF_ERROR(tensors.RequireDtype(*scales, /*u8=*/true));
+    return add(st.name, gguf::GgmlType::kMXFP4, st.ne,
+               [blocks, scales, E, src_rows, n_blocks, step, first](std::span<uint8_t> dst) {
+                 RepackMxfp4Rows(blocks->data, scales->data, E, src_rows, n_blocks, step, first, dst);
+                 return absl::OkStatus();
+               });
+  }
+  ASSIGN_OR_RETURN(const SafetensorsTensor* t, tensors.Take(fused, std::vector<int64_t>{src_rows, k, E}));
+  RETURN_IF_ERROR(tensors.RequireDtype(*t, /*u8=*/false));
+  const HfTensorSource s{t, nullptr, *t->type};
+  return add(st.name, s.type, st.ne, [s, E, k, src_rows, step, first](std::span<uint8_t> dst) {
+    TransposeExpertRows(s.tensor->data, E, k, src_rows, s.element_bytes(), step, first, dst);
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace strata::packtool

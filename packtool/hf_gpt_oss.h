@@ -13,6 +13,11 @@
 #include <cstdint>
 #include <span>
 
+#include "absl/status/status.h"
+#include "packtool/hf_config.h"
+#include "packtool/hf_tensors.h"
+#include "packtool/synth_arch.h"
+
 namespace strata::packtool {
 
 // GGUF MXFP4 blocks (the E8M0 byte, then qs[16] with value j in qs[j]'s low nibble and j + 16 in its high)
@@ -29,6 +34,11 @@ void SelectExpertRows(std::span<const uint8_t> src, int64_t n_expert, int64_t sr
 // columns first, first + step, ... as rows.
 void TransposeExpertRows(std::span<const uint8_t> src, int64_t n_expert, int64_t k, int64_t src_rows,
                          uint64_t element, int64_t step, int64_t first, std::span<uint8_t> dst);
+
+// Adds GGUF tensor `st` (blk.N.ffn_{gate,up,down}_exps.{weight,bias}) from layer N's fused tensors: MXFP4
+// blocks repacked where config.json says mxfp4, float experts transposed otherwise, biases widened to f32.
+absl::Status AddGptOssExpertTensor(const SynthTensor& st, const HfModelConfig& config, HfCheckpointTensors& tensors,
+                                   const HfTensorAdder& add);
 
 }  // namespace strata::packtool
 
