@@ -35,15 +35,16 @@ struct HfModelConfig {
   nlohmann::json json;        // the whole file (token ids, tie_word_embeddings)
   bool fp8_blocks = false;    // quantization_config says FP8 with 128 x 128 blocks (packtool/hf_fp8.h)
   bool mxfp4_experts = false; // gpt-oss's quantization_config says MXFP4 (packtool/hf_gpt_oss.h)
-  int64_t n_mtp_layers = 0;   // DeepSeek's multi-token-prediction layers after the model's, skipped as llama.cpp does
+  int64_t n_mtp_layers = 0;   // multi-token-prediction layers after the model's (DeepSeek-V3, GLM-4.5), left out
 };
 
 // Reads and checks `dir`/config.json.
 absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& dir);
 
-// The GGUF's hyper-parameter keys (SetSynthMetadata's), with llama.cpp's deepseek2 form: latent attention
-// as one kv head whose key_length / value_length are the cached latent's and key_length_mla /
-// value_length_mla the heads' (attn_kv_b split into attn_k_b / attn_v_b).
+// The GGUF's hyper-parameter keys (SetSynthMetadata's), with llama.cpp's deepseek2 form (latent attention as
+// one kv head whose key_length / value_length are the cached latent's and key_length_mla / value_length_mla
+// the heads': attn_kv_b split into attn_k_b / attn_v_b), and the checkpoint's own values where synth writes
+// fixed ones (glm4moe's routing, gpt-oss's YaRN).
 void SetHfMetadata(const HfModelConfig& config, gguf::GgufWriter* writer);
 
 }  // namespace strata::packtool
