@@ -255,6 +255,10 @@ absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, co
   if (options.output_dir.empty()) return absl::InvalidArgumentError("output: no pack directory given");
   RETURN_IF_ERROR(CheckOutputFree(options.output_dir));
   if (IsHfCheckpointDir(options.input)) return ConvertHfCheckpoint(options, progress, cancel);
+  if (!options.tokenizer_gguf.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer_gguf: only for a Hugging Face checkpoint directory ",
+                                                   "input; ", options.input, " is a GGUF, whose own tokenizer is used"));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufModel> model, gguf::GgufModel::Open(options.input));
   ASSIGN_OR_RETURN(SourceModel src, Describe(*model, options.input));
   // Everything else the engine would refuse at load time (RoPE scaling, head sizes, the tokenizer's list).

@@ -2,10 +2,9 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <memory>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,6 +12,9 @@
 #include "engine/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "packtool/builtin_vocab.h"
+#include "packtool/hf_config.h"
+#include "packtool/hf_gpt_oss.h"
+#include "packtool/hf_tensors.h"
 #include "packtool/hf_tokenizer.h"
 #include "packtool/safetensors.h"
 #include "packtool/synth_arch.h"
@@ -21,111 +23,6 @@ namespace strata::packtool {
 namespace {
 
 using nlohmann::json;
-
-struct HfArch {
-  std::string_view hf_name;        // config.json "architectures"
-  std::string_view synth_name;     // synth's architecture, whose tensor list and metadata keys are the GGUF's
-  std::string_view moe_block;      // model.layers.N.<moe_block>.gate / .experts.E.<role>
-  std::string_view roles[3];       // gate, up, down
-  std::string_view expert_ff_key;  // config.json key of the expert width
-  std::string_view n_expert_key;
-  bool permute_qk;                 // normal (interleaved) RoPE in GGUF
-};
-
-const std::vector<HfArch>& HfArchTable() {
-  static const std::vector<HfArch> table = {
-      {"Qwen3MoeForCausalLM", "qwen3moe", "mlp", {"gate_proj", "up_proj", "down_proj"}, "moe_intermediate_size",
-       "num_experts", false},
-      {"MixtralForCausalLM", "mixtral", "block_sparse_moe", {"w1", "w3", "w2"}, "intermediate_size",
-       "num_local_experts", true},
-  };
-  return table;
-}
-
-absl::StatusOr<json> ReadConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream text;
-  text << in.rdbuf();
-  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  return j;
-}
-
-absl::StatusOr<const HfArch*> FindHfArch(const json& config, const std::string& path) {
-  std::vector<std::string> known;
-  for (const HfArch& a : HfArchTable()) known.emplace_back(a.hf_name);
-  const std::string expected = absl::StrCat("expected one of: ", absl::StrJoin(known, ", "));
-  if (!config.contains("architectures") || !config["architectures"].is_array() || config["architectures"].empty() ||
-      !config["architectures"][0].is_string()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": architectures: missing (", expected, ")"));
-  }
-  const std::string name = config["architectures"][0].get<std::string>();
-  for (const HfArch& a : HfArchTable()) {
-    if (a.hf_name == name) return &a;
-  }
-  return absl::UnimplementedError(
-      absl::StrCat(path, ": architectures: '", name, "' is not supported (", expected, ")"));
-}
-
-absl::StatusOr<int64_t> ReadInt(const json& c, std::string_view key, const std::string& path,
-                                std::optional<int64_t> fallback = std::nullopt) {
-  const std::string k(key);
-  if (!c.contains(k) || c[k].is_null()) {
-    if (fallback) return *fallback;
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", k, ": missing (expected a positive integer)"));
-  }
-  if (!c[k].is_number_unsigned() || c[k].get<uint64_t>() == 0 || c[k].get<uint64_t>() > (uint64_t{1} << 31)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", k, ": expected an integer in 1 .. 2^31"));
-  }
-  return c[k].get<int64_t>();
-}
-
-absl::StatusOr<double> ReadFloat(const json& c, const char* key, const std::string& path, double fallback) {
-  if (!c.contains(key) || c[key].is_null()) return fallback;
-  if (!c[key].is_number()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, ": expected a number"));
-  return c[key].get<double>();
-}
-
-absl::StatusOr<std::pair<const HfArch*, SynthGeometry>> ReadGeometry(const std::string& dir, json* config_out) {
-  const std::string path = dir + "/config.json";
-  ASSIGN_OR_RETURN(json c, ReadConfig(path));
-  ASSIGN_OR_RETURN(const HfArch* arch, FindHfArch(c, path));
-  // What the engine does not implement is refused here, naming the field, rather than converted wrongly.
-  if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
-    return absl::UnimplementedError(absl::StrCat(path, ": rope_scaling: Strata does not implement RoPE scaling (expected null)"));
-  }
-  if (arch->synth_name == "qwen3moe") {
-    if (c.contains("mlp_only_layers") && c["mlp_only_layers"].is_array() && !c["mlp_only_layers"].empty()) {
-      return absl::UnimplementedError(absl::StrCat(path, ": mlp_only_layers: dense layers are not supported (expected [])"));
-    }
-    if (ReadInt(c, "decoder_sparse_step", path, 1).value_or(0) != 1) {
-      return absl::UnimplementedError(absl::StrCat(path, ": decoder_sparse_step: expected 1 (every layer MoE)"));
-    }
-    if (c.contains("norm_topk_prob") && c["norm_topk_prob"].is_boolean() && !c["norm_topk_prob"].get<bool>()) {
-      return absl::UnimplementedError(
-          absl::StrCat(path, ": norm_topk_prob: false is not supported (Strata renormalises the top-k weights)"));
-    }
-  }
-  SynthGeometry g;
-  g.arch = std::string(arch->synth_name);
-  ASSIGN_OR_RETURN(g.n_layer, ReadInt(c, "num_hidden_layers", path));
-  ASSIGN_OR_RETURN(g.n_embd, ReadInt(c, "hidden_size", path));
-  ASSIGN_OR_RETURN(g.n_head, ReadInt(c, "num_attention_heads", path));
-  ASSIGN_OR_RETURN(g.n_head_kv, ReadInt(c, "num_key_value_heads", path, g.n_head));
-  ASSIGN_OR_RETURN(g.head_dim, ReadInt(c, "head_dim", path, g.n_embd / g.n_head));
-  ASSIGN_OR_RETURN(g.expert_ff, ReadInt(c, arch->expert_ff_key, path));
-  ASSIGN_OR_RETURN(g.n_expert, ReadInt(c, arch->n_expert_key, path));
-  ASSIGN_OR_RETURN(g.n_expert_used, ReadInt(c, "num_experts_per_tok", path));
-  ASSIGN_OR_RETURN(g.n_ctx, ReadInt(c, "max_position_embeddings", path));
-  ASSIGN_OR_RETURN(g.n_vocab, ReadInt(c, "vocab_size", path));
-  ASSIGN_OR_RETURN(const double theta, ReadFloat(c, "rope_theta", path, 10000.0));
-  ASSIGN_OR_RETURN(const double eps, ReadFloat(c, "rms_norm_eps", path, 1e-6));
-  g.rope_freq_base = static_cast<float>(theta);
-  g.rms_norm_eps = static_cast<float>(eps);
-  if (config_out != nullptr) *config_out = std::move(c);
-  return std::make_pair(arch, g);
-}
 
 // The Hugging Face name of a GGUF tensor of synth's list (experts: of expert `e`).
 std::string HfName(const HfArch& arch, const std::string& gguf_name, int64_t e) {
@@ -138,40 +35,129 @@ std::string HfName(const HfArch& arch, const std::string& gguf_name, int64_t e) 
   const std::string rest = gguf_name.substr(dot + 1);
   const std::string p = absl::StrCat("model.layers.", layer, ".");
   const std::string moe = absl::StrCat(p, std::string(arch.moe_block), ".");
-  if (rest == "attn_norm.weight") return p + "input_layernorm.weight";
-  if (rest == "ffn_norm.weight") return p + "post_attention_layernorm.weight";
-  if (rest == "attn_q.weight") return p + "self_attn.q_proj.weight";
-  if (rest == "attn_k.weight") return p + "self_attn.k_proj.weight";
-  if (rest == "attn_v.weight") return p + "self_attn.v_proj.weight";
-  if (rest == "attn_output.weight") return p + "self_attn.o_proj.weight";
-  if (rest == "attn_q_norm.weight") return p + "self_attn.q_norm.weight";
-  if (rest == "attn_k_norm.weight") return p + "self_attn.k_norm.weight";
-  if (rest == "ffn_gate_inp.weight") return moe + "gate.weight";
-  const int role = rest == "ffn_gate_exps.weight" ? 0 : rest == "ffn_up_exps.weight" ? 1 : 2;
+  static const absl::flat_hash_map<std::string, std::string> kLayerNames = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      // DeepSeek's latent attention and dense leading blocks.
+      {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
+      {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+      {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+      {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+      {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+      {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},
+      // gpt-oss's biases, sinks and FFN pre-norm.
+      {"attn_q.bias", "self_attn.q_proj.bias"},
+      {"attn_k.bias", "self_attn.k_proj.bias"},
+      {"attn_v.bias", "self_attn.v_proj.bias"},
+      {"attn_output.bias", "self_attn.o_proj.bias"},
+      {"attn_sinks.weight", "self_attn.sinks"},
+      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+  };
+  if (auto it = kLayerNames.find(rest); it != kLayerNames.end()) return p + it->second;
+  if (rest == "ffn_gate_inp.weight") return absl::StrCat(moe, std::string(arch.router), ".weight");
+  if (rest == "ffn_gate_inp.bias") return absl::StrCat(moe, std::string(arch.router), ".bias");
+  if (rest == "exp_probs_b.bias") return moe + "gate.e_score_correction_bias";
+  const int role = absl::StartsWith(rest, "ffn_gate_") ? 0 : absl::StartsWith(rest, "ffn_up_") ? 1 : 2;
+  if (rest == "ffn_gate_inp_shexp.weight") return moe + "shared_expert_gate.weight";
+  if (absl::EndsWith(rest, "_shexp.weight")) {
+    return absl::StrCat(moe, std::string(arch.shared_expert), ".", std::string(arch.roles[role]), ".weight");
+  }
   return absl::StrCat(moe, "experts.", e, ".", std::string(arch.roles[role]), ".weight");
 }
 
-// Checks that `t` is a matrix/vector of ggml shape `ne` (its row-major shape reversed).
-absl::Status CheckShape(const SafetensorsTensor& t, std::span<const int64_t> ne, const std::string& file) {
-  std::vector<int64_t> expected(ne.rbegin(), ne.rend());
-  if (t.shape != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": tensor '", t.name, "' has shape [", absl::StrJoin(t.shape, ", "),
-                                                   "], expected [", absl::StrJoin(expected, ", "), "] from config.json"));
+// DeepSeek's kv_b_proj ([n_head * (nope + v), rank], Hugging Face order) split as llama.cpp's converter does:
+// attn_k_b holds each head's first `nope` rows transposed (ggml ne [nope, rank, n_head]), attn_v_b its last
+// `v` rows as they are (ne [rank, v, n_head]). `element` bytes per value; `k_b` and `v_b` are filled.
+void SplitKvB(std::span<const uint8_t> kv_b, int64_t n_head, int64_t nope, int64_t v, int64_t rank, uint64_t element,
+              std::span<uint8_t> k_b, std::span<uint8_t> v_b) {
+  const int64_t per_head = nope + v;
+  for (int64_t h = 0; h < n_head; ++h) {
+    for (int64_t d = 0; d < nope; ++d) {
+      for (int64_t r = 0; r < rank; ++r) {
+        std::memcpy(k_b.data() + ((h * rank + r) * nope + d) * element,
+                    kv_b.data() + ((h * per_head + d) * rank + r) * element, element);
+      }
+    }
+    std::memcpy(v_b.data() + h * v * rank * element, kv_b.data() + (h * per_head + nope) * rank * element,
+                v * rank * element);
   }
-  return absl::OkStatus();
 }
 
-// `src` (of `type`) widened to f32 into `dst`.
-absl::Status ToF32(const SafetensorsTensor& src, std::span<uint8_t> dst) {
-  const int64_t n = src.n_elements();
-  if (src.type == gguf::GgmlType::kF32) {
-    std::memcpy(dst.data(), src.data.data(), src.data.size());
-    return absl::OkStatus();
+// Adds GGUF expert tensor `st` (blk.N.ffn_<role>_exps.weight): one checkpoint tensor per expert, stacked along
+// ggml's outermost dimension in expert order.
+absl::Status AddStackedExperts(const SynthTensor& st, const HfModelConfig& config, HfCheckpointTensors& tensors,
+                               const HfTensorAdder& add) {
+  std::vector<HfTensorSource> experts;
+  for (int64_t e = 0; e < config.geometry.n_expert; ++e) {
+    ASSIGN_OR_RETURN(HfTensorSource s,
+                     tensors.TakeSource(HfName(*config.arch, st.name, e), std::span<const int64_t>(st.ne).first(2)));
+    if (!experts.empty() && s.tensor->dtype != experts.front().tensor->dtype) {
+      return absl::UnimplementedError(absl::StrCat(tensors.FileOf(*s.tensor), ": tensor '", s.tensor->name, "' is ",
+                                                   s.tensor->dtype, " but '", experts.front().tensor->name, "' is ",
+                                                   experts.front().tensor->dtype,
+                                                   "; the experts of a layer must share one dtype"));
+    }
+    experts.push_back(s);
   }
-  std::vector<float> values(static_cast<size_t>(n));
-  RETURN_IF_ERROR(gguf::Dequantize(src.type, src.data.data(), values.data(), n));
-  std::memcpy(dst.data(), values.data(), values.size() * sizeof(float));
-  return absl::OkStatus();
+  return add(st.name, experts.front().type, st.ne, [experts](std::span<uint8_t> dst) {
+    uint64_t at = 0;
+    for (const HfTensorSource& s : experts) {
+      RETURN_IF_ERROR(s.Fill(dst.subspan(at, s.bytes())));
+      at += s.bytes();
+    }
+    return absl::OkStatus();
+  });
+}
+
+// Adds blk.N.attn_k_b / attn_v_b for GGUF tensor `st` (blk.N.attn_kv_b.weight) from kv_b_proj `s`, as
+// llama.cpp's converter splits it (packtool/hf_config.h).
+absl::Status AddSplitKvB(const SynthTensor& st, const SynthGeometry& g, const HfTensorSource& s,
+                         const HfTensorAdder& add) {
+  const std::string prefix = st.name.substr(0, st.name.size() - std::string("attn_kv_b.weight").size());
+  const int64_t nope = g.head_dim - g.rope_dim, rank = g.kv_lora_rank;
+  const uint64_t element = s.element_bytes();
+  // Each half decodes the whole matrix (small: 33 MB in DeepSeek-V3) rather than share state between fillers.
+  auto split = [s, n_head = g.n_head, nope, v = g.v_dim, rank, element](std::span<uint8_t> dst, bool key) {
+    std::vector<uint8_t> whole(s.bytes());
+    RETURN_IF_ERROR(s.Fill(whole));
+    std::vector<uint8_t> other(static_cast<size_t>(n_head * (key ? v : nope) * rank) * element);
+    SplitKvB(whole, n_head, nope, v, rank, element, key ? dst : std::span<uint8_t>(other),
+             key ? std::span<uint8_t>(other) : dst);
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(add(prefix + "attn_k_b.weight", s.type, {nope, rank, g.n_head},
+                      [split](std::span<uint8_t> dst) { return split(dst, true); }));
+  return add(prefix + "attn_v_b.weight", s.type, {rank, g.v_dim, g.n_head},
+             [split](std::span<uint8_t> dst) { return split(dst, false); });
+}
+
+// The tokenizer.* keys: from options.tokenizer_gguf when given, else from tokenizer.json with config.json's
+// bos/eos ids.
+absl::StatusOr<VocabMetadata> ReadVocabulary(const HfToGgufOptions& options, const HfModelConfig& config) {
+  if (!options.tokenizer_gguf.empty()) return VocabFromGguf(options.tokenizer_gguf);
+  const json& c = config.json;
+  HfTokenizerOptions t;
+  t.dir = options.dir;
+  t.n_vocab = config.geometry.n_vocab;
+  if (c.contains("bos_token_id") && c["bos_token_id"].is_number_unsigned()) {
+    t.bos_id = c["bos_token_id"].get<int64_t>();
+  }
+  if (c.contains("eos_token_id") && c["eos_token_id"].is_number_unsigned()) {
+    t.eos_id = c["eos_token_id"].get<int64_t>();
+  } else if (c.contains("eos_token_id") && c["eos_token_id"].is_array() && !c["eos_token_id"].empty() &&
+             c["eos_token_id"][0].is_number_unsigned()) {
+    t.eos_id = c["eos_token_id"][0].get<int64_t>();
+  }
+  return VocabFromHfTokenizer(t);
 }
 
 }  // namespace
@@ -213,30 +199,12 @@ void UnpermuteRowsForNormalRope(std::span<const uint8_t> src, std::span<uint8_t>
 }
 
 absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
-  json config;
-  ASSIGN_OR_RETURN(auto arch_geometry, ReadGeometry(options.dir, &config));
-  const HfArch& hf = *arch_geometry.first;
-  SynthGeometry g = arch_geometry.second;
+  ASSIGN_OR_RETURN(const HfModelConfig config, ReadHfConfig(options.dir));
+  const HfArch& hf = *config.arch;
+  const SynthGeometry& g = config.geometry;
   ASSIGN_OR_RETURN(const SynthArch* arch, FindSynthArch(g.arch));
 
-  VocabMetadata vocab;
-  if (!options.tokenizer_gguf.empty()) {
-    ASSIGN_OR_RETURN(vocab, VocabFromGguf(options.tokenizer_gguf));
-  } else {
-    HfTokenizerOptions t;
-    t.dir = options.dir;
-    t.n_vocab = g.n_vocab;
-    if (config.contains("bos_token_id") && config["bos_token_id"].is_number_unsigned()) {
-      t.bos_id = config["bos_token_id"].get<int64_t>();
-    }
-    if (config.contains("eos_token_id") && config["eos_token_id"].is_number_unsigned()) {
-      t.eos_id = config["eos_token_id"].get<int64_t>();
-    } else if (config.contains("eos_token_id") && config["eos_token_id"].is_array() &&
-               !config["eos_token_id"].empty() && config["eos_token_id"][0].is_number_unsigned()) {
-      t.eos_id = config["eos_token_id"][0].get<int64_t>();
-    }
-    ASSIGN_OR_RETURN(vocab, VocabFromHfTokenizer(t));
-  }
+  ASSIGN_OR_RETURN(const VocabMetadata vocab, ReadVocabulary(options, config));
   if (vocab.n_tokens != g.n_vocab) {
     return absl::InvalidArgumentError(absl::StrCat(options.dir, ": the tokenizer has ", vocab.n_tokens,
                                                    " tokens, config.json's vocab_size is ", g.n_vocab));
@@ -244,88 +212,64 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
   RETURN_IF_ERROR(CheckSynthGeometry(g));
 
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt, SafetensorsCheckpoint::Open(options.dir));
-  absl::flat_hash_set<std::string> used;
-  auto file_of = [&](const SafetensorsTensor& t) { return ckpt->files()[static_cast<size_t>(t.shard)]->path(); };
-  auto find = [&](const std::string& name) -> absl::StatusOr<const SafetensorsTensor*> {
-    const SafetensorsTensor* t = ckpt->Find(name);
-    if (t == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(options.dir, ": tensor '", name, "' is missing from the *.safetensors files"));
-    }
-    used.insert(name);
-    return t;
-  };
-
+  HfCheckpointTensors tensors(*ckpt, config, options.dir);
   gguf::GgufWriter writer;
   const std::atomic<bool>* cancel = options.cancel;
-  // Each tensor's filler, checking for cancellation first.
-  auto add = [&writer, cancel](const std::string& name, gguf::GgmlType type, const std::vector<int64_t>& ne,
-                               gguf::TensorFiller fill) {
+  const HfTensorAdder add = [&writer, cancel](const std::string& name, gguf::GgmlType type,
+                                              const std::vector<int64_t>& ne, gguf::TensorFiller fill) {
     return writer.AddTensor(name, type, ne, [cancel, fill = std::move(fill)](std::span<uint8_t> dst) {
       if (cancel != nullptr && cancel->load()) return absl::CancelledError("convert: cancelled");
       return fill(dst);
     });
   };
-  SetSynthMetadata(*arch, g, &writer);
+  SetHfMetadata(config, &writer);
   writer.SetString("general.name", std::filesystem::path(options.dir).filename().string());
   writer.SetUint32("general.quantization_version", 2);
   for (const auto& [key, value] : vocab.entries) writer.Set(key, value);
 
-  const bool tied = config.contains("tie_word_embeddings") && config["tie_word_embeddings"].is_boolean() &&
-                    config["tie_word_embeddings"].get<bool>();
+  const json& c = config.json;
+  const bool tied = c.contains("tie_word_embeddings") && c["tie_word_embeddings"].is_boolean() &&
+                    c["tie_word_embeddings"].get<bool>();
   for (const SynthTensor& st : SynthTensors(*arch, g)) {
     if (st.name == "output.weight" && ckpt->Find("lm_head.weight") == nullptr && tied) continue;  // the engine reuses token_embd
-    if (st.kind == SynthTensorKind::kExpert) {
-      // One source per expert, stacked along ggml's outermost dimension in expert order.
-      std::vector<const SafetensorsTensor*> experts;
-      for (int64_t e = 0; e < g.n_expert; ++e) {
-        ASSIGN_OR_RETURN(const SafetensorsTensor* t, find(HfName(hf, st.name, e)));
-        RETURN_IF_ERROR(CheckShape(*t, std::span<const int64_t>(st.ne).first(2), file_of(*t)));
-        if (!experts.empty() && t->type != experts.front()->type) {
-          return absl::UnimplementedError(absl::StrCat(file_of(*t), ": tensor '", t->name, "' is ", t->dtype, " but '",
-                                                       experts.front()->name, "' is ", experts.front()->dtype,
-                                                       "; the experts of a layer must share one dtype"));
-        }
-        experts.push_back(t);
-      }
-      RETURN_IF_ERROR(add(st.name, experts.front()->type, st.ne, [experts](std::span<uint8_t> dst) {
-        uint64_t at = 0;
-        for (const SafetensorsTensor* t : experts) {
-          std::memcpy(dst.data() + at, t->data.data(), t->data.size());
-          at += t->data.size();
-        }
-        return absl::OkStatus();
-      }));
+    if (arch->gpt_oss && absl::StrContains(st.name, "_exps.")) {
+      RETURN_IF_ERROR(AddGptOssExpertTensor(st, config, tensors, add));
       continue;
     }
-    ASSIGN_OR_RETURN(const SafetensorsTensor* t, find(HfName(hf, st.name, 0)));
-    RETURN_IF_ERROR(CheckShape(*t, st.ne, file_of(*t)));
-    if (st.kind == SynthTensorKind::kNorm || st.kind == SynthTensorKind::kRouter) {
-      // llama.cpp keeps norms and the router in f32.
-      RETURN_IF_ERROR(add(st.name, gguf::GgmlType::kF32, st.ne,
-                                       [t](std::span<uint8_t> dst) { return ToF32(*t, dst); }));
+    if (st.kind == SynthTensorKind::kExpert) {
+      RETURN_IF_ERROR(AddStackedExperts(st, config, tensors, add));
+      continue;
+    }
+    ASSIGN_OR_RETURN(const HfTensorSource s, tensors.TakeSource(HfName(hf, st.name, 0), st.ne));
+    if (st.kind == SynthTensorKind::kNorm || st.kind == SynthTensorKind::kRouter || st.kind == SynthTensorKind::kBias) {
+      // llama.cpp keeps norms, biases and the router in f32.
+      if (s.scale_inv != nullptr) {
+        return absl::UnimplementedError(absl::StrCat(tensors.FileOf(*s.tensor), ": tensor '", s.tensor->name,
+                                                     "' is FP8; Strata reads FP8 for weight matrices only"));
+      }
+      RETURN_IF_ERROR(add(st.name, gguf::GgmlType::kF32, st.ne, [s](std::span<uint8_t> dst) { return s.FillF32(dst); }));
+      continue;
+    }
+    if (absl::EndsWith(st.name, ".attn_kv_b.weight")) {
+      RETURN_IF_ERROR(AddSplitKvB(st, g, s, add));
       continue;
     }
     const bool is_q = absl::EndsWith(st.name, ".attn_q.weight"), is_k = absl::EndsWith(st.name, ".attn_k.weight");
     if (hf.permute_qk && (is_q || is_k)) {
       const int64_t heads = is_q ? g.n_head : g.n_head_kv;
-      const uint64_t row_bytes = t->data.size() / static_cast<uint64_t>(heads * g.head_dim);
+      const uint64_t row_bytes = s.bytes() / static_cast<uint64_t>(heads * g.head_dim);
       const int64_t head_dim = g.head_dim;
-      RETURN_IF_ERROR(add(st.name, t->type, st.ne, [t, heads, head_dim, row_bytes](std::span<uint8_t> dst) {
-        PermuteRowsForNormalRope(t->data, dst, heads, head_dim, row_bytes);
+      RETURN_IF_ERROR(add(st.name, s.type, st.ne, [s, heads, head_dim, row_bytes](std::span<uint8_t> dst) {
+        std::vector<uint8_t> hf_order(s.bytes());
+        RETURN_IF_ERROR(s.Fill(hf_order));
+        PermuteRowsForNormalRope(hf_order, dst, heads, head_dim, row_bytes);
         return absl::OkStatus();
       }));
       continue;
     }
-    RETURN_IF_ERROR(add(st.name, t->type, st.ne, [t](std::span<uint8_t> dst) {
-      std::memcpy(dst.data(), t->data.data(), t->data.size());
-      return absl::OkStatus();
-    }));
+    RETURN_IF_ERROR(add(st.name, s.type, st.ne, [s](std::span<uint8_t> dst) { return s.Fill(dst); }));
   }
-  for (const SafetensorsTensor* t : ckpt->tensors()) {
-    if (used.contains(t->name) || absl::EndsWith(t->name, "rotary_emb.inv_freq")) continue;
-    return absl::UnimplementedError(absl::StrCat(file_of(*t), ": tensor '", t->name, "' has no place in a ",
-                                                 std::string(hf.hf_name), " model as Strata reads it"));
-  }
+  RETURN_IF_ERROR(tensors.CheckAllTaken());
   return writer.WriteFile(options.output);
 }
 

@@ -4,12 +4,16 @@
 // Hugging Face checkpoints (a directory of config.json, *.safetensors and tokenizer.json) as the GGUF that
 // llama.cpp's converter would write for them, so that ConvertGguf packs them like any GGUF.
 //
-// Supported: Qwen3MoeForCausalLM (GGUF "qwen3moe") and MixtralForCausalLM (GGUF "llama" with experts).
+// Supported (one table, packtool/hf_config.h): Qwen3MoeForCausalLM (GGUF "qwen3moe"), MixtralForCausalLM
+// (GGUF "llama" with experts), DeepseekV2ForCausalLM / DeepseekV3ForCausalLM ("deepseek2") and
+// GptOssForCausalLM ("gpt-oss"), each as llama.cpp's convert_hf_to_gguf.py writes it.
 // config.json gives the hyper-parameters (written with the same keys as synth writes, SetSynthMetadata),
 // the tensors are renamed to GGUF's (blk.N.*), the experts of each layer and role stacked into one
-// blk.N.ffn_{gate,up,down}_exps tensor, norms and the router widened to F32, other weights kept in their
-// F16/BF16/F32 dtype. Mixtral's q/k projections are permuted for the engine's normal (interleaved) RoPE,
-// as llama.cpp does: Hugging Face rotates (i, i + head_dim/2), GGUF "llama" rotates (2i, 2i + 1).
+// blk.N.ffn_{gate,up,down}_exps tensor, norms, biases and the router widened to F32, other weights kept in
+// their F16/BF16/F32 dtype. Mixtral's q/k projections are permuted for the engine's normal (interleaved) RoPE,
+// as llama.cpp does: Hugging Face rotates (i, i + head_dim/2), GGUF "llama" rotates (2i, 2i + 1). DeepSeek's
+// kv_b_proj is split into attn_k_b / attn_v_b; its FP8 block-scaled weights become BF16 (packtool/hf_fp8.h).
+// gpt-oss's fused experts are split per role, their MXFP4 blocks repacked as GGUF's (packtool/hf_gpt_oss.h).
 
 #include <atomic>
 #include <cstdint>

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "engine/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -46,7 +47,9 @@ void CollectPreTokenizers(const json& p, std::vector<std::string>* regexes, bool
     for (const json& q : p["pretokenizers"]) CollectPreTokenizers(q, regexes, byte_level_regex);
   } else if (type == "Split" && p.contains("pattern") && p["pattern"].is_object() &&
              p["pattern"].contains("Regex") && p["pattern"]["Regex"].is_string()) {
-    regexes->push_back(p["pattern"]["Regex"].get<std::string>());
+    // Control characters as the escapes they match (tokenizer.json files write "\r" either way).
+    std::string regex = absl::StrReplaceAll(p["pattern"]["Regex"].get<std::string>(), {{"\r", "\\r"}, {"\n", "\\n"}});
+    regexes->push_back(std::move(regex));
   } else if (type == "ByteLevel") {
     *byte_level_regex = BoolOr(p, "use_regex", true);
   }
@@ -59,9 +62,15 @@ absl::StatusOr<std::string> PreTokenizerName(const json& tok, const std::string&
   if (regexes.size() == 1 && !byte_level_regex) {
     if (regexes[0] == kHfQwen2PreRegex) return std::string("qwen2");
     if (regexes[0] == kHfLlama3PreRegex) return std::string("llama3");
+    if (regexes[0] == kHfGpt4oPreRegex) return std::string("gpt-4o");
+  }
+  if (regexes.size() == 3 && !byte_level_regex && regexes[0] == kHfDeepseekV3PreRegexes[0] &&
+      regexes[1] == kHfDeepseekV3PreRegexes[1] && regexes[2] == kHfDeepseekV3PreRegexes[2]) {
+    return std::string("deepseek-v3");
   }
   if (regexes.empty() && byte_level_regex) return std::string("gpt-2");
-  return Bad(path, "pre_tokenizer: not one Strata knows (expected the qwen2, llama3 or GPT-2 byte-level regex); "
+  return Bad(path, "pre_tokenizer: not one Strata knows (expected the qwen2, llama3, gpt-4o, deepseek-v3 or GPT-2 "
+                   "byte-level regexes); "
                    "pass --tokenizer-gguf with a GGUF holding this model's tokenizer");
 }
 

@@ -23,12 +23,15 @@ absl::Status Bad(const std::string& name, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(name, ": ", what));
 }
 
-// The element size of a dtype Strata reads, and its ggml type.
-absl::StatusOr<std::pair<uint64_t, gguf::GgmlType>> DtypeOf(const std::string& dtype) {
-  if (dtype == "F16") return std::make_pair(uint64_t{2}, gguf::GgmlType::kF16);
-  if (dtype == "BF16") return std::make_pair(uint64_t{2}, gguf::GgmlType::kBF16);
-  if (dtype == "F32") return std::make_pair(uint64_t{4}, gguf::GgmlType::kF32);
-  return absl::UnimplementedError(absl::StrCat("dtype '", dtype, "' is not supported (expected F16, BF16 or F32)"));
+// The element size of a dtype Strata reads, and its ggml type where it has one.
+absl::StatusOr<std::pair<uint64_t, std::optional<gguf::GgmlType>>> DtypeOf(const std::string& dtype) {
+  using Kind = std::pair<uint64_t, std::optional<gguf::GgmlType>>;
+  if (dtype == "F16") return Kind{2, gguf::GgmlType::kF16};
+  if (dtype == "BF16") return Kind{2, gguf::GgmlType::kBF16};
+  if (dtype == "F32") return Kind{4, gguf::GgmlType::kF32};
+  if (dtype == "F8_E4M3" || dtype == "U8") return Kind{1, std::nullopt};
+  return absl::UnimplementedError(
+      absl::StrCat("dtype '", dtype, "' is not supported (expected F16, BF16, F32, F8_E4M3 or U8)"));
 }
 
 absl::StatusOr<SafetensorsTensor> ParseTensor(const std::string& tname, const json& entry, const uint8_t* data,
@@ -40,7 +43,7 @@ absl::StatusOr<SafetensorsTensor> ParseTensor(const std::string& tname, const js
   auto dtype = entry.find("dtype");
   if (dtype == entry.end() || !dtype->is_string()) return Bad(where, "dtype: expected a string");
   t.dtype = dtype->get<std::string>();
-  absl::StatusOr<std::pair<uint64_t, gguf::GgmlType>> kind = DtypeOf(t.dtype);
+  absl::StatusOr<std::pair<uint64_t, std::optional<gguf::GgmlType>>> kind = DtypeOf(t.dtype);
   if (!kind.ok()) return WithContext(kind.status(), where);
   t.type = kind->second;
 

@@ -3,11 +3,14 @@
 
 // Reads Hugging Face .safetensors files: an 8-byte little-endian header length N, N bytes of JSON
 // (tensor name -> {"dtype", "shape", "data_offsets": [begin, end]}, plus an optional "__metadata__" object
-// of strings), then the data section the offsets are relative to. Only F16, BF16 and F32 tensors are read.
+// of strings), then the data section the offsets are relative to. F16, BF16 and F32 tensors are read, and
+// the byte dtypes of quantized checkpoints: F8_E4M3 (FP8 block-scaled weights, DeepSeek-V3) and U8 (MXFP4
+// blocks and scales, gpt-oss), which the Hugging Face importer decodes.
 // Every length and offset is checked against the file before any data is touched.
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,8 +26,8 @@ inline constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
 
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;           // "F16", "BF16" or "F32", as written in the header
-  gguf::GgmlType type = gguf::GgmlType::kF32;
+  std::string dtype;           // "F16", "BF16", "F32", "F8_E4M3" or "U8", as written in the header
+  std::optional<gguf::GgmlType> type;  // F16, BF16 and F32's; none for F8_E4M3 and U8
   std::vector<int64_t> shape;  // row-major, outermost first (the reverse of ggml's ne)
   std::span<const uint8_t> data;  // inside the mapping; valid while the owning file lives
   int shard = 0;               // index of the file holding it (SafetensorsCheckpoint)

@@ -60,10 +60,21 @@ absl::StatusOr<kernels::Scheme> DefaultSchemeFor(gguf::GgmlType type) {
 
 absl::StatusOr<kernels::Scheme> DefaultSchemeForModel(const std::string& input) {
   if (IsHfCheckpointDir(input)) {
-    // The experts' dtype (F16, BF16 or F32): every one maps to the same default as in a GGUF.
+    // The experts' dtype (F16, BF16 or F32): every one maps to the same default as in a GGUF. FP8 block-scaled
+    // experts are imported as BF16 (packtool/hf_fp8.h), gpt-oss's U8 blocks as MXFP4 (packtool/hf_gpt_oss.h).
     ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt, SafetensorsCheckpoint::Open(input));
     for (const SafetensorsTensor* t : ckpt->tensors()) {
-      if (absl::StrContains(t->name, ".experts.")) return DefaultSchemeFor(t->type);
+      if (!absl::StrContains(t->name, ".experts.") || absl::EndsWith(t->name, "_bias") ||
+          absl::EndsWith(t->name, "_scales") || absl::EndsWith(t->name, "_scale_inv")) {
+        continue;
+      }
+      if (t->dtype == "F8_E4M3") return DefaultSchemeFor(gguf::GgmlType::kBF16);
+      if (t->dtype == "U8" && absl::EndsWith(t->name, "_blocks")) return DefaultSchemeFor(gguf::GgmlType::kMXFP4);
+      if (!t->type.has_value()) {
+        return absl::UnimplementedError(absl::StrCat(input, ": tensor '", t->name, "' is ", t->dtype,
+                                                     ", which Strata does not read for experts"));
+      }
+      return DefaultSchemeFor(*t->type);
     }
     return absl::InvalidArgumentError(absl::StrCat(input, ": no expert tensors (model.layers.N.*.experts.E.*): not a MoE model"));
   }

@@ -48,9 +48,11 @@ commands:
       (top-4 of 32: at most 3.6x).
       Local only.
   convert IN.gguf|FIRST-SHARD|HF_DIR OUT_DIR [--scheme auto|f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
-        [--threads N]
+        [--threads N] [--tokenizer-gguf FILE.gguf]
       Converts a GGUF model, or a Hugging Face checkpoint (HF_DIR: config.json, *.safetensors and a
-      byte-level BPE tokenizer.json; Qwen3MoeForCausalLM or MixtralForCausalLM), into a pack directory.
+      byte-level BPE tokenizer.json, or --tokenizer-gguf naming a GGUF whose tokenizer to take instead;
+      Qwen3Moe, Mixtral, DeepseekV2, DeepseekV3, GptOss, Qwen2Moe, Olmoe or Glm4Moe ...ForCausalLM; F16, BF16,
+      F32, DeepSeek's FP8 block-scaled and gpt-oss's MXFP4 weights), into a pack directory.
       --scheme auto (the default) picks the scheme that adds the least error to the source's experts: s4
       for f32, f16, bf16, and for q4_0, q4_1 and q4_K (their codes carried over as they are), s8 for q8_0,
       mxfp4 (carried over exactly), q6_K, q5_K, q5_0, q5_1, q3_K and q2_K (the most precise one any expert
@@ -221,6 +223,7 @@ int RunConvert(const std::vector<std::string>& args, const PackCliOptions& optio
   request.set_scheme(options.scheme);
   request.set_threads(static_cast<uint32_t>(options.threads));
   request.set_dense_type(options.dense_type);
+  request.set_tokenizer_gguf(options.tokenizer_gguf);
 
   std::unique_ptr<PackToolBackend> backend = MakeBackend(options);
   ProgressPrinter printer(io.err, io.err_is_terminal);

@@ -42,6 +42,7 @@ struct PackCliOptions {
 
   // convert
   std::string dense_type = "keep";  // dense weight matrices: keep, f16, bf16 or q8_0
+  std::string tokenizer_gguf;       // Hugging Face input: the tokenizer from this GGUF instead of tokenizer.json
 
   // validate
   bool quick = false;

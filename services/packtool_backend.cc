@@ -45,6 +45,7 @@ class LocalBackend final : public PackToolBackend {
     options.scheme = *scheme;
     options.threads = static_cast<int>(request.threads());
     options.dense_type = *dense_type;
+    options.tokenizer_gguf = request.tokenizer_gguf();
     packtool::ConvertProgress last;
     bool have_last = false;
     absl::StatusOr<pack::v1::Manifest> manifest = packtool::ConvertGguf(

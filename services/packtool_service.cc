@@ -269,6 +269,12 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
   if (*output == root_->path()) {
     return new RefusedConvert(absl::InvalidArgumentError("output_dir: is the data root itself"), metrics_);
   }
+  std::string tokenizer_gguf;  // empty: tokenizer.json
+  if (!request->tokenizer_gguf().empty()) {
+    absl::StatusOr<std::string> resolved = root_->Resolve(request->tokenizer_gguf(), "tokenizer_gguf");
+    if (!resolved.ok()) return new RefusedConvert(resolved.status(), metrics_);
+    tokenizer_gguf = *std::move(resolved);
+  }
   // Beside the output, so inside the root too; the library writes there first.
   const std::string partial = *output + ".partial";
   if (request->scheme().empty()) {
@@ -314,6 +320,7 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
   options.scheme = *scheme;
   options.threads = *threads;
   options.dense_type = *dense_type;
+  options.tokenizer_gguf = std::move(tokenizer_gguf);
   return new ConvertReactor(this, std::move(options), std::move(ticket));
 }
 

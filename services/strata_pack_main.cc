@@ -41,6 +41,8 @@ ABSL_FLAG(std::string, scheme, "auto",
           "types call for (synth: s4)");
 ABSL_FLAG(int, threads, 0, "worker threads; 0: all cores (or the server's default)");
 ABSL_FLAG(std::string, dense_type, "keep", "convert: type of the dense weight matrices (keep, f16, bf16 or q8_0)");
+ABSL_FLAG(std::string, tokenizer_gguf, "",
+          "convert of a Hugging Face directory: take the tokenizer from this GGUF instead of tokenizer.json");
 ABSL_FLAG(bool, quick, false, "validate: skip the per-expert checksums");
 ABSL_FLAG(std::string, prompts, "", "profile: text file of prompts, one a line");
 ABSL_FLAG(int64_t, tokens, 32, "profile: tokens generated (greedily) after each prompt and profiled too");
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
   options.scheme = absl::GetFlag(FLAGS_scheme);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.dense_type = absl::GetFlag(FLAGS_dense_type);
+  options.tokenizer_gguf = absl::GetFlag(FLAGS_tokenizer_gguf);
   options.quick = absl::GetFlag(FLAGS_quick);
   options.exact_quantize = absl::GetFlag(FLAGS_exact_quantize);
   options.router_skew = absl::GetFlag(FLAGS_router_skew);

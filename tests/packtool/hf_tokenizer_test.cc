@@ -100,6 +100,40 @@ TEST(HfTokenizerTest, NamesThePreTokenizerByItsRegex) {
   EXPECT_EQ(std::get<std::string>(Keys(*v)["tokenizer.ggml.pre"].data), "gpt-2");
 }
 
+// gpt-oss's o200k Split, and DeepSeek-V3's three Splits, each followed by a ByteLevel step without its regex.
+TEST(HfTokenizerTest, NamesGptOssAndDeepseekV3PreTokenizers) {
+  ScratchDir dir;
+  json t = Tokenizer();
+  auto pre = [&]() -> std::string {
+    Write(dir.Join("tokenizer.json"), t);
+    auto v = VocabFromHfTokenizer(In(dir));
+    if (!v.ok()) return std::string(v.status().message());
+    return std::get<std::string>(Keys(*v)["tokenizer.ggml.pre"].data);
+  };
+  t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = kHfGpt4oPreRegex;
+  EXPECT_EQ(pre(), "gpt-4o");
+  json splits = json::array();
+  for (const char* regex : kHfDeepseekV3PreRegexes) {
+    splits.push_back({{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}});
+  }
+  splits.push_back({{"type", "ByteLevel"}, {"use_regex", false}});
+  t["pre_tokenizer"]["pretokenizers"] = splits;
+  EXPECT_EQ(pre(), "deepseek-v3");
+  // The kana range as tokenizer.json holds it (UTF-8 characters), and CR / LF written as characters
+  // (JSON "\r\n") rather than as the regex escapes: the same pre-tokenizer.
+  EXPECT_EQ(std::string(kHfDeepseekV3PreRegexes[1]), "[一-龥぀-ゟ゠-ヿ]+");
+  std::string third = kHfDeepseekV3PreRegexes[2];
+  for (size_t at; (at = third.find("\\r\\n")) != std::string::npos;) third.replace(at, 4, "\r\n");
+  ASSERT_NE(third, kHfDeepseekV3PreRegexes[2]);
+  t["pre_tokenizer"]["pretokenizers"][2]["pattern"]["Regex"] = third;
+  EXPECT_EQ(pre(), "deepseek-v3");
+  // Two of the three, or another order, is not DeepSeek-V3's.
+  std::swap(t["pre_tokenizer"]["pretokenizers"][0], t["pre_tokenizer"]["pretokenizers"][1]);
+  EXPECT_THAT(pre(), HasSubstr("pre_tokenizer: not one Strata knows"));
+  t["pre_tokenizer"]["pretokenizers"].erase(0);
+  EXPECT_THAT(pre(), HasSubstr("pre_tokenizer: not one Strata knows"));
+}
+
 struct BadTokenizer {
   std::function<void(json&)> edit;
   std::string message;

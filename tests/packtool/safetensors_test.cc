@@ -30,6 +30,8 @@ TEST(SafetensorsTest, RoundTripsEveryDtype) {
       {"a.weight", "F16", {3, 4}, Bytes(24, 1)},
       {"b.weight", "BF16", {2, 2, 2}, Bytes(16, 2)},
       {"c.weight", "F32", {5}, Bytes(20, 3)},
+      {"d.weight", "F8_E4M3", {2, 3}, Bytes(6, 4)},
+      {"e.blocks", "U8", {2, 2, 4}, Bytes(16, 5)},
       {"empty", "F32", {0, 4}, {}},
   };
   ASSERT_TRUE(WriteSafetensors(dir.Join("m.safetensors"), entries).ok());
@@ -46,6 +48,9 @@ TEST(SafetensorsTest, RoundTripsEveryDtype) {
   EXPECT_EQ((*file)->tensors()[0].type, gguf::GgmlType::kF16);
   EXPECT_EQ((*file)->tensors()[1].type, gguf::GgmlType::kBF16);
   EXPECT_EQ((*file)->tensors()[2].type, gguf::GgmlType::kF32);
+  // One byte an element, and no ggml type: the importer decodes these itself.
+  EXPECT_EQ((*file)->tensors()[3].type, std::nullopt);
+  EXPECT_EQ((*file)->tensors()[4].type, std::nullopt);
   EXPECT_EQ((*file)->tensors()[0].n_elements(), 12);
 }
 
@@ -163,7 +168,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadHeader{R"({"x": 1})", 4, "tensor 'x': expected an object"},
         BadHeader{R"({"x": {"shape": [1], "data_offsets": [0, 4]}})", 4, "tensor 'x': dtype: expected a string"},
         BadHeader{R"({"x": {"dtype": "I8", "shape": [4], "data_offsets": [0, 4]}})", 4,
-                  "tensor 'x': dtype 'I8' is not supported (expected F16, BF16 or F32)"},
+                  "tensor 'x': dtype 'I8' is not supported (expected F16, BF16, F32, F8_E4M3 or U8)"},
         BadHeader{R"({"x": {"dtype": "F32", "data_offsets": [0, 4]}})", 4, "shape: expected an array"},
         BadHeader{R"({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4,
                   "shape: expected non-negative integers"},

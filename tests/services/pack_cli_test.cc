@@ -234,6 +234,39 @@ TEST_F(PackCliTest, ConvertReadsAHuggingFaceCheckpoint) {
   EXPECT_FALSE(fs::exists(root_ + "/out.hf.gguf"));
 }
 
+// A checkpoint whose tokenizer Strata cannot read from tokenizer.json (here: none) takes it from a GGUF, locally
+// and at a server (paths relative to its data root); a GGUF input keeps its own tokenizer and refuses the flag.
+TEST_F(PackCliTest, ConvertTakesTheTokenizerOfAHuggingFaceCheckpointFromAGgufWhenAsked) {
+  fs::create_directories(root_ + "/hf");
+  ASSERT_TRUE(::strata::testing::WriteHfCheckpointFromGguf(root_ + "/tiny.gguf", root_ + "/hf", {.tokenizer = false}).ok());
+  PackCliOptions options;
+  options.threads = 2;
+  CliRun run = RunCli({"convert", root_ + "/hf", root_ + "/out"}, options);
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "tokenizer.json: missing; pass --tokenizer-gguf");
+  options.tokenizer_gguf = root_ + "/tiny.gguf";
+  run = RunCli({"convert", root_ + "/hf", root_ + "/out"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_TRUE(fs::is_directory(root_ + "/out"));
+  run = RunCli({"convert", root_ + "/tiny.gguf", root_ + "/out-gguf"}, options);
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "tokenizer_gguf: only for a Hugging Face checkpoint directory input");
+
+  TestServer server(root_, "127.0.0.1:0");
+  ASSERT_GT(server.port(), 0);
+  PackCliOptions remote;
+  remote.server = absl::StrCat("127.0.0.1:", server.port());
+  remote.threads = 2;
+  remote.tokenizer_gguf = "tiny.gguf";
+  run = RunCli({"convert", "hf", "served"}, remote);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_TRUE(fs::is_directory(root_ + "/served"));
+  remote.tokenizer_gguf = "../outside.gguf";
+  run = RunCli({"convert", "hf", "served-2"}, remote);
+  EXPECT_EQ(run.code, kExitFailure);
+  ExpectOneErrorLine(run, "outside the data root");
+}
+
 TEST_F(PackCliTest, ConvertWithADenseTypeListsTheDenseErrorInTheTable) {
   PackCliOptions options;
   options.dense_type = "bf16";

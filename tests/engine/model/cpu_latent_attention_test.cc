@@ -3,15 +3,12 @@
 // which computes the naive way independently, and against each other; prompt batches and one-token decode
 // steps, one sequence and two sharing a batch.
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "engine/exec/thread_pool.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/gguf/gguf_writer.h"
 #include "engine/model/cpu_dense_backend.h"
 #include "engine/model/cpu_moe_dispatch.h"
 #include "engine/model/kv_cache.h"
@@ -20,6 +17,7 @@
 #include "engine/pack/pack.h"
 #include "gtest/gtest.h"
 #include "tests/engine/runtime/engine_test_util.h"
+#include "tests/testing/hf_checkpoint_writer.h"
 
 namespace strata::model {
 namespace {
@@ -136,60 +134,13 @@ TEST_P(LatentFormTest, AutoMixesTheFormsInOneBatchOfTwoSequences) {
   }
 }
 
-// Rewrites the deepseek2 GGUF at `src` as newer converters write it: attn_kv_b split into attn_k_b ([nope, kv_lora,
-// n_head]: each head's W_UK transposed) and attn_v_b ([kv_lora, v, n_head]), key_length / value_length the
-// latent's sizes and key_length_mla / value_length_mla the heads'. `src` holds f32 dense weights.
-void SplitKvB(const std::string& src, const std::string& dst) {
-  auto file = gguf::GgufFile::Open(src);
-  ASSERT_TRUE(file.ok()) << file.status();
-  const gguf::Metadata& m = (*file)->metadata();
-  const int64_t heads = static_cast<int64_t>(*m.GetUint("deepseek2.attention.head_count"));
-  const int64_t rank = static_cast<int64_t>(*m.GetUint("deepseek2.attention.kv_lora_rank"));
-  const int64_t rope = static_cast<int64_t>(*m.GetUint("deepseek2.rope.dimension_count"));
-  const int64_t key = static_cast<int64_t>(*m.GetUint("deepseek2.attention.key_length"));
-  const int64_t vd = static_cast<int64_t>(*m.GetUint("deepseek2.attention.value_length"));
-  const int64_t nope = key - rope, per_head = nope + vd;
-  gguf::GgufWriter w((*file)->alignment());
-  for (const auto& [k, value] : m.entries()) {
-    if (k != "general.alignment") w.Set(k, value);
-  }
-  w.SetUint32("deepseek2.attention.key_length", static_cast<uint32_t>(rank + rope));
-  w.SetUint32("deepseek2.attention.value_length", static_cast<uint32_t>(rank));
-  w.SetUint32("deepseek2.attention.key_length_mla", static_cast<uint32_t>(key));
-  w.SetUint32("deepseek2.attention.value_length_mla", static_cast<uint32_t>(vd));
-  std::deque<std::vector<float>> split;  // outlives WriteFile; emplace_back keeps references valid
-  for (const gguf::TensorInfo& t : (*file)->tensors()) {
-    if (!absl::EndsWith(t.name, ".attn_kv_b.weight")) {
-      ASSERT_TRUE(w.AddTensorData(t.name, t.type, t.ne, {t.data, t.bytes}).ok()) << t.name;
-      continue;
-    }
-    ASSERT_EQ(t.type, gguf::GgmlType::kF32) << t.name;
-    const float* kv_b = reinterpret_cast<const float*>(t.data);  // [heads * per_head][rank]
-    std::vector<float>& k_b = split.emplace_back(heads * rank * nope);
-    std::vector<float>& v_b = split.emplace_back(heads * vd * rank);
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t r = 0; r < rank; ++r) {
-        for (int64_t d = 0; d < nope; ++d) k_b[(h * rank + r) * nope + d] = kv_b[(h * per_head + d) * rank + r];
-        for (int64_t j = 0; j < vd; ++j) v_b[(h * vd + j) * rank + r] = kv_b[(h * per_head + nope + j) * rank + r];
-      }
-    }
-    const std::string prefix = t.name.substr(0, t.name.size() - std::string("attn_kv_b.weight").size());
-    auto bytes = [](const std::vector<float>& v) {
-      return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
-    };
-    ASSERT_TRUE(w.AddTensorData(prefix + "attn_k_b.weight", gguf::GgmlType::kF32, {nope, rank, heads}, bytes(k_b)).ok());
-    ASSERT_TRUE(w.AddTensorData(prefix + "attn_v_b.weight", gguf::GgmlType::kF32, {rank, vd, heads}, bytes(v_b)).ok());
-  }
-  const absl::Status written = w.WriteFile(dst);
-  ASSERT_TRUE(written.ok()) << written;
-}
-
 // The split form is the same model: the engine and the reference give the same logits from it as from attn_kv_b.
 TEST_P(LatentFormTest, AGgufWithAttnKvBSplitIntoKAndVIsTheSameModel) {
   runtime::TinyModel tiny("deepseek2", gguf::GgmlType::kF32, GetParam());
   const std::string whole_pack = tiny.Pack(kernels::Scheme::kF16);
   const std::string split_gguf = tiny.dir.Join("split.gguf");
-  SplitKvB(tiny.dir.Join("model.gguf"), split_gguf);
+  const absl::Status split = ::strata::testing::SplitDeepseekKvB(tiny.dir.Join("model.gguf"), split_gguf);
+  ASSERT_TRUE(split.ok()) << split;
   packtool::ConvertOptions c;
   c.input = split_gguf;
   c.output_dir = tiny.dir.Join("split-pack");
