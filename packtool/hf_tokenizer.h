@@ -30,8 +30,8 @@ inline constexpr char kHfGpt4oPreRegex[] =
 inline constexpr const char* kHfDeepseekV3PreRegexes[3] = {
     R"(\p{N}{1,3})",
     "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
-    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|)"
-    R"( ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"};
+    (R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|)"
+     R"( ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)")};  // one regex in two lines
 
 struct HfTokenizerOptions {
   std::string dir;                 // holds tokenizer.json (and maybe tokenizer_config.json)
