@@ -1,30 +1,19 @@
 #include "packtool/hf_config.h"
 
 #include <cmath>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/status_macros.h"
 #include "packtool/hf_fp8.h"
+#include "packtool/json_file.h"
 #include "packtool/synth_arch.h"
 
 namespace strata::packtool {
 namespace {
 
 using nlohmann::json;
-
-absl::StatusOr<json> ReadJson(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream text;
-  text << in.rdbuf();
-  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  return j;
-}
 
 absl::StatusOr<int64_t> ReadInt(const json& c, std::string_view key, const std::string& path,
                                 std::optional<int64_t> fallback = std::nullopt) {
@@ -396,7 +385,8 @@ const std::vector<HfArch>& HfArchTable() {
 absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& dir) {
   const std::string path = dir + "/config.json";
   HfModelConfig out;
-  ASSIGN_OR_RETURN(out.json, ReadJson(path));
+  ASSIGN_OR_RETURN(out.json, ReadJsonFile(path));
+  if (!out.json.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   const json& c = out.json;
   std::vector<std::string> known;
   for (const HfArch& a : HfArchTable()) known.emplace_back(a.hf_name);

@@ -1,13 +1,12 @@
 #include "packtool/hf_tokenizer.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "engine/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "packtool/json_file.h"
 
 namespace strata::packtool {
 namespace {
@@ -23,17 +22,6 @@ bool BoolOr(const json& j, const char* key, bool fallback) {
 }
 
 constexpr int32_t kTypeNormal = 1, kTypeControl = 3, kTypeUserDefined = 4, kTypeUnused = 5;
-
-// Parses a JSON file; a missing file gives NOT_FOUND, so optional files can be told apart.
-absl::StatusOr<json> ReadJson(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream text;
-  text << in.rdbuf();
-  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
-  return j;
-}
 
 absl::Status Bad(const std::string& where, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
@@ -87,7 +75,7 @@ std::optional<std::string> TokenText(const json& config, const char* key) {
 
 absl::StatusOr<VocabMetadata> VocabFromHfTokenizer(const HfTokenizerOptions& options) {
   const std::string path = options.dir + "/tokenizer.json";
-  absl::StatusOr<json> read = ReadJson(path);
+  absl::StatusOr<json> read = ReadJsonFile(path);
   if (absl::IsNotFound(read.status())) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": missing; pass --tokenizer-gguf with a GGUF holding this model's tokenizer"));
@@ -173,7 +161,7 @@ absl::StatusOr<VocabMetadata> VocabFromHfTokenizer(const HfTokenizerOptions& opt
 
   // tokenizer_config.json is optional; its tokens are named by text.
   const std::string config_path = options.dir + "/tokenizer_config.json";
-  absl::StatusOr<json> config = ReadJson(config_path);
+  absl::StatusOr<json> config = ReadJsonFile(config_path);
   if (!config.ok() && !absl::IsNotFound(config.status())) return config.status();
   const json tc = config.ok() && config->is_object() ? *config : json::object();
   auto special_id = [&](const char* key, std::optional<int64_t> fallback) -> absl::StatusOr<std::optional<int64_t>> {
