@@ -19,8 +19,9 @@
 // --cache-policy takes a list: each cache size runs once per policy, and a table at the end gives each one's
 // hit rate and tokens/s. static starts from the pack's routing profile: when the list names static and the
 // pack has none, the bench first profiles the pack on the CPU over its own decode prompts (those of batch 1
-// and 8, each followed by --tokens greedy tokens, as strata-pack profile counts) and says so. --router-skew S synthesizes a missing --pack with expert popularity skewed by a Zipf law of
-// exponent S (strata-pack synth --router-skew); the header prints the skew the pack was made with.
+// and 8, each followed by --tokens greedy tokens, as strata-pack profile counts) and says so. --router-skew S
+// synthesizes a missing --pack with expert popularity skewed by a Zipf law of exponent S (strata-pack synth
+// --router-skew); the header prints the skew the pack was made with.
 
 #include <algorithm>
 #include <cmath>
@@ -126,7 +127,7 @@ void ProfileForStatic(const std::string& pack, int sequences, int prompt_len, in
 // One run's decode result, for the summary table.
 struct SummaryRow {
   int64_t slots;
-  std::string reads, policy;
+  std::string reads, policy, launches;
   int64_t batch;
   double hit_rate, tokens_per_second, bound;
 };
@@ -348,8 +349,8 @@ int main(int argc, char** argv) {
                     "misses %.2f\n",
                     (long long)n, r.decode_tps, r.decode_tps / n, h, cache.host_share);
         if (n == 1) strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", bound, "HBM+miss bound");
-        const std::string misses = dependent == "on" ? reads : reads + " (plain launches)";
-        summary.push_back({slots, misses, cache_policy, n, h, r.decode_tps, bound});
+        summary.push_back({slots, reads, cache_policy, strata::kernels::cuda::DependentLaunchEnabled() ? "dependent" : "plain", n, h, r.decode_tps,
+                           bound});
       }
       for (int64_t p : prefill) {
         RunConcurrent(**engine, 1, static_cast<int>(p), 1);  // warm up this prompt length
@@ -365,13 +366,13 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\ndecode by cache size and policy (router skew %g):\n", pack_skew);
-  std::printf("  %12s %-8s %-10s %5s %8s %10s %10s\n", "vram experts", "misses", "policy", "batch", "hit rate",
-              "tokens/s", "bound");
+  std::printf("  %12s %-8s %-10s %-9s %5s %8s %10s %10s\n", "vram experts", "misses", "policy", "launches", "batch",
+              "hit rate", "tokens/s", "bound");
   for (const SummaryRow& row : summary) {
     // The bound is batch 1's (HBM + miss paths at that hit rate).
-    std::printf("  %12s %-8s %-10s %5lld %8.3f %10.1f %10s\n",
+    std::printf("  %12s %-8s %-10s %-9s %5lld %8.3f %10.1f %10s\n",
                 row.slots < 0 ? "all" : std::to_string(row.slots).c_str(), row.slots < 0 ? "-" : row.reads.c_str(),
-                row.policy.c_str(), (long long)row.batch, row.hit_rate, row.tokens_per_second,
+                row.policy.c_str(), row.launches.c_str(), (long long)row.batch, row.hit_rate, row.tokens_per_second,
                 row.batch == 1 ? absl::StrFormat("%.0f", row.bound).c_str() : "-");
   }
   return 0;

@@ -93,7 +93,10 @@ absl::Status ReadQwen3Moe(const json& c, const std::string& path, HfModelConfig*
   if (ReadInt(c, "decoder_sparse_step", path, 1).value_or(0) != 1) {
     return absl::UnimplementedError(absl::StrCat(path, ": decoder_sparse_step: expected 1 (every layer MoE)"));
   }
-  if (c.contains("norm_topk_prob") && c["norm_topk_prob"].is_boolean() && !c["norm_topk_prob"].get<bool>()) {
+  if (c.contains("norm_topk_prob") && !c["norm_topk_prob"].is_boolean()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": norm_topk_prob: expected true or false"));
+  }
+  if (c.contains("norm_topk_prob") && !c["norm_topk_prob"].get<bool>()) {
     return absl::UnimplementedError(
         absl::StrCat(path, ": norm_topk_prob: false is not supported (Strata renormalises the top-k weights)"));
   }
@@ -402,7 +405,11 @@ absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& dir) {
     out.arch = &HfArchTable()[i];
     out.geometry.arch = std::string(out.arch->synth_name);
     const json* q = c.contains("quantization_config") ? &c["quantization_config"] : nullptr;
-    if (out.arch->synth_name == "gpt-oss" && q != nullptr && q->is_object() && q->value("quant_method", "") == "mxfp4") {
+    std::string quant_method;
+    if (q != nullptr && q->is_object()) {
+      ASSIGN_OR_RETURN(quant_method, ReadString(*q, "quant_method", path + ": quantization_config", ""));
+    }
+    if (out.arch->synth_name == "gpt-oss" && quant_method == "mxfp4") {
       out.mxfp4_experts = true;  // MXFP4 as gpt-oss ships its experts; the rest is BF16
     } else {
       ASSIGN_OR_RETURN(out.fp8_blocks, ReadFp8QuantizationConfig(c, path));

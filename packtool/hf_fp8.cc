@@ -53,6 +53,15 @@ absl::Status DequantizeFp8Blocks(std::span<const uint8_t> codes, std::span<const
     return v;
   }();
   const int64_t block_cols = (cols + kFp8BlockSize - 1) / kFp8BlockSize;
+  const int64_t block_rows = (rows + kFp8BlockSize - 1) / kFp8BlockSize;
+  if (rows < 0 || cols < 0 || codes.size() != static_cast<uint64_t>(rows * cols) ||
+      scale_inv.size() != static_cast<uint64_t>(block_rows * block_cols * 4) ||
+      dst.size() != static_cast<uint64_t>(rows * cols * 2)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", codes.size(), " FP8 codes, ", scale_inv.size(),
+                                                   " bytes of scale_inv and ", dst.size(), " bytes out for ", rows,
+                                                   " x ", cols, " (expected ", rows * cols, ", ",
+                                                   block_rows * block_cols * 4, " and ", rows * cols * 2, ")"));
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* row = codes.data() + r * cols;
     const uint8_t* scales = scale_inv.data() + (r / kFp8BlockSize) * block_cols * 4;

@@ -34,7 +34,8 @@ absl::StatusOr<bool> ReadFp8QuantizationConfig(const nlohmann::json& config, con
 
 // Writes rows x cols bf16 values (little-endian) into `dst` from the row-major E4M3 `codes` and the
 // row-major f32 `scale_inv` of ceil(rows / 128) x ceil(cols / 128). `name` names the tensor in errors: a NaN
-// code, or a product that is not finite, is INVALID_ARGUMENT with its row and column.
+// code, or a product that is not finite, is INVALID_ARGUMENT with its row and column; so are spans of other
+// sizes than rows x cols codes, 4 bytes a block of scales and 2 bytes a value of dst.
 absl::Status DequantizeFp8Blocks(std::span<const uint8_t> codes, std::span<const uint8_t> scale_inv, int64_t rows,
                                  int64_t cols, const std::string& name, std::span<uint8_t> dst);
 

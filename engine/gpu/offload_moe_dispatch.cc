@@ -21,7 +21,8 @@ constexpr uint64_t kStagingBytes = uint64_t{1} << 30;  // at most, for the ring 
 constexpr float kInitialHostShare = 0.6f;             // both paths: the host's share before balancing
 // Both paths: a layer's host share of one expert goes to the GPU instead. A share costs the host about 45 us
 // of round trip (posting, waking the threads, answering) plus about 11 us an s2 seed expert; the GPU reads one
-// over PCIe in about 25 us (H200 host, bench/RESULTS.md, fifth session).
+// over PCIe in about 25 us (H200 host, bench/RESULTS.md, fifth session). Layers that post nothing give the
+// balancer no feedback, so the share stays as it was until a step misses enough experts for it to count again.
 constexpr int kMinHostExperts = 2;
 
 struct StagingPlan {

@@ -11,6 +11,7 @@ namespace {
 std::atomic<int> g_dependent_launch{-1};
 
 bool DeviceSupportsIt() {
+  if (STRATA_CUDA_MIN_ARCH < 90) return false;  // some kernels were compiled without their wait
   int device = 0, major = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;

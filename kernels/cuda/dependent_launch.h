@@ -16,8 +16,8 @@
 
 namespace strata::kernels::cuda {
 
-// On by default where the device supports it (compute capability 9.0 or later); off otherwise whatever
-// the argument.
+// On by default where the device supports it (compute capability 9.0 or later, and the kernels built for
+// sm_90 or later: STRATA_CUDA_ARCHITECTURES); off otherwise whatever the argument.
 void SetDependentLaunch(bool on);
 bool DependentLaunchEnabled();
 

@@ -230,6 +230,8 @@ TEST(HfConfigTest, RefusesWhatGptOssDoesNotImplement) {
       {[](json& c) { c["attention_bias"] = false; }, "attention_bias: false is not supported"},
       {[](json& c) { c["quantization_config"]["quant_method"] = "awq"; },
        "quantization_config.quant_method: 'awq' is not supported"},
+      {[](json& c) { c["quantization_config"]["quant_method"] = 4; },
+       "quantization_config: quant_method: expected a string"},
   });
 }
 

@@ -103,6 +103,17 @@ TEST(HfFp8Test, RefusesNaNCodesAndInfiniteProductsNamingTheElement) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("element [0, 0] is 1 * scale_inv inf, not finite"));
 }
 
+TEST(HfFp8Test, RefusesSpansOfTheWrongSizeNamingTheTensor) {
+  std::vector<uint8_t> codes(4 * 6, 0x38), out(4 * 6 * 2);
+  EXPECT_TRUE(DequantizeFp8Blocks(codes, FloatBytes({1.0f}), 4, 6, "w", out).ok());
+  const absl::Status short_codes = DequantizeFp8Blocks(std::span<const uint8_t>(codes).first(23),
+                                                       FloatBytes({1.0f}), 4, 6, "w", out);
+  EXPECT_EQ(short_codes.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(short_codes.message()), HasSubstr("tensor 'w': 23 FP8 codes"));
+  EXPECT_FALSE(DequantizeFp8Blocks(codes, FloatBytes({1.0f, 2.0f}), 4, 6, "w", out).ok());
+  EXPECT_FALSE(DequantizeFp8Blocks(codes, FloatBytes({1.0f}), 4, 6, "w", std::span<uint8_t>(out).first(47)).ok());
+}
+
 TEST(HfFp8Test, ChecksTheQuantizationConfig) {
   using nlohmann::json;
   EXPECT_EQ(ReadFp8QuantizationConfig(json::object(), "c.json").value(), false);

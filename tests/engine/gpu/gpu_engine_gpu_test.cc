@@ -340,13 +340,19 @@ TEST_P(GpuOffloadTest, EveryCacheSizeAndPolicyGivesTheSameBitsAsAllInVram) {
 // while the one before it ends; it must not change a bit, with every expert in VRAM and with the host and
 // PCIe miss paths of the offload tier, whose kernels wait on the host between launches.
 TEST(GpuEngineDependentLaunchTest, PlainLaunchesGiveTheSameBits) {
-  const bool was = kernels::cuda::DependentLaunchEnabled();
+  // Restored however the test ends, so that later tests run with the default.
+  struct Restore {
+    bool was = kernels::cuda::DependentLaunchEnabled();
+    ~Restore() { kernels::cuda::SetDependentLaunch(was); }
+  } restore;
   for (kernels::Scheme scheme : {kernels::Scheme::kS2, kernels::Scheme::kF16}) {
     const std::string pack = Packs::Get().Pack("qwen3moe", "tiny", scheme);
     for (const Offload& offload : {Offload{}, Offload{0, "lru", "cpu"}, Offload{4, "lfu-decay", "gpu"}}) {
       std::vector<std::vector<float>> logits[2];
       for (bool dependent : {true, false}) {
         kernels::cuda::SetDependentLaunch(dependent);
+        EXPECT_EQ(kernels::cuda::DependentLaunchEnabled(), dependent)
+            << "dependent launch needs compute capability 9.0 and kernels built for it";
         logits[dependent ? 1 : 0] = CheckAgainstCpu(pack, 16, 8, 10, 5e-3, offload).gpu_logits;
       }
       EXPECT_FALSE(logits[1].empty());
@@ -354,7 +360,6 @@ TEST(GpuEngineDependentLaunchTest, PlainLaunchesGiveTheSameBits) {
                                       << " VRAM experts, misses on " << offload.miss_path;
     }
   }
-  kernels::cuda::SetDependentLaunch(was);
 }
 
 std::vector<OffloadCase> OffloadCases() {
