@@ -190,6 +190,18 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  for (const std::string& reads : miss_reads) {
+    if (reads != "staged" && reads != "in-place") {
+      std::fprintf(stderr, "--gpu-miss-reads: %s is neither staged nor in-place\n", reads.c_str());
+      return 2;
+    }
+  }
+  for (const std::string& d : dependent_launch) {
+    if (d != "on" && d != "off") {
+      std::fprintf(stderr, "--dependent-launch: %s is neither on nor off\n", d.c_str());
+      return 2;
+    }
+  }
   if (!std::filesystem::exists(pack)) {
     strata::packtool::SynthOptions o;
     o.geometry = *geometry;
@@ -225,8 +237,10 @@ int main(int argc, char** argv) {
   }
   int64_t max_seqs = 1;
   for (int64_t n : concurrency) max_seqs = std::max(max_seqs, n);
-  if (std::find(policies.begin(), policies.end(), "static") != policies.end() &&
-      !std::filesystem::exists(std::filesystem::path(pack) / strata::pack::kRoutingProfileFile)) {
+  // A policy decides something only where not every expert is in VRAM (--vram-experts >= 0).
+  const bool runs_static = std::find(policies.begin(), policies.end(), "static") != policies.end() &&
+                           std::any_of(vram_experts.begin(), vram_experts.end(), [](int64_t s) { return s >= 0; });
+  if (runs_static && !std::filesystem::exists(std::filesystem::path(pack) / strata::pack::kRoutingProfileFile)) {
     // The prompts of batch 1 and 8 (decode on the CPU is slow: a larger batch's other prompts are left out).
     ProfileForStatic(pack, static_cast<int>(std::min<int64_t>(8, max_seqs)), prompt_len, tokens, threads);
   }
@@ -249,18 +263,6 @@ int main(int argc, char** argv) {
   const double miss_gbps = miss_path == "gpu" ? *pcie : miss_path == "cpu" ? dram : *pcie + dram;
   int64_t longest = 0;
   for (int64_t p : prefill) longest = std::max(longest, p);
-  for (const std::string& reads : miss_reads) {
-    if (reads != "staged" && reads != "in-place") {
-      std::fprintf(stderr, "--gpu-miss-reads: %s is neither staged nor in-place\n", reads.c_str());
-      return 2;
-    }
-  }
-  for (const std::string& d : dependent_launch) {
-    if (d != "on" && d != "off") {
-      std::fprintf(stderr, "--dependent-launch: %s is neither on nor off\n", d.c_str());
-      return 2;
-    }
-  }
   struct Config {
     int64_t slots;
     std::string reads;

@@ -209,7 +209,9 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(options.dir, ": the tokenizer has ", vocab.n_tokens,
                                                    " tokens, config.json's vocab_size is ", g.n_vocab));
   }
-  RETURN_IF_ERROR(CheckSynthGeometry(g));
+  // The geometry's rules are synth's; its errors name synth's flags, so say where the numbers came from.
+  RETURN_IF_ERROR(
+      WithContext(CheckSynthGeometry(g), absl::StrCat(options.dir, "/config.json: the model it describes")));
 
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> ckpt, SafetensorsCheckpoint::Open(options.dir));
   HfCheckpointTensors tensors(*ckpt, config, options.dir);
@@ -227,9 +229,7 @@ absl::Status HfCheckpointToGguf(const HfToGgufOptions& options) {
   writer.SetUint32("general.quantization_version", 2);
   for (const auto& [key, value] : vocab.entries) writer.Set(key, value);
 
-  const json& c = config.json;
-  const bool tied = c.contains("tie_word_embeddings") && c["tie_word_embeddings"].is_boolean() &&
-                    c["tie_word_embeddings"].get<bool>();
+  const bool tied = config.tie_word_embeddings;
   for (const SynthTensor& st : SynthTensors(*arch, g)) {
     if (st.name == "output.weight" && ckpt->Find("lm_head.weight") == nullptr && tied) continue;  // the engine reuses token_embd
     if (arch->gpt_oss && absl::StrContains(st.name, "_exps.")) {

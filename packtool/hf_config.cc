@@ -85,21 +85,20 @@ absl::Status RefuseRopeScaling(const json& c, const std::string& path) {
   return absl::OkStatus();
 }
 
+// Refuses `key` when present with another value than `expected` (a JSON value), naming what Strata implements.
+absl::Status RequireValue(const json& c, const char* key, const json& expected, const std::string& path,
+                          const char* why) {
+  if (!c.contains(key) || c[key].is_null() || c[key] == expected) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat(path, ": ", key, ": ", c[key].dump(), " is not supported (expected ", expected.dump(), ": ", why,
+                   ")"));
+}
+
 absl::Status ReadQwen3Moe(const json& c, const std::string& path, HfModelConfig* out) {
   RETURN_IF_ERROR(RefuseRopeScaling(c, path));
-  if (c.contains("mlp_only_layers") && c["mlp_only_layers"].is_array() && !c["mlp_only_layers"].empty()) {
-    return absl::UnimplementedError(absl::StrCat(path, ": mlp_only_layers: dense layers are not supported (expected [])"));
-  }
-  if (ReadInt(c, "decoder_sparse_step", path, 1).value_or(0) != 1) {
-    return absl::UnimplementedError(absl::StrCat(path, ": decoder_sparse_step: expected 1 (every layer MoE)"));
-  }
-  if (c.contains("norm_topk_prob") && !c["norm_topk_prob"].is_boolean()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": norm_topk_prob: expected true or false"));
-  }
-  if (c.contains("norm_topk_prob") && !c["norm_topk_prob"].get<bool>()) {
-    return absl::UnimplementedError(
-        absl::StrCat(path, ": norm_topk_prob: false is not supported (Strata renormalises the top-k weights)"));
-  }
+  RETURN_IF_ERROR(RequireValue(c, "mlp_only_layers", json::array(), path, "no dense layers"));
+  RETURN_IF_ERROR(RequireValue(c, "decoder_sparse_step", 1, path, "every layer MoE"));
+  RETURN_IF_ERROR(RequireValue(c, "norm_topk_prob", true, path, "Strata renormalises the top-k weights"));
   SynthGeometry& g = out->geometry;
   RETURN_IF_ERROR(ReadCommon(c, path, &g));
   ASSIGN_OR_RETURN(g.expert_ff, ReadInt(c, "moe_intermediate_size", path));
@@ -116,6 +115,31 @@ absl::Status ReadMixtral(const json& c, const std::string& path, HfModelConfig* 
   return absl::OkStatus();
 }
 
+// YaRN as Hugging Face configs give it (rope_scaling with rope_type, or the older type, "yarn"): the factor
+// and original context into g, and the beta_fast / beta_slow Strata implements (32 and 1) checked.
+absl::Status ReadYarn(const json& r, const std::string& where, SynthGeometry* g) {
+  const char* type_key = r.contains("rope_type") && !r["rope_type"].is_null() ? "rope_type" : "type";
+  ASSIGN_OR_RETURN(const std::string type, ReadString(r, type_key, where, ""));
+  if (type != "yarn") {
+    return absl::UnimplementedError(
+        absl::StrCat(where, ".", type_key, ": '", type, "' is not supported (expected yarn)"));
+  }
+  ASSIGN_OR_RETURN(const double factor, ReadFloat(r, "factor", where, 0.0));
+  if (!(factor > 1.0 && factor <= 1e4)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".factor: ", factor, ", expected above 1 (up to 10000)"));
+  }
+  g->yarn_factor = static_cast<float>(factor);
+  ASSIGN_OR_RETURN(g->yarn_original_context, ReadInt(r, "original_max_position_embeddings", where));
+  for (const auto& [key, expected] : {std::pair<const char*, double>{"beta_fast", 32.0}, {"beta_slow", 1.0}}) {
+    ASSIGN_OR_RETURN(const double v, ReadFloat(r, key, where, expected));
+    if (v != expected) {
+      return absl::UnimplementedError(
+          absl::StrCat(where, ".", key, ": ", v, " is not supported (Strata implements ", expected, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // DeepSeek's YaRN (rope_scaling of type yarn, as modeling_deepseek.py reads it): the attention scale takes
 // mscale_all_dim (llama.cpp's yarn_log_multiplier 0.1 * mscale_all_dim) and the rotation mscale / mscale_all_dim,
 // which Strata implements when they are equal (as in every DeepSeek-V2/V3 config).
@@ -124,33 +148,13 @@ absl::Status ReadDeepseekYarn(const json& c, const std::string& path, SynthGeome
   const json& r = c["rope_scaling"];
   const std::string where = absl::StrCat(path, ": rope_scaling");
   if (!r.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, ": expected an object or null"));
-  ASSIGN_OR_RETURN(std::string type, ReadString(r, "type", where, ""));
-  if (type.empty()) {
-    ASSIGN_OR_RETURN(type, ReadString(r, "rope_type", where, ""));
-  }
-  if (type != "yarn") {
-    return absl::UnimplementedError(
-        absl::StrCat(where, ".type: '", type, "' is not supported (Strata implements yarn for DeepSeek)"));
-  }
-  ASSIGN_OR_RETURN(const double factor, ReadFloat(r, "factor", where, 0.0));
-  if (!(factor > 1.0 && factor <= 1e4)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ".factor: ", factor, ", expected above 1 (up to 10000)"));
-  }
-  ASSIGN_OR_RETURN(g->yarn_original_context, ReadInt(r, "original_max_position_embeddings", where));
+  RETURN_IF_ERROR(ReadYarn(r, where, g));
   ASSIGN_OR_RETURN(const double mscale, ReadFloat(r, "mscale", where, 1.0));
   ASSIGN_OR_RETURN(const double mscale_all_dim, ReadFloat(r, "mscale_all_dim", where, 0.0));
   if (mscale != mscale_all_dim) {
     return absl::UnimplementedError(absl::StrCat(where, ".mscale: ", mscale, " differs from mscale_all_dim ",
                                                  mscale_all_dim, "; Strata implements YaRN with the two equal"));
   }
-  for (const auto& [key, expected] : {std::pair<const char*, double>{"beta_fast", 32.0}, {"beta_slow", 1.0}}) {
-    ASSIGN_OR_RETURN(const double v, ReadFloat(r, key, where, expected));
-    if (v != expected) {
-      return absl::UnimplementedError(
-          absl::StrCat(where, ".", key, ": ", v, " is not supported (Strata implements ", expected, ")"));
-    }
-  }
-  g->yarn_factor = static_cast<float>(factor);
   g->yarn_log_multiplier = static_cast<float>(0.1 * mscale_all_dim);
   return absl::OkStatus();
 }
@@ -258,36 +262,7 @@ absl::Status ReadGptOss(const json& c, const std::string& path, HfModelConfig* o
   if (!c.contains("rope_scaling") || !c["rope_scaling"].is_object()) {
     return absl::UnimplementedError(absl::StrCat(where, ": missing (Strata runs gpt-oss with yarn)"));
   }
-  const json& r = c["rope_scaling"];
-  ASSIGN_OR_RETURN(std::string type, ReadString(r, "rope_type", where, ""));
-  if (type.empty()) {
-    ASSIGN_OR_RETURN(type, ReadString(r, "type", where, ""));
-  }
-  if (type != "yarn") {
-    return absl::UnimplementedError(absl::StrCat(where, ".rope_type: '", type, "' is not supported (expected yarn)"));
-  }
-  ASSIGN_OR_RETURN(const double factor, ReadFloat(r, "factor", where, 0.0));
-  if (!(factor > 1.0 && factor <= 1e4)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ".factor: ", factor, ", expected above 1 (up to 10000)"));
-  }
-  g.yarn_factor = static_cast<float>(factor);
-  ASSIGN_OR_RETURN(g.yarn_original_context, ReadInt(r, "original_max_position_embeddings", where));
-  for (const auto& [key, expected] : {std::pair<const char*, double>{"beta_fast", 32.0}, {"beta_slow", 1.0}}) {
-    ASSIGN_OR_RETURN(const double v, ReadFloat(r, key, where, expected));
-    if (v != expected) {
-      return absl::UnimplementedError(
-          absl::StrCat(where, ".", key, ": ", v, " is not supported (Strata implements ", expected, ")"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Refuses `key` when present with another value than `expected` (a JSON value), naming what Strata implements.
-absl::Status RequireValue(const json& c, const char* key, const json& expected, const std::string& path,
-                          const char* why) {
-  if (!c.contains(key) || c[key].is_null() || c[key] == expected) return absl::OkStatus();
-  return absl::UnimplementedError(
-      absl::StrCat(path, ": ", key, ": ", c[key].dump(), " is not supported (expected ", expected.dump(), ": ", why, ")"));
+  return ReadYarn(c["rope_scaling"], where, &g);
 }
 
 // Qwen1.5-MoE / Qwen2-57B-A14B: q/k/v biases, a shared expert with its sigmoid gate, top-k weights as softmaxed.
@@ -376,15 +351,6 @@ const std::vector<HfArchEntry>& Entries() {
 
 }  // namespace
 
-const std::vector<HfArch>& HfArchTable() {
-  static const std::vector<HfArch> table = [] {
-    std::vector<HfArch> t;
-    for (const HfArchEntry& e : Entries()) t.push_back(e.arch);
-    return t;
-  }();
-  return table;
-}
-
 absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& dir) {
   const std::string path = dir + "/config.json";
   HfModelConfig out;
@@ -392,7 +358,7 @@ absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& dir) {
   if (!out.json.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   const json& c = out.json;
   std::vector<std::string> known;
-  for (const HfArch& a : HfArchTable()) known.emplace_back(a.hf_name);
+  for (const HfArchEntry& e : Entries()) known.emplace_back(e.arch.hf_name);
   const std::string expected = absl::StrCat("expected one of: ", absl::StrJoin(known, ", "));
   if (!c.contains("architectures") || !c["architectures"].is_array() || c["architectures"].empty() ||
       !c["architectures"][0].is_string()) {
@@ -402,7 +368,7 @@ absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& dir) {
   const std::vector<HfArchEntry>& entries = Entries();
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].arch.hf_name != name) continue;
-    out.arch = &HfArchTable()[i];
+    out.arch = &entries[i].arch;
     out.geometry.arch = std::string(out.arch->synth_name);
     const json* q = c.contains("quantization_config") ? &c["quantization_config"] : nullptr;
     std::string quant_method;
@@ -415,6 +381,7 @@ absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& dir) {
       ASSIGN_OR_RETURN(out.fp8_blocks, ReadFp8QuantizationConfig(c, path));
     }
     RETURN_IF_ERROR(entries[i].read(c, path, &out));
+    ASSIGN_OR_RETURN(out.tie_word_embeddings, ReadBool(c, "tie_word_embeddings", path, false));
     return out;
   }
   return absl::UnimplementedError(absl::StrCat(path, ": architectures: '", name, "' is not supported (", expected, ")"));

@@ -1,9 +1,9 @@
 #ifndef STRATA_PACKTOOL_HF_CONFIG_H_
 #define STRATA_PACKTOOL_HF_CONFIG_H_
 
-// config.json of a Hugging Face checkpoint: which architecture it is (one table, HfArchTable), the geometry
-// synth's metadata writer takes, and the GGUF keys llama.cpp's converter writes for it. What the engine does
-// not implement is refused naming the field. Pure functions, any thread.
+// config.json of a Hugging Face checkpoint: which architecture it is (one table of architectures in
+// hf_config.cc), the geometry synth's metadata writer takes, and the GGUF keys llama.cpp's converter writes for
+// it. What the engine does not implement is refused naming the field. Pure functions, any thread.
 
 #include <cstdint>
 #include <string>
@@ -27,8 +27,6 @@ struct HfArch {
   bool permute_qk;                 // normal (interleaved) RoPE in GGUF from Hugging Face's NeoX order
 };
 
-const std::vector<HfArch>& HfArchTable();
-
 struct HfModelConfig {
   const HfArch* arch = nullptr;
   SynthGeometry geometry;
@@ -36,6 +34,7 @@ struct HfModelConfig {
   bool fp8_blocks = false;    // quantization_config says FP8 with 128 x 128 blocks (packtool/hf_fp8.h)
   bool mxfp4_experts = false; // gpt-oss's quantization_config says MXFP4 (packtool/hf_gpt_oss.h)
   int64_t n_mtp_layers = 0;   // multi-token-prediction layers after the model's (DeepSeek-V3, GLM-4.5), left out
+  bool tie_word_embeddings = false;  // the output projection is the token embedding when lm_head is absent
 };
 
 // Reads and checks `dir`/config.json.

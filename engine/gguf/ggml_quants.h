@@ -24,9 +24,10 @@ bool QuantizeBlocks(GgmlType type, const float* src, uint8_t* dst, int64_t n_blo
 bool ReadAffine4Blocks(GgmlType type, const uint8_t* src, int64_t n_blocks, uint8_t* codes, float* scale,
                        float* offset);
 
-// One K-quant super-block: 256 finite floats into the type's block (ggml_kquant_encode.cc).
 // MXFP4 blocks' doubled E2M1 values (32 a block) and exponents (one a block): see gguf::ReadMxfp4Codes.
 void ReadMxfp4Blocks(const uint8_t* src, int64_t n_blocks, int8_t* values, int* exponents);
+
+// One K-quant super-block: 256 finite floats into the type's block (ggml_kquant_encode.cc).
 
 void EncodeQ2_K(const float* x, uint8_t* block);
 void EncodeQ3_K(const float* x, uint8_t* block);

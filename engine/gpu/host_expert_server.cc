@@ -48,7 +48,10 @@ absl::StatusOr<std::unique_ptr<HostExpertServer>> HostExpertServer::Create(pack:
   s->x_ = reinterpret_cast<float*>(base + header + ids_bytes);
   s->parts_ = reinterpret_cast<float*>(base + header + ids_bytes + x_bytes);
   ASSIGN_OR_RETURN(s->pool_, exec::ThreadPool::Create(threads, kPoolSpinMicros));
-  s->dispatch_ = std::make_unique<model::CpuMoeDispatch>(arena, layout, n_expert, s->pool_.get());
+  // Plain SwiGLU experts only: the CUDA engine refuses architectures whose experts have biases or a clamped
+  // activation (model_factory.cc's block list), so the host computes its misses as the GPU would.
+  s->dispatch_ =
+      std::make_unique<model::CpuMoeDispatch>(arena, layout, n_expert, s->pool_.get(), model::ExpertExtras{});
   s->counter_ = model::RoutingCounter(n_expert);
   s->thread_ = std::thread([p = s.get()] { p->Loop(); });
   return s;

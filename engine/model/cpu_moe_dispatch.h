@@ -62,9 +62,10 @@ ExpertExtras ExpertExtrasOf(const ModelConfig& config, const ModelWeights& weigh
 
 class CpuMoeDispatch : public MoeDispatch {
  public:
-  // `source` and `pool` must outlive the dispatch; `pool` may be null.
+  // `source` and `pool` must outlive the dispatch; `pool` may be null. `extras` has no default: a model with
+  // biased or clamped experts computed without them would be silently wrong (ExpertExtrasOf gives them).
   CpuMoeDispatch(pack::ExpertSource* source, const kernels::ExpertLayout& layout, int64_t n_expert,
-                 exec::ThreadPool* pool, ExpertExtras extras = {});
+                 exec::ThreadPool* pool, ExpertExtras extras);
   std::string_view device() const override { return "cpu"; }
   absl::Status Run(const MoeBatch& batch) override;
   void Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k, DispatchStats* stats) const override;

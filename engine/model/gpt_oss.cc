@@ -13,6 +13,7 @@ namespace strata::model {
 absl::Status ConfigureGptOss(const gguf::Metadata& m, ModelConfig* c) {
   ASSIGN_OR_RETURN(c->expert_ff, ReadDimension(m, "gpt-oss.expert_feed_forward_length"));
   ASSIGN_OR_RETURN(c->sliding_window, ReadDimension(m, "gpt-oss.attention.sliding_window"));
+  c->swa_pattern = 2;  // the even blocks
   c->rope_style = RopeStyle::kNeox;
   c->qkv_bias = true;
   c->attn_sinks = true;

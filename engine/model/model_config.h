@@ -95,6 +95,9 @@ struct ModelConfig {
   bool attn_sinks = false;
   bool attn_output_bias = false;
   int64_t sliding_window = 0;       // 0: every block attends to every earlier position
+  // With a sliding window, block l is windowed when l % swa_pattern < swa_pattern - 1 (llama.cpp's
+  // hparams.set_swa_pattern; gpt-oss sets 2: the even blocks).
+  int64_t swa_pattern = 0;
   bool router_logit_bias = false;   // ffn_gate_inp.bias is added to the router logits
   bool expert_biases = false;       // ffn_{gate,up,down}_exps.bias per expert, in dense.gguf
   bool clamped_swiglu = false;      // experts use gpt-oss's clamped SwiGLU (kernels::ExpertActivation)
@@ -105,11 +108,13 @@ struct ModelConfig {
   float attention_scale = 0.0f;     // softmax scale of q.k: 1 / sqrt(head_dim) unless the architecture sets it
 };
 
-// The number of latest positions block `layer` attends to, itself included; 0: all of them. gpt-oss windows
-// the even blocks (llama.cpp: hparams.set_swa_pattern(2), swa_layers[il] = il % 2 < 1; a key at p0 is masked
-// for a query at p1 when p1 - p0 >= n_swa, llama_hparams::is_masked_swa).
+// The number of latest positions block `layer` attends to, itself included; 0: all of them (llama.cpp:
+// swa_layers[il] = il % swa_pattern < swa_pattern - 1; a key at p0 is masked for a query at p1 when
+// p1 - p0 >= n_swa, llama_hparams::is_masked_swa).
 inline int64_t AttentionWindow(const ModelConfig& config, int64_t layer) {
-  return config.sliding_window > 0 && layer % 2 == 0 ? config.sliding_window : 0;
+  const bool windowed = config.sliding_window > 0 && config.swa_pattern > 0 &&
+                        layer % config.swa_pattern < config.swa_pattern - 1;
+  return windowed ? config.sliding_window : 0;
 }
 
 // What a sequence's KV cache holds per layer and position: key_dim floats of keys and value_dim of values

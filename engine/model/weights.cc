@@ -31,20 +31,19 @@ absl::StatusOr<const gguf::TensorInfo*> Find(const gguf::GgufFile& file, const s
   return t;
 }
 
-absl::StatusOr<std::vector<float>> LoadVector(const gguf::GgufFile& file, const std::string& name, int64_t n) {
-  ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(file, name, {n}));
+// A tensor of shape `ne` (a vector, or [width, n] for n vectors), widened to f32.
+absl::StatusOr<std::vector<float>> LoadFloats(const gguf::GgufFile& file, const std::string& name,
+                                              const std::vector<int64_t>& ne) {
+  ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(file, name, ne));
+  int64_t n = 1;
+  for (int64_t e : ne) n *= e;
   std::vector<float> v(static_cast<size_t>(n));
   RETURN_IF_ERROR(gguf::Dequantize(t->type, t->data, v.data(), n));
   return v;
 }
 
-// A [width, n] tensor of n vectors, widened to f32.
-absl::StatusOr<std::vector<float>> LoadStack(const gguf::GgufFile& file, const std::string& name, int64_t width,
-                                             int64_t n) {
-  ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find(file, name, {width, n}));
-  std::vector<float> v(static_cast<size_t>(width * n));
-  RETURN_IF_ERROR(gguf::Dequantize(t->type, t->data, v.data(), width * n));
-  return v;
+absl::StatusOr<std::vector<float>> LoadVector(const gguf::GgufFile& file, const std::string& name, int64_t n) {
+  return LoadFloats(file, name, {n});
 }
 
 // `force_f32`: widen whatever the type (the router is small and read in f32).
@@ -231,9 +230,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadWeights(const gguf::GgufFile& 
     }
     if (c.expert_biases) {
       ExpertBiases& b = L.expert_biases;
-      ASSIGN_OR_RETURN(b.gate, LoadStack(dense, p + "ffn_gate_exps.bias", c.expert_ff, c.n_expert));
-      ASSIGN_OR_RETURN(b.up, LoadStack(dense, p + "ffn_up_exps.bias", c.expert_ff, c.n_expert));
-      ASSIGN_OR_RETURN(b.down, LoadStack(dense, p + "ffn_down_exps.bias", c.n_embd, c.n_expert));
+      ASSIGN_OR_RETURN(b.gate, LoadFloats(dense, p + "ffn_gate_exps.bias", {c.expert_ff, c.n_expert}));
+      ASSIGN_OR_RETURN(b.up, LoadFloats(dense, p + "ffn_up_exps.bias", {c.expert_ff, c.n_expert}));
+      ASSIGN_OR_RETURN(b.down, LoadFloats(dense, p + "ffn_down_exps.bias", {c.n_embd, c.n_expert}));
     }
     per_token += L.router.bytes();
     if (c.shared_expert_ff > 0) {

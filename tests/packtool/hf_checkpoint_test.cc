@@ -153,6 +153,20 @@ TEST(HfCheckpointTest, RefusesBadConfigFields) {
   EXPECT_THAT(std::string(ToGguf(dir, hf).message()), HasSubstr("config.json: num_experts: missing"));
   EditConfig(hf, [](nlohmann::json& c) { c["num_experts"] = 8; c["mlp_only_layers"] = {0}; });
   EXPECT_THAT(std::string(ToGguf(dir, hf).message()), HasSubstr("mlp_only_layers"));
+  // Values of another type are refused too, not taken as the default.
+  EditConfig(hf, [](nlohmann::json& c) { c["mlp_only_layers"] = "all"; });
+  EXPECT_THAT(std::string(ToGguf(dir, hf).message()),
+              HasSubstr("config.json: mlp_only_layers: \"all\" is not supported"));
+  EditConfig(hf, [](nlohmann::json& c) {
+    c["mlp_only_layers"] = nlohmann::json::array();
+    c["norm_topk_prob"] = "yes";
+  });
+  EXPECT_THAT(std::string(ToGguf(dir, hf).message()),
+              HasSubstr("config.json: norm_topk_prob: \"yes\" is not supported"));
+  EditConfig(hf, [](nlohmann::json& c) { c.erase("norm_topk_prob"); c["tie_word_embeddings"] = "true"; });
+  EXPECT_THAT(std::string(ToGguf(dir, hf).message()),
+              HasSubstr("config.json: tie_word_embeddings: expected true or false"));
+  EditConfig(hf, [](nlohmann::json& c) { c.erase("tie_word_embeddings"); });
   // More tokens than vocab_size: refused; fewer: padded up to vocab_size, which then the embedding lacks.
   EditConfig(hf, [](nlohmann::json& c) { c["mlp_only_layers"] = nlohmann::json::array(); c["vocab_size"] = 100; });
   EXPECT_THAT(std::string(ToGguf(dir, hf).message()), HasSubstr("tokens, config.json's vocab_size is 100"));

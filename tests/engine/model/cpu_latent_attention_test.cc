@@ -43,7 +43,7 @@ class LatentModel {
     pool_ = std::move(*exec::ThreadPool::Create(2));
     model_->Attach(std::make_unique<CpuDenseBackend>(model_->config(), model_->weights(), pool_.get(), form),
                    std::make_unique<CpuMoeDispatch>(source_.get(), pack_->layout(), model_->config().n_expert,
-                                                    pool_.get()));
+                                                    pool_.get(), ExpertExtrasOf(model_->config(), model_->weights())));
     kv_ = std::make_unique<KvCachePool>(model_->config().n_layer, CacheLayout(model_->config()), uint64_t{1} << 28,
                                         HostKvMemory());
   }

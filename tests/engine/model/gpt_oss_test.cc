@@ -67,6 +67,13 @@ TEST(GptOssConfigTest, EvenBlocksAreWindowedAsInLlamaCpp) {
   ModelConfig unwindowed = c;
   unwindowed.sliding_window = 0;
   EXPECT_EQ(AttentionWindow(unwindowed, 0), 0);
+  // llama.cpp's pattern in general: of every swa_pattern blocks, all but the last are windowed.
+  ModelConfig every_third = c;
+  every_third.swa_pattern = 3;
+  EXPECT_EQ(AttentionWindow(every_third, 0), 128);
+  EXPECT_EQ(AttentionWindow(every_third, 1), 128);
+  EXPECT_EQ(AttentionWindow(every_third, 2), 0);
+  EXPECT_EQ(AttentionWindow(every_third, 3), 128);
 }
 
 TEST(GptOssConfigTest, RefusesMissingOrMathChangingKeysNamingThem) {
