@@ -131,8 +131,10 @@ __device__ void WarpTopK(const float* logits, int n_expert, int k, int32_t* ids,
   }
 }
 
+// A prompt step's instantiation keeps to 64 registers (4 blocks an SM; its top-k arrays spill a little, in
+// the one last block of each token block), so its many expert blocks fit at once; the decode one has 128.
 template <int kWeightRun>
-__global__ void __launch_bounds__(kRouterThreads)
+__global__ void __launch_bounds__(kRouterThreads, kWeightRun == 1 ? 4 : 2)
     RouterKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, int n_tokens, int k,
                  int32_t* ids, float* weights, unsigned* counters, float* logits) {
   __shared__ bool s_is_last;
