@@ -193,9 +193,8 @@ struct GroupArgs {
 // (n_expert ints of shared memory) first expert e's pair count, then its next free list position. The
 // order of pairs inside an expert's run depends on atomics; nothing downstream depends on it.
 __device__ void GroupPairsByExpert(const GroupArgs& a, int32_t* counts) {
-  __shared__ int32_t scan_pairs[kPrepThreads];
-  __shared__ int32_t scan_items[kPrepThreads];
-  const int tid = threadIdx.x;
+  __shared__ int2 warp_totals[kPrepWarps];  // (pairs, items) of each warp's experts, then their exclusive scan
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   for (int e = tid; e < a.n_expert; e += kPrepThreads) counts[e] = 0;
   __syncthreads();
   for (int p = tid; p < a.n_pairs; p += kPrepThreads) {
@@ -203,7 +202,8 @@ __device__ void GroupPairsByExpert(const GroupArgs& a, int32_t* counts) {
     if (e >= 0 && e < a.n_expert) atomicAdd(&counts[e], 1);
   }
   __syncthreads();
-  // Each thread owns a contiguous range of experts; an exclusive scan over threads places their runs.
+  // Each thread owns a contiguous range of experts; an exclusive scan over threads (within each warp by
+  // shuffles, then over the warps' totals) places their runs.
   const int per_thread = (a.n_expert + kPrepThreads - 1) / kPrepThreads;
   const int e_begin = min(tid * per_thread, a.n_expert);
   const int e_end = min(e_begin + per_thread, a.n_expert);
@@ -212,19 +212,31 @@ __device__ void GroupPairsByExpert(const GroupArgs& a, int32_t* counts) {
     my_pairs += counts[e];
     my_items += (counts[e] + a.tile - 1) / a.tile;
   }
-  scan_pairs[tid] = my_pairs;
-  scan_items[tid] = my_items;
-  __syncthreads();
-  for (int offset = 1; offset < kPrepThreads; offset <<= 1) {
-    const int add_pairs = tid >= offset ? scan_pairs[tid - offset] : 0;
-    const int add_items = tid >= offset ? scan_items[tid - offset] : 0;
-    __syncthreads();
-    scan_pairs[tid] += add_pairs;
-    scan_items[tid] += add_items;
-    __syncthreads();
+  int scan_pairs = my_pairs, scan_items = my_items;  // inclusive, within the warp
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int up_pairs = __shfl_up_sync(expert_internal::kFullMask, scan_pairs, offset);
+    const int up_items = __shfl_up_sync(expert_internal::kFullMask, scan_items, offset);
+    if (lane >= offset) {
+      scan_pairs += up_pairs;
+      scan_items += up_items;
+    }
   }
-  int pair_at = scan_pairs[tid] - my_pairs;
-  int item_at = scan_items[tid] - my_items;
+  if (lane == 31) warp_totals[warp] = make_int2(scan_pairs, scan_items);
+  __syncthreads();
+  if (tid == 0) {
+    int2 running = make_int2(0, 0);
+    for (int w = 0; w < kPrepWarps; ++w) {
+      const int2 total = warp_totals[w];
+      warp_totals[w] = running;
+      running.x += total.x;
+      running.y += total.y;
+    }
+    *a.n_items = running.y;
+  }
+  __syncthreads();
+  int pair_at = warp_totals[warp].x + scan_pairs - my_pairs;
+  int item_at = warp_totals[warp].y + scan_items - my_items;
   for (int e = e_begin; e < e_end; ++e) {
     const int c = counts[e];
     const uint8_t* blob = c > 0 ? a.blobs[e] : nullptr;  // blobs of experts without pairs may be null
@@ -232,7 +244,6 @@ __device__ void GroupPairsByExpert(const GroupArgs& a, int32_t* counts) {
     counts[e] = pair_at;
     pair_at += c;
   }
-  if (tid == kPrepThreads - 1) *a.n_items = scan_items[tid];
   __syncthreads();
   for (int p = tid; p < a.n_pairs; p += kPrepThreads) {
     const int e = a.ids[p];

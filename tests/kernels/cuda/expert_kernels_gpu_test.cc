@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/role_gemv.h"
@@ -577,32 +578,35 @@ TEST_P(ExpertFfnGpuTest, BlobsInMappedHostMemory) {
   RunCase({"pinned blobs", 2048, 768, 8, 6, 2, Routing::kRandom, Weights::kRandomCodes, /*pinned=*/true});
 }
 
-// A token's result is the same bits whether it runs alone (narrow tiles) or in a large batch (wide tiles,
-// another position in its work item), with a workspace sized for the larger call.
+// A token's result is the same bits whether it runs alone or with two others (narrow tiles) or in a large
+// batch (wide tiles, another position in its work item), with a workspace sized for the larger call.
 TEST_P(ExpertFfnGpuTest, ResultsDoNotDependOnBatching) {
   const ExpertLayout l = Layout(2048, 768);
-  const int n_expert = 16, k = 4, n_tokens = 40, few = 3;
+  const int n_expert = 16, k = 4, n_tokens = 40;
   std::mt19937 rng(31);
   const std::vector<int32_t> ids = MakeRouting(Routing::kRandom, n_tokens, k, n_expert, rng);
   const std::vector<float> x = Gaussian(static_cast<size_t>(n_tokens) * l.n_embd, rng);
   const Layer layer = MakeLayer(l, n_expert, ids, Weights::kRandomCodes, false, 32);
   const std::vector<float> all = Run(layer, n_expert, ids, n_tokens, k, x);
-  const std::vector<int32_t> few_ids(ids.begin(), ids.begin() + few * k);
-  const std::vector<float> few_x(x.begin(), x.begin() + few * l.n_embd);
-  // The small call uses the large call's workspace size: any workspace of at least the size works.
-  DeviceBuffer d_ids = Upload(few_ids), d_x = Upload(few_x);
-  const size_t parts_count = static_cast<size_t>(few) * k * l.n_embd;
-  DeviceBuffer parts = Upload(std::vector<float>(parts_count, PoisonFloat()));
-  const size_t ws_bytes = ExpertFfnWorkspaceBytes(l, n_tokens, k, n_expert);
-  ASSERT_GE(ws_bytes, ExpertFfnWorkspaceBytes(l, few, k, n_expert));
-  absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Allocate(ws_bytes);
-  ASSERT_TRUE(ws.ok()) << ws.status();
-  ASSERT_TRUE(ExpertFfn(l, layer.blob_table.as<const uint8_t* const>(), n_expert, d_ids.as<int32_t>(), few, k,
-                        d_x.as<float>(), parts.as<float>(), ws->data(), ws_bytes, stream_)
-                  .ok());
-  ASSERT_TRUE(CudaOk(cudaStreamSynchronize(stream_)));
-  const std::vector<float> alone = Download<float>(parts.data(), parts_count);
-  EXPECT_EQ(std::memcmp(alone.data(), all.data(), parts_count * sizeof(float)), 0);
+  for (const int few : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat(few, " tokens alone"));
+    const std::vector<int32_t> few_ids(ids.begin(), ids.begin() + few * k);
+    const std::vector<float> few_x(x.begin(), x.begin() + few * l.n_embd);
+    // The small call uses the large call's workspace size: any workspace of at least the size works.
+    DeviceBuffer d_ids = Upload(few_ids), d_x = Upload(few_x);
+    const size_t parts_count = static_cast<size_t>(few) * k * l.n_embd;
+    DeviceBuffer parts = Upload(std::vector<float>(parts_count, PoisonFloat()));
+    const size_t ws_bytes = ExpertFfnWorkspaceBytes(l, n_tokens, k, n_expert);
+    ASSERT_GE(ws_bytes, ExpertFfnWorkspaceBytes(l, few, k, n_expert));
+    absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Allocate(ws_bytes);
+    ASSERT_TRUE(ws.ok()) << ws.status();
+    ASSERT_TRUE(ExpertFfn(l, layer.blob_table.as<const uint8_t* const>(), n_expert, d_ids.as<int32_t>(), few, k,
+                          d_x.as<float>(), parts.as<float>(), ws->data(), ws_bytes, stream_)
+                    .ok());
+    ASSERT_TRUE(CudaOk(cudaStreamSynchronize(stream_)));
+    const std::vector<float> alone = Download<float>(parts.data(), parts_count);
+    EXPECT_EQ(std::memcmp(alone.data(), all.data(), parts_count * sizeof(float)), 0);
+  }
 }
 
 // Captured once in a CUDA graph, ExpertFfn replays correctly for routings other than the captured one.
