@@ -87,8 +87,23 @@ struct GemvParams {
   int n_tokens;  // <= the kernel's kTokens
 };
 
+// The output holding grid block `block` and that block's first row (constant indices keep the parameters out
+// of local memory).
+template <int kTokens>
+__device__ __forceinline__ void LocateGemvBlock(const GemvParams& p, int64_t block, GemvOutput* out, int64_t* row0) {
+  *out = p.outputs[0];
+#pragma unroll
+  for (int i = 1; i < kMaxGroupOutputs; ++i) {
+    if (i < p.n_outputs && block >= p.outputs[i].block_begin) *out = p.outputs[i];
+  }
+  *row0 = (block - out->block_begin) * GemvShape<kTokens>::kRowsPerBlock;
+}
+
+// A grid of at most as many blocks as the GPU holds at once: each block takes row blocks b, b + gridDim.x, ...
+// (n_row_blocks in all) and issues the next one's first loads before it reduces and stores the current one,
+// so the memory system stays busy across row blocks and no second wave starts cold.
 template <DenseType kType, int kTokens>
-__global__ void __launch_bounds__(kGemvThreads) GemvKernel(const GemvParams p) {
+__global__ void __launch_bounds__(kGemvThreads) GemvKernel(const GemvParams p, int64_t n_row_blocks) {
   using Shape = GemvShape<kTokens>;
   constexpr int R = Shape::kRowsPerGroup;
   constexpr int kGroups = Shape::kRowGroups;
@@ -97,35 +112,26 @@ __global__ void __launch_bounds__(kGemvThreads) GemvKernel(const GemvParams p) {
   constexpr int U = Shape::kUnroll;
   __shared__ float partial[kGemvWarps][kGroups][R][kTokens];
 
-  // The output this block belongs to (constant indices keep the parameters out of local memory).
-  const int64_t block = blockIdx.x;
-  GemvOutput out = p.outputs[0];
-#pragma unroll
-  for (int i = 1; i < kMaxGroupOutputs; ++i) {
-    if (i < p.n_outputs && block >= p.outputs[i].block_begin) out = p.outputs[i];
-  }
-  const int64_t row0 = (block - out.block_begin) * Shape::kRowsPerBlock;
-
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / kColumnLanes, column_lane = lane % kColumnLanes;
   const int block_lane = warp * kColumnLanes + column_lane;
+  const int64_t n_chunks = p.cols / 8;
 
+  int64_t block = blockIdx.x;
+  GemvOutput out;
+  int64_t row0;
+  LocateGemvBlock<kTokens>(p, block, &out, &row0);
   // Rows past the end read the last row (valid memory) and are not stored.
   const uint8_t* row_ptr[R];
+  auto set_rows = [&](const GemvOutput& o, int64_t first_row) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = min(row0 + group * R + r, out.rows - 1);
-    row_ptr[r] = out.w + static_cast<uint64_t>(row) * p.row_bytes;
-  }
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = min(first_row + group * R + r, o.rows - 1);
+      row_ptr[r] = o.w + static_cast<uint64_t>(row) * p.row_bytes;
+    }
+  };
+  set_rows(out, row0);
 
-  float acc[R][kTokens];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) acc[r][t] = 0.0f;
-  }
-
-  const int64_t n_chunks = p.cols / 8;
   // All U chunks are loaded before any is used; past the row's end the last chunk is read again (and not
   // used), so the loads need no branch. The first U are in flight before the wait for the kernel before.
   RawChunk<kType> raw[U][R];
@@ -139,86 +145,126 @@ __global__ void __launch_bounds__(kGemvThreads) GemvKernel(const GemvParams p) {
   };
   if (block_lane < n_chunks) load(block_lane);
   WaitForPriorKernels();
-  for (int64_t k0 = block_lane; k0 < n_chunks; k0 += int64_t{kStep} * U) {
-    if (k0 != block_lane) load(k0);
+  for (;;) {
+    float acc[R][kTokens];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t k = k0 + int64_t{u} * kStep;
-      if (k < n_chunks) {
-        float wv[R][8];
-        float scale[R];
+    for (int r = 0; r < R; ++r) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) detail::WidenChunk<kType>(raw[u][r], wv[r], &scale[r]);
+      for (int t = 0; t < kTokens; ++t) acc[r][t] = 0.0f;
+    }
+    for (int64_t k0 = block_lane; k0 < n_chunks; k0 += int64_t{kStep} * U) {
+      if (k0 != block_lane) load(k0);
 #pragma unroll
-        for (int t = 0; t < kTokens; ++t) {
-          if (t < p.n_tokens) {
-            const float4* xp = reinterpret_cast<const float4*>(p.x + t * p.x_stride + 8 * k);
-            const float4 xa = __ldg(xp);
-            const float4 xb = __ldg(xp + 1);
+      for (int u = 0; u < U; ++u) {
+        const int64_t k = k0 + int64_t{u} * kStep;
+        if (k < n_chunks) {
+          float wv[R][8];
+          float scale[R];
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-              if constexpr (kType == DenseType::kQ8_0) {
-                // Codes times activations, then the block scale once.
-                float s = wv[r][0] * xa.x;
-                s = fmaf(wv[r][1], xa.y, s);
-                s = fmaf(wv[r][2], xa.z, s);
-                s = fmaf(wv[r][3], xa.w, s);
-                s = fmaf(wv[r][4], xb.x, s);
-                s = fmaf(wv[r][5], xb.y, s);
-                s = fmaf(wv[r][6], xb.z, s);
-                s = fmaf(wv[r][7], xb.w, s);
-                acc[r][t] = fmaf(scale[r], s, acc[r][t]);
-              } else {
-                float a = acc[r][t];
-                a = fmaf(wv[r][0], xa.x, a);
-                a = fmaf(wv[r][1], xa.y, a);
-                a = fmaf(wv[r][2], xa.z, a);
-                a = fmaf(wv[r][3], xa.w, a);
-                a = fmaf(wv[r][4], xb.x, a);
-                a = fmaf(wv[r][5], xb.y, a);
-                a = fmaf(wv[r][6], xb.z, a);
-                a = fmaf(wv[r][7], xb.w, a);
-                acc[r][t] = a;
+          for (int r = 0; r < R; ++r) detail::WidenChunk<kType>(raw[u][r], wv[r], &scale[r]);
+#pragma unroll
+          for (int t = 0; t < kTokens; ++t) {
+            if (t < p.n_tokens) {
+              const float4* xp = reinterpret_cast<const float4*>(p.x + t * p.x_stride + 8 * k);
+              const float4 xa = __ldg(xp);
+              const float4 xb = __ldg(xp + 1);
+#pragma unroll
+              for (int r = 0; r < R; ++r) {
+                if constexpr (kType == DenseType::kQ8_0) {
+                  // Codes times activations, then the block scale once.
+                  float s = wv[r][0] * xa.x;
+                  s = fmaf(wv[r][1], xa.y, s);
+                  s = fmaf(wv[r][2], xa.z, s);
+                  s = fmaf(wv[r][3], xa.w, s);
+                  s = fmaf(wv[r][4], xb.x, s);
+                  s = fmaf(wv[r][5], xb.y, s);
+                  s = fmaf(wv[r][6], xb.z, s);
+                  s = fmaf(wv[r][7], xb.w, s);
+                  acc[r][t] = fmaf(scale[r], s, acc[r][t]);
+                } else {
+                  float a = acc[r][t];
+                  a = fmaf(wv[r][0], xa.x, a);
+                  a = fmaf(wv[r][1], xa.y, a);
+                  a = fmaf(wv[r][2], xa.z, a);
+                  a = fmaf(wv[r][3], xa.w, a);
+                  a = fmaf(wv[r][4], xb.x, a);
+                  a = fmaf(wv[r][5], xb.y, a);
+                  a = fmaf(wv[r][6], xb.z, a);
+                  a = fmaf(wv[r][7], xb.w, a);
+                  acc[r][t] = a;
+                }
               }
             }
           }
         }
       }
     }
-  }
 
-  // Sum over the group's lanes of this warp, then over the 4 warps.
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-#pragma unroll
-      for (int offset = kColumnLanes / 2; offset > 0; offset /= 2) {
-        acc[r][t] += __shfl_xor_sync(kFullMask, acc[r][t], offset);
-      }
+    // The next row block's first chunks go out before this one's reduction.
+    const int64_t next = block + gridDim.x;
+    GemvOutput next_out = out;
+    int64_t next_row0 = row0;
+    if (next < n_row_blocks) {
+      LocateGemvBlock<kTokens>(p, next, &next_out, &next_row0);
+      set_rows(next_out, next_row0);
+      if (block_lane < n_chunks) load(block_lane);
     }
-  }
-  if (column_lane == 0) {
+
+    // Sum over the group's lanes of this warp, then over the 4 warps.
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int t = 0; t < kTokens; ++t) partial[warp][group][r][t] = acc[r][t];
-    }
-  }
-  __syncthreads();
-  // Element i: row (i % kRowsPerBlock) of the block, token i / kRowsPerBlock (neighbouring threads store
-  // neighbouring rows).
-  for (int i = threadIdx.x; i < Shape::kRowsPerBlock * kTokens; i += kGemvThreads) {
-    const int row_in_block = i % Shape::kRowsPerBlock, t = i / Shape::kRowsPerBlock;
-    const int g = row_in_block / R, r = row_in_block % R;
-    const int64_t row = row0 + row_in_block;
-    if (t >= p.n_tokens || row >= out.rows) continue;
-    float sum = partial[0][g][r][t];
+      for (int t = 0; t < kTokens; ++t) {
 #pragma unroll
-    for (int w = 1; w < kGemvWarps; ++w) sum += partial[w][g][r][t];
-    float* y = out.y + t * out.y_stride + row;
-    *y = out.accumulate ? *y + sum : sum;
+        for (int offset = kColumnLanes / 2; offset > 0; offset /= 2) {
+          acc[r][t] += __shfl_xor_sync(kFullMask, acc[r][t], offset);
+        }
+      }
+    }
+    if (column_lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int t = 0; t < kTokens; ++t) partial[warp][group][r][t] = acc[r][t];
+      }
+    }
+    __syncthreads();
+    // Element i: row (i % kRowsPerBlock) of the block, token i / kRowsPerBlock (neighbouring threads store
+    // neighbouring rows).
+    for (int i = threadIdx.x; i < Shape::kRowsPerBlock * kTokens; i += kGemvThreads) {
+      const int row_in_block = i % Shape::kRowsPerBlock, t = i / Shape::kRowsPerBlock;
+      const int g = row_in_block / R, r = row_in_block % R;
+      const int64_t row = row0 + row_in_block;
+      if (t >= p.n_tokens || row >= out.rows) continue;
+      float sum = partial[0][g][r][t];
+#pragma unroll
+      for (int w = 1; w < kGemvWarps; ++w) sum += partial[w][g][r][t];
+      float* y = out.y + t * out.y_stride + row;
+      *y = out.accumulate ? *y + sum : sum;
+    }
+    if (next >= n_row_blocks) break;
+    __syncthreads();  // every thread has read `partial` before the next row block writes it
+    block = next;
+    out = next_out;
+    row0 = next_row0;
   }
+}
+
+// Blocks of GemvKernel<kType, kTokens> the device holds at once (the persistent grid's size).
+template <DenseType kType, int kTokens>
+int GemvResidentBlocks() {
+  static const int resident = [] {
+    int device = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, GemvKernel<kType, kTokens>, kGemvThreads, 0) !=
+            cudaSuccess) {
+      cudaGetLastError();
+      return 1024;  // a grid that still covers any matrix, in several rounds
+    }
+    return std::max(1, sms * per_sm);
+  }();
+  return resident;
 }
 
 template <DenseType kType, int kTokens>
@@ -228,9 +274,9 @@ absl::Status LaunchGemvFor(GemvParams p, cudaStream_t stream) {
     p.outputs[i].block_begin = blocks;
     blocks += (p.outputs[i].rows + GemvShape<kTokens>::kRowsPerBlock - 1) / GemvShape<kTokens>::kRowsPerBlock;
   }
-  if (blocks > INT_MAX) return BadArgument("DenseMatmul", "the total of rows", blocks, "it is too large for one grid");
-  return LaunchKernel("GemvKernel", GemvKernel<kType, kTokens>, static_cast<unsigned>(blocks), kGemvThreads, 0, stream,
-                      p);
+  const int64_t grid = std::min<int64_t>(blocks, GemvResidentBlocks<kType, kTokens>());
+  return LaunchKernel("GemvKernel", GemvKernel<kType, kTokens>, static_cast<unsigned>(grid), kGemvThreads, 0, stream,
+                      p, blocks);
 }
 
 template <DenseType kType>
