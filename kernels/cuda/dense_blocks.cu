@@ -94,8 +94,8 @@ absl::Status QkvBiasAndNorm(float* q, float* k, float* v, int n_tokens, int64_t 
                       kv_dim, bq, bk, bv, q_norm, k_norm, eps);
 }
 
-absl::Status SwiGlu(const float* gate, const float* up, int64_t ff, int n_tokens, const float* gate_inp,
-                    const float* h, int64_t n, float* out, cudaStream_t stream) {
+absl::Status SwiGlu(const float* gate, const float* up, int64_t ff, int n_tokens, const float* gate_inp, const float* h,
+                    int64_t n, float* out, cudaStream_t stream) {
   constexpr absl::string_view kFn = "SwiGlu";
   if (ff < 1) return BadArgument(kFn, "ff", ff, "it must be >= 1");
   if (n_tokens < 0) return BadArgument(kFn, "n_tokens", n_tokens, "it must be >= 0");

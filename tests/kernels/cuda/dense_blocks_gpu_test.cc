@@ -25,10 +25,10 @@ struct QkvCase {
 
 TEST_F(DenseKernelsTest, QkvBiasAndNormMatchesTheCpu) {
   const QkvCase cases[] = {
-      {2048, 2048, false, true},  // OLMoE
-      {2048, 256, true, false},   // Qwen1.5-MoE
-      {12288, 1024, true, false}, // GLM-4.5
-      {96, 32, true, true},       // both, rows shorter than the block
+      {2048, 2048, false, true},   // OLMoE
+      {2048, 256, true, false},    // Qwen1.5-MoE
+      {12288, 1024, true, false},  // GLM-4.5
+      {96, 32, true, true},        // both, rows shorter than the block
       {72, 24, true, true},
   };
   for (const QkvCase& c : cases) {
@@ -55,10 +55,10 @@ TEST_F(DenseKernelsTest, QkvBiasAndNormMatchesTheCpu) {
       dbv.Upload(bv);
       dqn.Upload(qn);
       dkn.Upload(kn);
-      const absl::Status s = QkvBiasAndNorm(
-          dq.get(), dk.get(), dv.get(), n_tokens, c.q_dim, c.kv_dim, c.bias ? dbq.get() : nullptr,
-          c.bias ? dbk.get() : nullptr, c.bias ? dbv.get() : nullptr, c.whole_norm ? dqn.get() : nullptr,
-          c.whole_norm ? dkn.get() : nullptr, kEps, stream_);
+      const absl::Status s =
+          QkvBiasAndNorm(dq.get(), dk.get(), dv.get(), n_tokens, c.q_dim, c.kv_dim, c.bias ? dbq.get() : nullptr,
+                         c.bias ? dbk.get() : nullptr, c.bias ? dbv.get() : nullptr, c.whole_norm ? dqn.get() : nullptr,
+                         c.whole_norm ? dkn.get() : nullptr, kEps, stream_);
       ASSERT_TRUE(s.ok()) << s;
       Sync();
       // The CPU backend's order: the three biases, then the norms over the whole rows.
@@ -88,12 +88,12 @@ TEST_F(DenseKernelsTest, QkvBiasAndNormMatchesTheCpu) {
 
 TEST_F(DenseKernelsTest, QkvBiasAndNormRejectsBadArguments) {
   DeviceArray<float> q(64), k(64), v(64), norm(64);
-  EXPECT_THAT(QkvBiasAndNorm(q.get(), k.get(), v.get(), 1, 0, 64, nullptr, nullptr, nullptr, nullptr, nullptr, kEps,
-                             stream_),
-              StatusIsWith(absl::StatusCode::kInvalidArgument, "q_dim is 0"));
-  EXPECT_THAT(QkvBiasAndNorm(q.get(), k.get(), nullptr, 1, 64, 64, nullptr, nullptr, nullptr, nullptr, nullptr, kEps,
-                             stream_),
-              StatusIsWith(absl::StatusCode::kInvalidArgument, "v is null"));
+  EXPECT_THAT(
+      QkvBiasAndNorm(q.get(), k.get(), v.get(), 1, 0, 64, nullptr, nullptr, nullptr, nullptr, nullptr, kEps, stream_),
+      StatusIsWith(absl::StatusCode::kInvalidArgument, "q_dim is 0"));
+  EXPECT_THAT(
+      QkvBiasAndNorm(q.get(), k.get(), nullptr, 1, 64, 64, nullptr, nullptr, nullptr, nullptr, nullptr, kEps, stream_),
+      StatusIsWith(absl::StatusCode::kInvalidArgument, "v is null"));
   EXPECT_THAT(QkvBiasAndNorm(q.get(), k.get(), v.get(), 1, 64, 64, nullptr, nullptr, nullptr, norm.get(), nullptr, kEps,
                              stream_),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "q_norm and k_norm must both be given"));
@@ -123,8 +123,8 @@ TEST_F(DenseKernelsTest, SwiGluMatchesTheCpuWithAndWithoutTheSharedExpertGate) {
       for (bool gated : {false, true}) {
         for (bool in_place : {false, true}) {
           const uint64_t seed = NextSeed();
-          SCOPED_TRACE(absl::StrCat("ff ", ff, " tokens ", n_tokens, " gated ", gated, " in place ", in_place,
-                                    " seed ", seed));
+          SCOPED_TRACE(
+              absl::StrCat("ff ", ff, " tokens ", n_tokens, " gated ", gated, " in place ", in_place, " seed ", seed));
           Random rng(seed);
           const std::vector<float> gate = RandomFloats(n_tokens * ff, -6.0f, 6.0f, rng);
           const std::vector<float> up = RandomFloats(n_tokens * ff, -2.0f, 2.0f, rng);
@@ -185,6 +185,7 @@ struct GateCase {
 
 struct GatedInputs {
   std::vector<float> w, x, bias;
+  std::vector<float> norm, h;  // with a norm: its weight and the CPU's normed rows
   std::vector<int32_t> ids;
   std::vector<float> weights;
 };
@@ -212,12 +213,14 @@ void CpuGatedRouter(const GateCase& c, std::vector<float> probs, const std::vect
 
 // Random inputs whose top k + 1 choice values are at least 1e-5 apart (probs near 1/n_expert for a softmax:
 // checked on the logits, 1e-4 apart, as the default router's test does).
-GatedInputs MakeGatedInputs(const GateCase& c, int n_tokens, Random& rng) {
+GatedInputs MakeGatedInputs(const GateCase& c, int n_tokens, bool with_norm, Random& rng) {
   GatedInputs in;
   const float w_scale = 2.0f / std::sqrt(static_cast<float>(c.n));
   in.w = RandomFloats(static_cast<size_t>(c.n_expert) * c.n, -w_scale, w_scale, rng);
   in.bias = RandomFloats(c.n_expert, -0.1f, 0.1f, rng);
+  if (with_norm) in.norm = RandomFloats(c.n, 0.5f, 1.5f, rng);
   in.x.resize(static_cast<size_t>(n_tokens) * c.n);
+  in.h.resize(with_norm ? in.x.size() : 0);
   in.ids.resize(static_cast<size_t>(n_tokens) * c.k);
   in.weights.resize(in.ids.size());
   std::vector<float> logits(c.n_expert), choice;
@@ -226,8 +229,13 @@ GatedInputs MakeGatedInputs(const GateCase& c, int n_tokens, Random& rng) {
     for (int attempt = 0;; ++attempt) {
       if (attempt == 1000) throw std::runtime_error("no router input without near-ties");
       for (int64_t i = 0; i < c.n; ++i) xt[i] = rng.Uniform(-1.0f, 1.0f);
-      DenseGemvReference(DenseType::kF32, reinterpret_cast<const uint8_t*>(in.w.data()), c.n, 0, c.n_expert, xt, c.n,
-                         1, logits.data(), c.n_expert);
+      const float* ht = xt;
+      if (with_norm) {
+        model::RmsNorm(xt, in.norm.data(), c.n, kEps, &in.h[t * c.n]);
+        ht = &in.h[t * c.n];
+      }
+      DenseGemvReference(DenseType::kF32, reinterpret_cast<const uint8_t*>(in.w.data()), c.n, 0, c.n_expert, ht, c.n, 1,
+                         logits.data(), c.n_expert);
       CpuGatedRouter(c, logits, in.bias, &in.ids[t * c.k], &in.weights[t * c.k], &choice);
       const bool on_logits = !c.sigmoid && !c.bias;
       std::vector<float> sorted = on_logits ? logits : choice;
@@ -257,45 +265,58 @@ TEST_F(DenseKernelsTest, RouterTopKGatesLikeTheCpu) {
     DeviceArray<uint8_t> workspace(ws_bytes);
     Check(cudaMemset(workspace.get(), 0, ws_bytes), "memset");
     for (int n_tokens : {1, 8, 9, 300}) {
-      const uint64_t seed = NextSeed();
-      SCOPED_TRACE(absl::StrCat(c.name, ": ", c.n_expert, " experts, n ", c.n, ", k ", c.k, ", ", n_tokens,
-                                " tokens, seed ", seed));
-      Random rng(seed);
-      const GatedInputs in = MakeGatedInputs(c, n_tokens, rng);
-      DeviceArray<float> dw(in.w.size()), dx(in.x.size()), dbias(in.bias.size()), dweights(in.weights.size());
-      DeviceArray<int32_t> dids(in.ids.size());
-      dw.Upload(in.w);
-      dx.Upload(in.x);
-      dbias.Upload(in.bias);
-      RouterGate gate;
-      gate.sigmoid = c.sigmoid;
-      gate.choice_bias = c.bias ? dbias.get() : nullptr;
-      gate.renorm = c.renorm;
-      gate.scale = c.scale;
-      ASSERT_FALSE(gate.plain());
-      const absl::Status s = RouterTopK(dw.get(), c.n_expert, c.n, dx.get(), RouterNorm{}, gate, n_tokens, c.k,
-                                        dids.get(), dweights.get(), workspace.get(), ws_bytes, stream_);
-      ASSERT_TRUE(s.ok()) << s;
-      Sync();
-      EXPECT_EQ(dids.Download(), in.ids);
-      const std::vector<float> weights = dweights.Download();
-      int wrong = 0;
-      for (size_t i = 0; i < weights.size(); ++i) {
-        const float bound = 2e-6f * std::max(1.0f, std::fabs(in.weights[i]));
-        if (!(std::fabs(weights[i] - in.weights[i]) <= bound) && ++wrong <= 5) {
-          ADD_FAILURE() << "weight " << i << " is " << weights[i] << ", the CPU's " << in.weights[i];
+      for (bool with_norm : {false, true}) {  // the fused norm (a decode step) or none (a prompt normed before)
+        const uint64_t seed = NextSeed();
+        SCOPED_TRACE(absl::StrCat(c.name, ": ", c.n_expert, " experts, n ", c.n, ", k ", c.k, ", ", n_tokens,
+                                  " tokens, ", with_norm ? "normed" : "no norm", ", seed ", seed));
+        Random rng(seed);
+        const GatedInputs in = MakeGatedInputs(c, n_tokens, with_norm, rng);
+        DeviceArray<float> dw(in.w.size()), dx(in.x.size()), dbias(in.bias.size()), dweights(in.weights.size()),
+            dnorm(c.n), dh(in.x.size());
+        DeviceArray<int32_t> dids(in.ids.size());
+        dw.Upload(in.w);
+        dx.Upload(in.x);
+        dbias.Upload(in.bias);
+        RouterNorm norm;
+        if (with_norm) {
+          dnorm.Upload(in.norm);
+          norm = RouterNorm{dnorm.get(), kEps, dh.get()};
         }
-      }
-      EXPECT_EQ(wrong, 0);
-      if (!c.renorm && !c.sigmoid && c.k < c.n_expert) {
-        // Softmax probs not renormalised: the k chosen ones sum to less than 1 (times the scale).
-        for (int t = 0; t < n_tokens; ++t) {
-          EXPECT_LT(std::accumulate(&weights[t * c.k], &weights[t * c.k] + c.k, 0.0), c.scale) << "token " << t;
+        RouterGate gate;
+        gate.sigmoid = c.sigmoid;
+        gate.choice_bias = c.bias ? dbias.get() : nullptr;
+        gate.renorm = c.renorm;
+        gate.scale = c.scale;
+        ASSERT_FALSE(gate.plain());
+        const absl::Status s = RouterTopK(dw.get(), c.n_expert, c.n, dx.get(), norm, gate, n_tokens, c.k, dids.get(),
+                                          dweights.get(), workspace.get(), ws_bytes, stream_);
+        ASSERT_TRUE(s.ok()) << s;
+        Sync();
+        EXPECT_EQ(dids.Download(), in.ids);
+        const std::vector<float> weights = dweights.Download();
+        int wrong = 0;
+        for (size_t i = 0; i < weights.size(); ++i) {
+          const float bound = 2e-6f * std::max(1.0f, std::fabs(in.weights[i]));
+          if (!(std::fabs(weights[i] - in.weights[i]) <= bound) && ++wrong <= 5) {
+            ADD_FAILURE() << "weight " << i << " is " << weights[i] << ", the CPU's " << in.weights[i];
+          }
         }
+        EXPECT_EQ(wrong, 0);
+        if (!c.renorm && !c.sigmoid && c.k < c.n_expert) {
+          // Softmax probs not renormalised: the k chosen ones sum to less than 1 (times the scale).
+          for (int t = 0; t < n_tokens; ++t) {
+            EXPECT_LT(std::accumulate(&weights[t * c.k], &weights[t * c.k] + c.k, 0.0), c.scale) << "token " << t;
+          }
+        }
+        if (with_norm) {
+          // The normed rows: the CPU's, but for the rounding of a double sum in another order (one ulp).
+          ExpectRows(dh.Download(), in.h, n_tokens, c.n, c.n, 2e-7, "h");
+          ExpectGuards(dh, "h");
+        }
+        ExpectGuards(dids, "ids");
+        ExpectGuards(dweights, "weights");
+        ExpectGuards(workspace, "workspace");
       }
-      ExpectGuards(dids, "ids");
-      ExpectGuards(dweights, "weights");
-      ExpectGuards(workspace, "workspace");
     }
   }
   DeviceArray<float> w(4096), x(4096), weights(64);
