@@ -52,9 +52,14 @@ void CudaKvMemory::Free(void* data) { cudaFree(data); }
 uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model::ModelWeights& w, int max_batch,
                                        int max_prefill) {
   uint64_t bytes = 0;
+  auto floats = [](const std::vector<float>& v) { return AlignUp(v.size() * sizeof(float)); };
+  auto ffn = [&](const model::FfnWeights& f) {
+    return AlignUp(f.gate.bytes()) + AlignUp(f.up.bytes()) + AlignUp(f.down.bytes()) + floats(f.gate_inp);
+  };
   for (const model::LayerWeights& L : w.layers) {
     bytes += AlignUp(L.wq.bytes()) + AlignUp(L.wk.bytes()) + AlignUp(L.wv.bytes()) + AlignUp(L.wo.bytes()) +
-             AlignUp(L.router.bytes()) + 4 * AlignUp(c.n_embd * 4) + 2 * AlignUp(c.head_dim * 4);
+             AlignUp(L.router.bytes()) + 4 * AlignUp(c.n_embd * 4) + floats(L.q_norm) + floats(L.k_norm) +
+             floats(L.bq) + floats(L.bk) + floats(L.bv) + floats(L.router_bias) + ffn(L.shared) + ffn(L.dense_ffn);
   }
   bytes += AlignUp(w.output.bytes()) + AlignUp(c.n_embd * 4);
   bytes += static_cast<uint64_t>(c.n_vocab) * c.n_embd * 4;  // the embedding, at most widened to F32
@@ -62,6 +67,7 @@ uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model:
   const uint64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
   bytes += n * 4 * (4 * c.n_embd + 2 * q_dim + 2 * kv_dim + c.n_expert_used * (c.n_embd + 2) + c.n_vocab);
   bytes += n * 4 * c.n_layer * c.n_expert_used;
+  bytes += n * 4 * 2 * static_cast<uint64_t>(std::max(c.shared_expert_ff, c.dense_ff));  // ffn_gate_, ffn_up_
   return bytes;
 }
 
@@ -79,7 +85,10 @@ absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const
   // The widening workspace holds the largest matrix, up to 64 Mi weights (larger ones go in row blocks).
   int64_t largest = weights.output.rows * weights.output.cols;
   for (const model::LayerWeights& L : weights.layers) {
-    for (const model::DenseMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo}) largest = std::max(largest, m->rows * m->cols);
+    for (const model::DenseMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.shared.gate, &L.shared.up, &L.shared.down,
+                                        &L.dense_ffn.gate, &L.dense_ffn.up, &L.dense_ffn.down}) {
+      largest = std::max(largest, m->rows * m->cols);
+    }
   }
   ASSIGN_OR_RETURN(b->matmul_, kernels::cuda::MatmulContext::Create(b->stream_, std::min<int64_t>(largest, 64 << 20)));
   RETURN_IF_ERROR(b->Upload(weights));
@@ -137,8 +146,17 @@ absl::Status CudaDenseBackend::Upload(const model::ModelWeights& w) {
     *d = {m.type, m.rows, m.cols, nullptr};
     items.push_back({m.data, m.bytes(), reinterpret_cast<const void**>(&d->data)});
   };
+  // Absent weights (empty, rows == 0) stay null on the device.
   auto vec = [&](const std::vector<float>& v, const float** d) {
+    if (v.empty()) return;
     items.push_back({v.data(), v.size() * sizeof(float), reinterpret_cast<const void**>(d)});
+  };
+  auto ffn = [&](const model::FfnWeights& f, DeviceFfn* d) {
+    if (f.gate.rows == 0) return;
+    matrix(f.gate, &d->gate);
+    matrix(f.up, &d->up);
+    matrix(f.down, &d->down);
+    vec(f.gate_inp, &d->gate_inp);
   };
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const model::LayerWeights& L = w.layers[l];
@@ -148,12 +166,22 @@ absl::Status CudaDenseBackend::Upload(const model::ModelWeights& w) {
     matrix(L.wk, &D.wk);
     matrix(L.wv, &D.wv);
     matrix(L.wo, &D.wo);
-    if (c.qk_norm) {
+    if (c.qkv_bias) {
+      vec(L.bq, &D.bq);
+      vec(L.bk, &D.bk);
+      vec(L.bv, &D.bv);
+    }
+    if (c.qk_norm || c.qk_norm_whole) {
       vec(L.q_norm, &D.q_norm);
       vec(L.k_norm, &D.k_norm);
     }
     vec(L.ffn_norm, &D.ffn_norm);
-    items.push_back({L.router.data, L.router.bytes(), reinterpret_cast<const void**>(&D.router)});
+    if (L.router.rows > 0) {
+      items.push_back({L.router.data, L.router.bytes(), reinterpret_cast<const void**>(&D.router)});
+    }
+    if (c.router_score_bias) vec(L.router_bias, &D.router_bias);
+    ffn(L.shared, &D.shared);
+    ffn(L.dense_ffn, &D.dense_ffn);
   }
   vec(w.output_norm, &output_norm_);
   matrix(w.output, &output_);
@@ -171,7 +199,7 @@ absl::Status CudaDenseBackend::Upload(const model::ModelWeights& w) {
   }
   memory_used_ += total;
 
-  const std::vector<double> freq = model::RopeFrequencies(c.head_dim, c.rope_freq_base);
+  const std::vector<double> freq = model::RopeFrequencies(c.rope_dim, c.rope_freq_base);
   ASSIGN_OR_RETURN(freq_, DeviceBuffer::Allocate(freq.size() * sizeof(double)));
   CUDA_RETURN_IF_ERROR(cudaMemcpy(freq_.data(), freq.data(), freq.size() * sizeof(double), cudaMemcpyHostToDevice),
                        "uploading RoPE frequencies");
@@ -195,6 +223,12 @@ absl::Status CudaDenseBackend::AllocateBuffers() {
   for (const Need& need : needs) {
     ASSIGN_OR_RETURN(*need.buf, DeviceBuffer::Allocate(need.bytes));
     memory_used_ += need.bytes;
+  }
+  if (const int64_t ff = std::max(c.shared_expert_ff, c.dense_ff); ff > 0) {
+    for (DeviceBuffer* buf : {&ffn_gate_, &ffn_up_}) {
+      ASSIGN_OR_RETURN(*buf, DeviceBuffer::Allocate(n * ff * 4));
+      memory_used_ += n * ff * 4;
+    }
   }
   ASSIGN_OR_RETURN(router_ws_, DeviceBuffer::Allocate(kernels::cuda::RouterWorkspaceBytes(max_tokens_, c.n_expert)));
   // On the compute stream: it does not wait for the legacy stream's work, cudaMemset's included.
@@ -317,11 +351,17 @@ absl::Status CudaDenseBackend::Attention(int64_t l) {
                                               {L.wv.data, L.wv.rows, v_.as<float>(), kv_dim}};
   RETURN_IF_ERROR(kernels::cuda::DenseMatmulGroup(*matmul_, L.wq.type, c.n_embd, qkv, h_.as<float>(), c.n_embd, n_,
                                                   stream_));
+  if (c.qkv_bias || c.qk_norm_whole) {
+    RETURN_IF_ERROR(kernels::cuda::QkvBiasAndNorm(q_.as<float>(), k_.as<float>(), v_.as<float>(), n_, q_dim, kv_dim,
+                                                  L.bq, L.bk, L.bv, c.qk_norm_whole ? L.q_norm : nullptr,
+                                                  c.qk_norm_whole ? L.k_norm : nullptr, c.rms_norm_eps, stream_));
+  }
   RETURN_IF_ERROR(kernels::cuda::QkNormRopeStore(
       q_.as<float>(), k_.as<float>(), v_.as<float>(), slots_.as<TokenSlot>(), n_, l, static_cast<int>(c.n_head),
-      static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim), L.q_norm, L.k_norm, c.rms_norm_eps,
-      freq_.as<double>(), c.rope_style == model::RopeStyle::kNeox ? 1 : 0, stream_));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim), static_cast<int>(c.rope_dim),
+      c.qk_norm ? L.q_norm : nullptr, c.qk_norm ? L.k_norm : nullptr, c.rms_norm_eps, freq_.as<double>(),
+      c.rope_style == model::RopeStyle::kNeox ? 1 : 0, stream_));
+  const float scale = c.attention_scale;
   RETURN_IF_ERROR(kernels::cuda::Attention(q_.as<float>(), slots_.as<TokenSlot>(), n_, l, static_cast<int>(c.n_head),
                                            static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim), scale,
                                            max_positions_, attn_.as<float>(), attention_ws_.data(),
@@ -345,8 +385,13 @@ absl::Status CudaDenseBackend::Router(int64_t l, model::MoeBatch* moe) {
     norm = {};
     router_in = h_.as<float>();
   }
-  RETURN_IF_ERROR(kernels::cuda::RouterTopK(L.router, static_cast<int>(c.n_expert), c.n_embd, router_in, norm, n_,
-                                            k, ids, weights_.as<float>(), router_ws_.data(), router_ws_.bytes(),
+  kernels::cuda::RouterGate gate;
+  gate.sigmoid = c.router_gating == model::RouterGating::kSigmoid;
+  gate.choice_bias = c.router_score_bias ? L.router_bias : nullptr;
+  gate.renorm = c.router_renorm;
+  gate.scale = c.routed_scale;
+  RETURN_IF_ERROR(kernels::cuda::RouterTopK(L.router, static_cast<int>(c.n_expert), c.n_embd, router_in, norm, gate,
+                                            n_, k, ids, weights_.as<float>(), router_ws_.data(), router_ws_.bytes(),
                                             stream_));
   moe->n_tokens = n_;
   moe->k = k;
@@ -357,8 +402,42 @@ absl::Status CudaDenseBackend::Router(int64_t l, model::MoeBatch* moe) {
   return absl::OkStatus();
 }
 
+absl::Status CudaDenseBackend::AddFfn(const DeviceFfn& f, int64_t ff) {
+  const int64_t E = config_.n_embd;
+  float* gate = ffn_gate_.as<float>();
+  float* up = ffn_up_.as<float>();
+  if (f.gate.type == f.up.type) {
+    const kernels::cuda::MatmulOutput outputs[2] = {{f.gate.data, f.gate.rows, gate, ff},
+                                                    {f.up.data, f.up.rows, up, ff}};
+    RETURN_IF_ERROR(kernels::cuda::DenseMatmulGroup(*matmul_, f.gate.type, E, outputs, h_.as<float>(), E, n_, stream_));
+  } else {
+    RETURN_IF_ERROR(kernels::cuda::DenseMatmul(*matmul_, f.gate.type, f.gate.data, f.gate.rows, E, h_.as<float>(), E,
+                                               n_, gate, ff, /*accumulate=*/false, stream_));
+    RETURN_IF_ERROR(kernels::cuda::DenseMatmul(*matmul_, f.up.type, f.up.data, f.up.rows, E, h_.as<float>(), E, n_,
+                                               up, ff, /*accumulate=*/false, stream_));
+  }
+  // The activation (times the shared expert's gate, if any) in place of the gate product.
+  RETURN_IF_ERROR(kernels::cuda::SwiGlu(gate, up, ff, n_, f.gate_inp, h_.as<float>(), E, gate, stream_));
+  return kernels::cuda::DenseMatmul(*matmul_, f.down.type, f.down.data, f.down.rows, ff, gate, ff, n_,
+                                    x_.as<float>(), E, /*accumulate=*/true, stream_);
+}
+
+absl::Status CudaDenseBackend::DenseFfn(int64_t l) {
+  const model::ModelConfig& c = config_;
+  const DeviceLayer& L = layers_[l];
+  RETURN_IF_ERROR(kernels::cuda::RmsNorm(x_.as<float>(), c.n_embd, L.ffn_norm, c.n_embd, n_, c.rms_norm_eps,
+                                         h_.as<float>(), c.n_embd, stream_));
+  RETURN_IF_ERROR(AddFfn(L.dense_ffn, c.dense_ff));
+  // The next norm into h, as Combine leaves it.
+  const float* next_norm = l + 1 < c.n_layer ? layers_[l + 1].attn_norm : output_norm_;
+  return kernels::cuda::RmsNorm(x_.as<float>(), c.n_embd, next_norm, c.n_embd, n_, c.rms_norm_eps, h_.as<float>(),
+                                c.n_embd, stream_);
+}
+
 absl::Status CudaDenseBackend::Combine(int64_t l, const model::MoeBatch& moe) {
   const model::ModelConfig& c = config_;
+  // The shared expert first (of h, the MoE input), as the CPU adds it before the routed experts' parts.
+  if (c.shared_expert_ff > 0) RETURN_IF_ERROR(AddFfn(layers_[l].shared, c.shared_expert_ff));
   // Fused with the next norm: the next layer's attention norm, or the output norm after the last layer.
   const float* next_norm = l + 1 < c.n_layer ? layers_[l + 1].attn_norm : output_norm_;
   return kernels::cuda::CombineAndNorm(parts_.as<float>(), weights_.as<float>(), n_, moe.k, c.n_embd,

@@ -7,6 +7,9 @@
 // to a power of two, positions bounded by a power of two) and replayed after; the tokens' ids, positions and
 // caches reach the graph through a device table uploaded before each launch. Padding tokens run on a
 // private one-position cache and their results are dropped. Used by one thread at a time (the scheduler).
+// Beyond the base blocks it runs q/k/v biases, the q/k norm over the whole projection (OLMoE), partial RoPE,
+// the router's other gatings (kernels::cuda::RouterGate), shared experts gated or not (in Combine) and dense
+// leading blocks (DenseFfn): the blocks runtime/model_factory.cc's CheckDeviceBlocks lists for "CUDA".
 
 #include <cuda_runtime.h>
 
@@ -33,13 +36,27 @@ struct DeviceMatrix {
   const uint8_t* data = nullptr;  // device
 };
 
+// A dense SwiGLU FFN (model::FfnWeights): a shared expert or a dense leading block's FFN.
+struct DeviceFfn {
+  DeviceMatrix gate, up, down;       // rows == 0: none
+  const float* gate_inp = nullptr;   // n_embd; the shared expert's sigmoid gate, null without one
+};
+
 struct DeviceLayer {
   const float* attn_norm = nullptr;
   DeviceMatrix wq, wk, wv, wo;
-  const float* q_norm = nullptr;  // null when the architecture has no q/k norm
+  const float* bq = nullptr;  // null without q/k/v biases
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  // Per head (head_dim floats, qk_norm) or over the whole projection (q_dim / kv_dim, qk_norm_whole); null
+  // when the architecture has no q/k norm.
+  const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   const float* ffn_norm = nullptr;
-  const float* router = nullptr;  // n_expert x n_embd, F32
+  const float* router = nullptr;       // n_expert x n_embd, F32; null in a dense leading block
+  const float* router_bias = nullptr;  // n_expert, the choice's score-correction bias; null without one
+  DeviceFfn shared;                    // the shared expert
+  DeviceFfn dense_ffn;                 // a dense leading block's FFN
 };
 
 // Device memory, by cudaMalloc, for KV caches.
@@ -78,6 +95,7 @@ class CudaDenseBackend : public model::DenseBackend {
   absl::Status Attention(int64_t layer) override;
   absl::Status Router(int64_t layer, model::MoeBatch* moe) override;
   absl::Status Combine(int64_t layer, const model::MoeBatch& moe) override;
+  absl::Status DenseFfn(int64_t layer) override;
   absl::Status Head() override;
   absl::Status EndBatch(float* logits) override;
   const int32_t* routing(int64_t layer) const override {
@@ -89,6 +107,8 @@ class CudaDenseBackend : public model::DenseBackend {
   absl::Status Upload(const model::ModelWeights& weights);
   absl::Status AllocateBuffers();
   absl::Status EnsureAttentionWorkspace(int max_positions);
+  // x += Ffn(h) of `ffn` (ff wide) for the batch's tokens, through ffn_gate_ and ffn_up_.
+  absl::Status AddFfn(const DeviceFfn& ffn, int64_t ff);
   void DropGraphs();
 
   const model::ModelConfig& config_;
@@ -108,6 +128,8 @@ class CudaDenseBackend : public model::DenseBackend {
 
   // Step buffers, max_tokens_ rows each.
   kernels::cuda::DeviceBuffer x_, h_, q_, k_, v_, attn_, parts_, weights_, ids_, logits_, final_;
+  // The dense FFNs' gate and up products (max(shared_expert_ff, dense_ff) a row); empty without such FFNs.
+  kernels::cuda::DeviceBuffer ffn_gate_, ffn_up_;
   kernels::cuda::DeviceBuffer slots_, router_ws_, attention_ws_;
   kernels::cuda::PinnedBuffer slots_host_, logits_host_, ids_host_;
   int attention_positions_ = 0;  // what attention_ws_ is sized for

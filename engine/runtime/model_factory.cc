@@ -31,8 +31,11 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
                                       Block::kSinkWindowAttention, Block::kYarnRope, Block::kSoftmaxTopKRouter,
                                       Block::kBiasedClampedExperts, Block::kGroupedRouter, Block::kLatentAttention});
   }
-  // engine/gpu implements the base blocks only; add each block here as its CUDA twin lands.
-  return model::CheckBackendBlocks(config, "CUDA", {});
+  // engine/gpu's blocks (CudaDenseBackend); add each block here as its CUDA twin lands.
+  return model::CheckBackendBlocks(config, "CUDA",
+                                   {Block::kQkvBias, Block::kWholeQkNorm, Block::kRouterWithoutRenorm,
+                                    Block::kSharedExpert, Block::kSharedExpertGate, Block::kPartialRope,
+                                    Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks});
 }
 
 absl::Status CheckDeviceOptions(const DeviceOptions& options) {

@@ -138,18 +138,46 @@ struct TokenSlot {
 
 // For each token t, with kv_dim = n_head_kv * head_dim:
 // - each of the n_head heads of q[t*n_head*head_dim ...] and the n_head_kv heads of k[t*kv_dim ...]:
-//   RmsNorm over head_dim with q_norm / k_norm (head_dim floats each; null = no norm), then RoPE with
-//   theta_i = double(pos) * freq[i], cos and sin computed in double and rounded to float (freq: head_dim/2
-//   doubles, strata::model::RopeFrequencies); rope_style 0 rotates the pairs (2i, 2i+1), 1 (NeoX) the
-//   pairs (i, i + head_dim/2). Arithmetic in the CPU's order without fused multiply-adds.
+//   RmsNorm over head_dim with q_norm / k_norm (head_dim floats each; null = no norm), then RoPE of the
+//   head's first rope_dim values (the rest unchanged: partial RoPE) with theta_i = double(pos) * freq[i],
+//   cos and sin computed in double and rounded to float (freq: rope_dim/2 doubles,
+//   strata::model::RopeFrequencies); rope_style 0 rotates the pairs (2i, 2i+1), 1 (NeoX) the pairs
+//   (i, i + rope_dim/2). Arithmetic in the CPU's order without fused multiply-adds.
 // - q is written back in place; k (rotated) and v (unchanged) are stored at
 //   keys/values + (layer*capacity + pos)*kv_dim of the token's slot (tokens that share a cache and a
 //   position, such as padding, store in no particular order). k and v are not modified.
 // One launch. INVALID_ARGUMENT: n_tokens outside [0, 65535], n_head < 1, n_head_kv < 1, head_dim odd or
-// outside [2, 256], rope_style not 0 or 1, layer < 0, a null q, k, v, slots or freq.
+// outside [2, 256], rope_dim odd or outside [2, head_dim], rope_style not 0 or 1, layer < 0, a null q, k, v,
+// slots or freq.
 absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const TokenSlot* slots, int n_tokens,
-                             int64_t layer, int n_head, int n_head_kv, int head_dim, const float* q_norm,
-                             const float* k_norm, float eps, const double* freq, int rope_style, cudaStream_t stream);
+                             int64_t layer, int n_head, int n_head_kv, int head_dim, int rope_dim,
+                             const float* q_norm, const float* k_norm, float eps, const double* freq, int rope_style,
+                             cudaStream_t stream);
+
+// What some architectures do to the q, k and v projections before QkNormRopeStore, in place, for each token
+// t (q[t*q_dim ...], k and v [t*kv_dim ...]), in the CPU's order (Model::Forward):
+//   q += bq, k += bk, v += bv                  (a null bias: none; Qwen2-MoE, GLM-4.5)
+//   q = RmsNorm(q) * q_norm over all q_dim values, k = RmsNorm(k) * k_norm over all kv_dim
+//                                              (null norms: none; OLMoE's q/k norm over the whole projection)
+// One launch (a block per token). INVALID_ARGUMENT: q_dim or kv_dim < 1, n_tokens outside [0, 2^31), a null
+// q, k or v, exactly one of q_norm and k_norm null.
+absl::Status QkvBiasAndNorm(float* q, float* k, float* v, int n_tokens, int64_t q_dim, int64_t kv_dim, const float* bq,
+                            const float* bk, const float* bv, const float* q_norm, const float* k_norm, float eps,
+                            cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------------
+// The dense SwiGLU FFN's activation (a shared expert, a dense leading block; the products are DenseMatmul's).
+
+// For t < n_tokens, i < ff:
+//   out[t*ff + i] = gate[t*ff + i] * sigmoid(gate[t*ff + i]) * up[t*ff + i] * s_t
+// with s_t = 1, or with a gate_inp (Qwen2-MoE's shared expert gate, n floats) s_t = sigmoid(gate_inp . h_t)
+// (h_t = h[t*n ...], the dot product summed in double as strata::model::Dot). The sigmoids are the CPU's
+// 1 / (1 + exp(-x)) in float. (The CPU scales the FFN's output by s_t instead of its activation: the down
+// product's rounding differs.) out may be gate itself; else no buffers overlap. One launch (a block per
+// token). INVALID_ARGUMENT: ff < 1, n < 1 with a gate_inp, n_tokens < 0, a null gate, up, out, or h with a
+// gate_inp.
+absl::Status SwiGlu(const float* gate, const float* up, int64_t ff, int n_tokens, const float* gate_inp,
+                    const float* h, int64_t n, float* out, cudaStream_t stream);
 
 // Bytes of workspace that serve every Attention call with at most n_tokens tokens and at most
 // max_positions positions. It starts with counters that must be zero before the first call
@@ -201,20 +229,32 @@ struct RouterNorm {
   float* out = nullptr;  // receives the normed rows [n_tokens][n], 16-byte aligned; must not overlap x
 };
 
+// How RouterTopK turns logits into scores, choices and weights. The default is Qwen3-MoE's and Mixtral's
+// (softmax, renormalised top k), which runs the kernel's fastest path.
+struct RouterGate {
+  bool sigmoid = false;             // probs[e] = 1 / (1 + exp(-logit[e])) (float) instead of the softmax
+  const float* choice_bias = nullptr;  // n_expert floats added to the probs for the choice only (exp_probs_b)
+  bool renorm = true;               // the weights are divided by the sum of the k chosen probs
+  float scale = 1.0f;               // the weights are multiplied by it (the routed scaling factor)
+  bool plain() const { return !sigmoid && choice_bias == nullptr && renorm && scale == 1.0f; }
+};
+
 // For each token t (x[t*n ...], f32), with h_t = x_t, or with a norm h_t = RmsNorm(x_t) * norm.weight
 // (as RmsNorm computes it; stored to norm.out):
-//   logits = W h_t (W: F32, n_expert x n, row-major), probs = softmax(logits),
-//   ids[t*k ...] = the k largest probs in descending order (ties to the lower expert id),
-//   weights[t*k + j] = probs[ids[j]] / sum_j probs[ids[j]]   (sum in double, as the CPU does).
+//   logits = W h_t (W: F32, n_expert x n, row-major), probs = softmax(logits) (or gate.sigmoid's),
+//   ids[t*k ...] = the k largest probs (plus gate.choice_bias when given, a float sum) in descending order
+//                  (ties to the lower expert id),
+//   weights[t*k + j] = float(probs[ids[j]] / sum * gate.scale), sum = sum_j probs[ids[j]] in double
+//                  (1 without gate.renorm), as the CPU does.
 // One launch: each block computes some logits; the last block of each group of 8 tokens (an atomic
 // counter in the workspace) does their softmax and top-k. The workspace must not be shared by two
 // RouterTopK calls that may run at the same time.
 // INVALID_ARGUMENT: n_expert outside [1, 1024], k outside [1, min(n_expert, 32)], n not a positive
 // multiple of 4, n_tokens outside [0, 524280], a short workspace, w, x, norm.weight, norm.out or workspace
-// not 16-byte aligned, a null pointer (norm.out with a norm.weight).
-absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x, const RouterNorm& norm, int n_tokens,
-                        int k, int32_t* ids, float* weights, void* workspace, size_t workspace_bytes,
-                        cudaStream_t stream);
+// not 16-byte aligned, a null pointer (norm.out with a norm.weight), a gate.scale that is not finite.
+absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x, const RouterNorm& norm,
+                        const RouterGate& gate, int n_tokens, int k, int32_t* ids, float* weights, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace strata::kernels::cuda
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dense_device.cuh"
 #include "kernels/cuda/dense_kernels.h"
@@ -104,8 +105,8 @@ constexpr int kMaxPairsPerLane = kMaxHeadDim / 2 / 32;
 
 __global__ void __launch_bounds__(32 * kRopeWarps)
     QkNormRopeStoreKernel(float* q, const float* k, const float* v, const TokenSlot* slots, int64_t layer, int n_head,
-                          int n_head_kv, int head_dim, const float* q_norm, const float* k_norm, float eps,
-                          const double* freq, int neox) {
+                          int n_head_kv, int head_dim, int rope_dim, const float* q_norm, const float* k_norm,
+                          float eps, const double* freq, int neox) {
   WaitForPriorKernels();
   const int64_t t = blockIdx.y;
   const int head = blockIdx.x * kRopeWarps + threadIdx.x / 32;
@@ -123,13 +124,21 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   float* dst = is_q ? q + (t * n_head + head) * head_dim : slot.keys + cache_offset;
   const float* norm = is_q ? q_norm : k_norm;
 
+  // Pairs i < rope_half are RoPE's (within the first rope_dim values); the others pair up the values past
+  // rope_dim, which are only normed and copied (partial RoPE).
+  const int rope_half = rope_dim / 2;
   float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
   int ia[kMaxPairsPerLane], ib[kMaxPairsPerLane];
 #pragma unroll
   for (int m = 0; m < kMaxPairsPerLane; ++m) {
     const int i = lane + 32 * m;
-    ia[m] = neox ? i : 2 * i;
-    ib[m] = neox ? i + half : 2 * i + 1;
+    if (i < rope_half) {
+      ia[m] = neox ? i : 2 * i;
+      ib[m] = neox ? i + rope_half : 2 * i + 1;
+    } else {
+      ia[m] = rope_dim + 2 * (i - rope_half);
+      ib[m] = ia[m] + 1;
+    }
     a[m] = i < half ? src[ia[m]] : 0.0f;
     b[m] = i < half ? src[ib[m]] : 0.0f;
   }
@@ -155,6 +164,11 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   for (int m = 0; m < kMaxPairsPerLane; ++m) {
     const int i = lane + 32 * m;
     if (i >= half) continue;
+    if (i >= rope_half) {
+      dst[ia[m]] = a[m];
+      dst[ib[m]] = b[m];
+      continue;
+    }
     double sin_d, cos_d;
     sincos(static_cast<double>(slot.pos) * freq[i], &sin_d, &cos_d);
     const float c = static_cast<float>(cos_d), s = static_cast<float>(sin_d);
@@ -205,14 +219,18 @@ absl::Status CombineAndNorm(const float* parts, const float* weights, int n_toke
 }
 
 absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const TokenSlot* slots, int n_tokens,
-                             int64_t layer, int n_head, int n_head_kv, int head_dim, const float* q_norm,
-                             const float* k_norm, float eps, const double* freq, int rope_style, cudaStream_t stream) {
+                             int64_t layer, int n_head, int n_head_kv, int head_dim, int rope_dim,
+                             const float* q_norm, const float* k_norm, float eps, const double* freq, int rope_style,
+                             cudaStream_t stream) {
   constexpr absl::string_view kFn = "QkNormRopeStore";
   if (n_tokens < 0 || n_tokens > 65535) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
   if (n_head < 1) return BadArgument(kFn, "n_head", n_head, "it must be >= 1");
   if (n_head_kv < 1) return BadArgument(kFn, "n_head_kv", n_head_kv, "it must be >= 1");
   if (head_dim < 2 || head_dim > kMaxHeadDim || head_dim % 2 != 0) {
     return BadArgument(kFn, "head_dim", head_dim, "it must be even and in [2, 256]");
+  }
+  if (rope_dim < 2 || rope_dim > head_dim || rope_dim % 2 != 0) {
+    return BadArgument(kFn, "rope_dim", rope_dim, absl::StrCat("it must be even and in [2, head_dim ", head_dim, "]"));
   }
   if (rope_style != 0 && rope_style != 1) return BadArgument(kFn, "rope_style", rope_style, "it must be 0 or 1");
   if (layer < 0) return BadArgument(kFn, "layer", layer, "it must be >= 0");
@@ -224,7 +242,7 @@ absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const Tok
   if (n_tokens == 0) return absl::OkStatus();
   const dim3 grid((n_head + n_head_kv + kRopeWarps - 1) / kRopeWarps, n_tokens);
   return LaunchKernel("QkNormRopeStoreKernel", QkNormRopeStoreKernel, grid, 32 * kRopeWarps, 0, stream, q, k, v, slots,
-                      layer, n_head, n_head_kv, head_dim, q_norm, k_norm, eps, freq, rope_style);
+                      layer, n_head, n_head_kv, head_dim, rope_dim, q_norm, k_norm, eps, freq, rope_style);
 }
 
 }  // namespace strata::kernels::cuda

@@ -1,4 +1,6 @@
-// The MoE router in one launch: logits, softmax, top-k and the renormalised weights.
+// The MoE router in one launch: logits, softmax, top-k and the renormalised weights (or another RouterGate:
+// sigmoid scores, a choice bias, no renormalisation, a scale, in a second instantiation of the kernel so that
+// the default's path is unchanged).
 //
 // Grid (expert blocks, token blocks). Block (e, t) computes the logits of experts [2e, 2e + 2) for tokens
 // [8t, 8t + 8): four warps per expert, each taking every fourth run of 32 float4s of the row, their sums
@@ -131,12 +133,106 @@ __device__ void WarpTopK(const float* logits, int n_expert, int k, int32_t* ids,
   }
 }
 
+// The order of floats as unsigned keys >= 1 (0 stays "chosen or absent"); a NaN is the smallest.
+__device__ __forceinline__ unsigned OrderedKey(float f) {
+  if (f != f) return 1u;
+  const unsigned bits = __float_as_uint(f);
+  return max(1u, (bits & 0x80000000u) ? ~bits : bits | 0x80000000u);
+}
+
+// WarpTopK for the other gatings (RouterGate): probs by softmax or sigmoid, the choice on probs plus an
+// optional bias (any sign, hence OrderedKey), and the weights from the chosen experts' probs, renormalised
+// or not, times the scale, as strata::model's CPU router computes them.
+__device__ void WarpTopKGated(const float* logits, int n_expert, int k, const RouterGate& gate, int32_t* ids,
+                              float* weights) {
+  const int lane = threadIdx.x % 32;
+  float v[kExpertsPerLane];
+  float local_max = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kExpertsPerLane; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < n_expert ? __ldcg(logits + e) : -INFINITY;  // from L2: written by other blocks
+    local_max = fmaxf(local_max, v[i]);
+  }
+  if (gate.sigmoid) {
+#pragma unroll
+    for (int i = 0; i < kExpertsPerLane; ++i) v[i] = 1.0f / (1.0f + expf(-v[i]));
+  } else {
+    const float max_logit = detail::WarpMax(local_max);
+    double sum = 0;
+#pragma unroll
+    for (int i = 0; i < kExpertsPerLane; ++i) {
+      if (lane + 32 * i < n_expert) {
+        v[i] = expf(v[i] - max_logit);
+        sum += v[i];
+      }
+    }
+    const float inv = static_cast<float>(1.0 / detail::WarpSumDouble(sum));
+#pragma unroll
+    for (int i = 0; i < kExpertsPerLane; ++i) v[i] = v[i] * inv;
+  }
+  unsigned key[kExpertsPerLane];
+  unsigned best = 0;
+  int best_i = 0;
+#pragma unroll
+  for (int i = 0; i < kExpertsPerLane; ++i) {
+    const int e = lane + 32 * i;
+    const float choice =
+        gate.choice_bias != nullptr && e < n_expert ? __fadd_rn(v[i], __ldg(gate.choice_bias + e)) : v[i];
+    key[i] = e >= n_expert ? 0u : OrderedKey(choice);
+    if (key[i] > best) {  // entries rise in id: equal keys keep the lower id
+      best = key[i];
+      best_i = i;
+    }
+  }
+  float my_p = 0.0f;
+  int my_id = 0;
+  for (int j = 0; j < k; ++j) {
+    const unsigned top = __reduce_max_sync(kFullMask, best);
+    const unsigned id =
+        __reduce_min_sync(kFullMask, best == top ? static_cast<unsigned>(lane + 32 * best_i) : UINT_MAX);
+    // The owner of the chosen expert has its prob.
+    float owned = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kExpertsPerLane; ++i) {
+      if (i == static_cast<int>(id / 32)) owned = v[i];
+    }
+    const float p = __shfl_sync(kFullMask, owned, static_cast<int>(id % 32));
+    if (lane == j) {
+      my_id = static_cast<int>(id);
+      my_p = p;
+    }
+    if (static_cast<int>(id % 32) == lane) {  // the owner drops the chosen expert and finds its next best
+      best = 0;
+      best_i = 0;
+#pragma unroll
+      for (int i = 0; i < kExpertsPerLane; ++i) {
+        if (i == static_cast<int>(id / 32)) key[i] = 0;
+        if (key[i] > best) {
+          best = key[i];
+          best_i = i;
+        }
+      }
+    }
+  }
+  double total = 1.0;
+  if (gate.renorm) {
+    total = 0;
+    for (int j = 0; j < k; ++j) total += __shfl_sync(kFullMask, my_p, j);
+  }
+  if (lane < k) {
+    ids[lane] = my_id;
+    weights[lane] = static_cast<float>(my_p / total * static_cast<double>(gate.scale));
+  }
+}
+
 // A prompt step's instantiation keeps to 64 registers (4 blocks an SM; its top-k arrays spill a little, in
 // the one last block of each token block), so its many expert blocks fit at once; the decode one has 128.
-template <int kWeightRun>
+// kPlain: the default RouterGate (softmax, renormalised, unscaled); else WarpTopKGated reads `gate`.
+template <int kWeightRun, bool kPlain>
 __global__ void __launch_bounds__(kRouterThreads, kWeightRun == 1 ? 4 : 2)
-    RouterKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, int n_tokens, int k,
-                 int32_t* ids, float* weights, unsigned* counters, float* logits) {
+    RouterKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, RouterGate gate,
+                 int n_tokens, int k, int32_t* ids, float* weights, unsigned* counters, float* logits) {
   __shared__ bool s_is_last;
   __shared__ float s_partial[kRouterWarps][kRouterTokens];
   __shared__ double s_squares[kWarpsPerExpert][kRouterTokens];
@@ -158,7 +254,8 @@ __global__ void __launch_bounds__(kRouterThreads, kWeightRun == 1 ? 4 : 2)
   float4 wv[kWeightRun];
   auto load_run = [&](int64_t run_first) {
 #pragma unroll
-    for (int u = 0; u < kWeightRun; ++u) wv[u] = wr != nullptr ? LoadOrZero(wr, run_first + u * kRowStride, n4) : Zero4();
+    for (int u = 0; u < kWeightRun; ++u)
+      wv[u] = wr != nullptr ? LoadOrZero(wr, run_first + u * kRowStride, n4) : Zero4();
   };
   load_run(first);
   WaitForPriorKernels();  // the router's weights are no kernel's output; x is
@@ -269,7 +366,11 @@ __global__ void __launch_bounds__(kRouterThreads, kWeightRun == 1 ? 4 : 2)
   __threadfence();  // see the other blocks' logits
   if (warp < block_tokens) {
     const int64_t t = token0 + warp;
-    WarpTopK(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
+    if constexpr (kPlain) {
+      WarpTopK(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
+    } else {
+      WarpTopKGated(logits + t * n_expert, n_expert, k, gate, ids + t * k, weights + t * k);
+    }
   }
   if (threadIdx.x == 0) counters[blockIdx.y] = 0;  // every block of this token block has counted
 }
@@ -281,9 +382,9 @@ size_t RouterWorkspaceBytes(int n_tokens, int n_expert) {
   return CounterBytes(n_tokens) + static_cast<size_t>(n_tokens) * n_expert * sizeof(float);
 }
 
-absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x, const RouterNorm& norm, int n_tokens,
-                        int k, int32_t* ids, float* weights, void* workspace, size_t workspace_bytes,
-                        cudaStream_t stream) {
+absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x, const RouterNorm& norm,
+                        const RouterGate& gate, int n_tokens, int k, int32_t* ids, float* weights, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) {
   constexpr absl::string_view kFn = "RouterTopK";
   if (n_expert < 1 || n_expert > kMaxExperts) return BadArgument(kFn, "n_expert", n_expert, "it must be in [1, 1024]");
   if (k < 1 || k > n_expert || k > kMaxK) {
@@ -301,6 +402,7 @@ absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x,
     if (norm.out == nullptr) return NullArgument(kFn, "norm.out (with a norm.weight)");
     if (!detail::Aligned16(norm.out)) return detail::Misaligned(kFn, "norm.out", norm.out);
   }
+  if (!std::isfinite(gate.scale)) return absl::InvalidArgumentError("RouterTopK: gate.scale is not finite");
   if (ids == nullptr) return NullArgument(kFn, "ids");
   if (weights == nullptr) return NullArgument(kFn, "weights");
   const size_t needed = RouterWorkspaceBytes(n_tokens, n_expert);
@@ -315,9 +417,11 @@ absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x,
   unsigned* counters = static_cast<unsigned*>(workspace);
   float* logits = reinterpret_cast<float*>(static_cast<char*>(workspace) + CounterBytes(n_tokens));
   const dim3 grid((n_expert + kExpertsPerBlock - 1) / kExpertsPerBlock, TokenBlocks(n_tokens));
-  const auto kernel = n_tokens <= kRouterTokens ? RouterKernel<kDecodeWeightRun> : RouterKernel<1>;
-  return LaunchKernel("RouterKernel", kernel, grid, kRouterThreads, 0, stream, w, n_expert, n, x, norm, n_tokens, k,
-                      ids, weights, counters, logits);
+  const bool decode = n_tokens <= kRouterTokens, plain = gate.plain();
+  const auto kernel = decode ? (plain ? RouterKernel<kDecodeWeightRun, true> : RouterKernel<kDecodeWeightRun, false>)
+                             : (plain ? RouterKernel<1, true> : RouterKernel<1, false>);
+  return LaunchKernel("RouterKernel", kernel, grid, kRouterThreads, 0, stream, w, n_expert, n, x, norm, gate, n_tokens,
+                      k, ids, weights, counters, logits);
 }
 
 }  // namespace strata::kernels::cuda

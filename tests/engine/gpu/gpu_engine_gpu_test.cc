@@ -1,19 +1,24 @@
 // The engine on a CUDA device against the same engine on the CPU: prompt logits within 1e-3 relative (f16)
 // or 5e-3 (integer schemes: the int8 dot products are exact, only float accumulation order differs), and
 // the same greedy tokens except where the CPU's own top-2 margin is below 1e-3 (random models have
-// near-ties; they are counted). Tiny and small packs of both architectures, every scheme, one sequence
-// and 16 at once. Plus the errors: a pack too large for --vram-gib, --device cuda without a device, and a
-// request cancelled in the middle of a decode.
+// near-ties; they are counted). Tiny and small packs of every architecture the CUDA backend runs (qwen3moe
+// and mixtral on the base blocks; qwen2moe, olmoe and glm4moe on their own blocks: q/k/v biases, the whole
+// q/k norm, routers without renormalisation or with sigmoid scores, the score bias and a routed scale, shared
+// experts gated and not, partial RoPE, a dense first block), every scheme, one sequence and 16 at once, all
+// experts in VRAM and through the offload tier. Plus the errors: a pack too large for --vram-gib, --device
+// cuda without a device, and a request cancelled in the middle of a decode.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "engine/model/model_config.h"
 #include "engine/runtime/engine.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/dependent_launch.h"
@@ -24,6 +29,16 @@ namespace strata::runtime {
 namespace {
 
 using ::strata::testing::ScratchDir;
+
+// The architectures the CUDA backend runs.
+constexpr const char* kArchitectures[] = {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "glm4moe"};
+
+// Expert blobs of a preset's pack: one per expert of each MoE block (glm4moe's first block is dense).
+int64_t ExpertBlobs(const std::string& arch, const std::string& preset) {
+  const absl::StatusOr<packtool::SynthGeometry> g = packtool::PresetGeometry(arch, preset);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? (g->n_layer - g->n_dense_lead) * g->n_expert : 0;
+}
 
 constexpr kernels::Scheme kSchemes[] = {kernels::Scheme::kF16, kernels::Scheme::kS8, kernels::Scheme::kS4,
                                         kernels::Scheme::kS2};
@@ -235,7 +250,7 @@ TEST_P(GpuEngineTest, AgreesWithTheCpuAtBatchOneAndSixteen) {
 
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
-  for (const char* arch : {"qwen3moe", "mixtral"}) {
+  for (const char* arch : kArchitectures) {
     for (const char* preset : {"tiny", "small"}) {
       for (kernels::Scheme s : kSchemes) cases.push_back({arch, preset, s});
     }
@@ -249,10 +264,36 @@ INSTANTIATE_TEST_SUITE_P(Packs, GpuEngineTest, ::testing::ValuesIn(AllCases()),
                                   std::string(kernels::SchemeName(info.param.scheme));
                          });
 
+// The packs the tests above synthesize do exercise the blocks beyond the base: each architecture loads on the
+// CUDA backend with the blocks it is known to need.
+TEST(GpuEngineBlocksTest, EachArchitectureRunsOnCudaWithItsBlocks) {
+  using model::Block;
+  const std::pair<const char*, std::vector<Block>> expected[] = {
+      {"qwen3moe", {}},
+      {"mixtral", {}},
+      {"qwen2moe", {Block::kQkvBias, Block::kRouterWithoutRenorm, Block::kSharedExpert, Block::kSharedExpertGate}},
+      {"olmoe", {Block::kWholeQkNorm, Block::kRouterWithoutRenorm}},
+      {"glm4moe", {Block::kQkvBias, Block::kSharedExpert, Block::kPartialRope, Block::kSigmoidRouter,
+                   Block::kRoutedScale, Block::kDenseLeadingBlocks}},
+  };
+  for (const auto& [arch, blocks] : expected) {
+    for (const char* preset : {"tiny", "small"}) {
+      auto engine = Engine::Create(Options(Packs::Get().Pack(arch, preset, kernels::Scheme::kS4), "cuda", 1));
+      ASSERT_TRUE(engine.ok()) << arch << " " << preset << ": " << engine.status();
+      EXPECT_EQ((*engine)->info().backend.device, "cuda") << arch;
+      EXPECT_EQ(model::BlocksNeeded((*engine)->info().config), blocks) << arch << " " << preset;
+    }
+  }
+}
+
+// Dense weights in Q8_0, BF16 and F32 (the products of the base blocks, of the shared experts and of the dense
+// first block).
 TEST(GpuEngineDenseTypesTest, Q8AndBf16DenseWeightsAgreeWithTheCpu) {
-  for (gguf::GgmlType dense : {gguf::GgmlType::kQ8_0, gguf::GgmlType::kBF16, gguf::GgmlType::kF32}) {
-    const std::string pack = Packs::Get().Pack("qwen3moe", "tiny", kernels::Scheme::kS4, dense);
-    CheckAgainstCpu(pack, 3, 10, 10, 5e-3);
+  for (const char* arch : {"qwen3moe", "qwen2moe", "glm4moe"}) {
+    for (gguf::GgmlType dense : {gguf::GgmlType::kQ8_0, gguf::GgmlType::kBF16, gguf::GgmlType::kF32}) {
+      const std::string pack = Packs::Get().Pack(arch, "tiny", kernels::Scheme::kS4, dense);
+      CheckAgainstCpu(pack, 3, 10, 10, 5e-3);
+    }
   }
 }
 
@@ -312,7 +353,8 @@ TEST_P(GpuOffloadTest, EveryCacheSizeAndPolicyGivesTheSameBitsAsAllInVram) {
   const OffloadCase& c = GetParam();
   const std::string pack = Packs::Get().Pack(c.arch, "tiny", c.scheme);
   const double bound = c.scheme == kernels::Scheme::kF16 ? 1e-3 : 5e-3;
-  const int64_t n_blobs = 2 * 8;  // tiny: 2 layers x 8 experts
+  const int64_t n_blobs = ExpertBlobs(c.arch, "tiny");
+  ASSERT_GT(n_blobs, 0);
   for (int n_seqs : {1, 16}) {
     const Agreement all = CheckAgainstCpu(pack, n_seqs, 8, 10, bound);
     EXPECT_DOUBLE_EQ(all.hit_rate, 1.0);
@@ -364,7 +406,7 @@ TEST(GpuEngineDependentLaunchTest, PlainLaunchesGiveTheSameBits) {
 
 std::vector<OffloadCase> OffloadCases() {
   std::vector<OffloadCase> cases;
-  for (const char* arch : {"qwen3moe", "mixtral"}) {
+  for (const char* arch : kArchitectures) {
     for (kernels::Scheme s : kSchemes) cases.push_back({arch, s});
   }
   return cases;
@@ -376,10 +418,10 @@ INSTANTIATE_TEST_SUITE_P(Packs, GpuOffloadTest, ::testing::ValuesIn(OffloadCases
                          });
 
 TEST(GpuOffloadSmallTest, HalfTheExpertsInVramAgreesWithTheCpuOnTheSmallPacks) {
-  for (const char* arch : {"qwen3moe", "mixtral"}) {
+  for (const char* arch : kArchitectures) {
     const std::string pack = Packs::Get().Pack(arch, "small", kernels::Scheme::kS2);
     for (const char* path : {"gpu", "cpu", "both"}) {
-      const Agreement a = CheckAgainstCpu(pack, 16, 9, 12, 5e-3, {8 * 32 / 2, "lfu-decay", path});
+      const Agreement a = CheckAgainstCpu(pack, 16, 9, 12, 5e-3, {ExpertBlobs(arch, "small") / 2, "lfu-decay", path});
       EXPECT_GT(a.hit_rate, 0.0) << path;
       EXPECT_LT(a.hit_rate, 1.0) << path;
     }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/model_config.h"
 #include "engine/pack/pack.h"
 #include "engine/pack/routing_profile.h"
 #include "engine/runtime/engine.h"
@@ -138,8 +139,9 @@ TEST(ModelFactoryTest, CudaRunsWhereADeviceIsVisibleAndIsRefusedElsewhere) {
   }
 }
 
-// The CUDA backend has the base blocks only: the factory's check names what a new architecture needs. It is
-// the check LoadModel runs before building the CUDA backend, so it is tested here without a GPU.
+// The CUDA backend has the base blocks and those of qwen2moe, olmoe and glm4moe: the factory's check passes
+// those and names the first block another architecture needs. It is the check LoadModel runs before building
+// the CUDA backend, so it is tested here without a GPU.
 TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNamingTheBlock) {
   for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "gpt-oss", "deepseek2", "qwen3moe"}) {
     ScratchDir dir;
@@ -149,23 +151,23 @@ TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNa
     ASSERT_TRUE(model.ok()) << model.status();
     EXPECT_TRUE(CheckDeviceBlocks((*model)->config(), "cpu").ok()) << arch;
     const absl::Status cuda = CheckDeviceBlocks((*model)->config(), "cuda");
-    if (arch == "qwen3moe") {
-      EXPECT_TRUE(cuda.ok()) << cuda;
+    const bool runs_on_cuda = arch != "gpt-oss" && arch != "deepseek2";
+    if (runs_on_cuda) {
+      EXPECT_TRUE(cuda.ok()) << arch << ": " << cuda;
     } else {
-      // The first block in Block's order that the backend lacks.
-      const std::string block = arch == "olmoe"       ? "q/k RMSNorm over the whole projection"
-                                : arch == "deepseek2" ? "softmax router without top-k renormalisation"
-                                                      : "q/k/v projection biases";
+      // The first block in Block's order that the backend lacks: gpt-oss's attention, DeepSeek's YaRN.
+      const std::string block = arch == "gpt-oss" ? "attention with sinks and sliding-window blocks"
+                                                  : std::string(model::BlockName(model::Block::kYarnRope));
       EXPECT_THAT(cuda, StatusIsWith(absl::StatusCode::kUnimplemented,
                                      absl::StrCat("architecture '", arch, "' needs the ", block,
                                                   " block, which the CUDA backend does not implement")));
     }
-    // --device auto runs it on the CPU, with or without a GPU here.
+    // --device auto runs it on the CPU unless a GPU is visible and the backend has its blocks.
     auto automatic = Engine::Create(Options((*pack)->dir(), "auto"));
     ASSERT_TRUE(automatic.ok()) << automatic.status();
-    if (arch != "qwen3moe") {
-      EXPECT_EQ((*automatic)->info().backend.device, "cpu") << arch;
-    }
+    std::string why;
+    const bool on_gpu = runs_on_cuda && CudaDeviceAvailable(&why);
+    EXPECT_EQ((*automatic)->info().backend.device, on_gpu ? "cuda" : "cpu") << arch;
   }
 }
 

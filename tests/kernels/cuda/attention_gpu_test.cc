@@ -64,15 +64,16 @@ DeviceArray<TokenSlot> UploadSlots(const std::vector<std::unique_ptr<Cache>>& ca
   return d;
 }
 
-// Per-head RmsNorm (if a norm is given) and RoPE of n_heads heads at `pos`, as Model::Forward does them.
-void ReferenceNormRope(float* heads, int n_heads, int head_dim, const std::vector<float>& norm, float eps,
-                       const std::vector<double>& freq, int pos, model::RopeStyle style) {
-  std::vector<float> cos(head_dim / 2), sin(head_dim / 2);
+// Per-head RmsNorm (if a norm is given) and RoPE of the first rope_dim values of n_heads heads at `pos`, as
+// Model::Forward does them.
+void ReferenceNormRope(float* heads, int n_heads, int head_dim, int rope_dim, const std::vector<float>& norm,
+                       float eps, const std::vector<double>& freq, int pos, model::RopeStyle style) {
+  std::vector<float> cos(rope_dim / 2), sin(rope_dim / 2);
   model::RopeAngles(freq, pos, cos.data(), sin.data());
   for (int h = 0; h < n_heads; ++h) {
     float* head = heads + static_cast<int64_t>(h) * head_dim;
     if (!norm.empty()) model::RmsNorm(head, norm.data(), head_dim, eps, head);
-    model::Rope(head, head_dim, cos.data(), sin.data(), style);
+    model::Rope(head, rope_dim, cos.data(), sin.data(), style);
   }
 }
 
@@ -117,23 +118,32 @@ struct RopeCase {
   bool qk_norm;
   model::RopeStyle style;
   float freq_base;
+  int rope_dim;  // 0: the whole head
 };
 
 TEST_F(DenseKernelsTest, QkNormRopeStoreMatchesTheCpu) {
   const RopeCase cases[] = {
-      {{32, 4, 128}, true, model::RopeStyle::kNeox, 1e6f},     // Qwen3 MoE
-      {{32, 8, 128}, false, model::RopeStyle::kNormal, 1e6f},  // Mixtral
-      {{6, 2, 64}, true, model::RopeStyle::kNormal, 1e4f},
-      {{5, 1, 80}, true, model::RopeStyle::kNeox, 1e4f},  // lanes with one pair and with two
-      {{2, 1, 256}, false, model::RopeStyle::kNeox, 1e4f},
+      {{32, 4, 128}, true, model::RopeStyle::kNeox, 1e6f, 0},     // Qwen3 MoE
+      {{32, 8, 128}, false, model::RopeStyle::kNormal, 1e6f, 0},  // Mixtral
+      {{6, 2, 64}, true, model::RopeStyle::kNormal, 1e4f, 0},
+      {{5, 1, 80}, true, model::RopeStyle::kNeox, 1e4f, 0},  // lanes with one pair and with two
+      {{2, 1, 256}, false, model::RopeStyle::kNeox, 1e4f, 0},
+      // Partial RoPE: GLM-4.5's half of each head; a quarter, with a norm, in both styles; pairs past the
+      // rotated ones in the lanes' second and third rounds.
+      {{12, 4, 128}, false, model::RopeStyle::kNeox, 1e6f, 64},
+      {{6, 2, 64}, true, model::RopeStyle::kNeox, 1e4f, 16},
+      {{6, 2, 64}, true, model::RopeStyle::kNormal, 1e4f, 16},
+      {{4, 2, 256}, true, model::RopeStyle::kNeox, 1e4f, 130},
   };
   constexpr int kLayers = 3;
   for (const RopeCase& rc : cases) {
     for (int64_t layer : {int64_t{0}, int64_t{2}}) {
       const HeadShape& shape = rc.shape;
+      const int rope_dim = rc.rope_dim == 0 ? shape.head_dim : rc.rope_dim;
       const uint64_t seed = NextSeed();
       SCOPED_TRACE(absl::StrCat(shape.n_head, "/", shape.n_head_kv, " heads of ", shape.head_dim, " norm ", rc.qk_norm,
-                                " neox ", rc.style == model::RopeStyle::kNeox, " layer ", layer, " seed ", seed));
+                                " neox ", rc.style == model::RopeStyle::kNeox, " rope_dim ", rope_dim, " layer ", layer,
+                                " seed ", seed));
       Random rng(seed);
       // Positions 0, 1, 255, 256, 4095 in their own caches; the last two tokens share cache 2.
       std::vector<std::unique_ptr<Cache>> caches;
@@ -152,7 +162,7 @@ TEST_F(DenseKernelsTest, QkNormRopeStoreMatchesTheCpu) {
         q_norm = RandomFloats(shape.head_dim, 0.5f, 1.5f, rng);
         k_norm = RandomFloats(shape.head_dim, 0.5f, 1.5f, rng);
       }
-      const std::vector<double> freq = model::RopeFrequencies(shape.head_dim, rc.freq_base);
+      const std::vector<double> freq = model::RopeFrequencies(rope_dim, rc.freq_base);
       DeviceArray<float> dq(q.size()), dk(k.size()), dv(v.size()), dqn(shape.head_dim), dkn(shape.head_dim);
       DeviceArray<double> dfreq(freq.size());
       dq.Upload(q);
@@ -164,17 +174,17 @@ TEST_F(DenseKernelsTest, QkNormRopeStoreMatchesTheCpu) {
         dkn.Upload(k_norm);
       }
       const int style = rc.style == model::RopeStyle::kNeox ? 1 : 0;
-      const absl::Status s = QkNormRopeStore(dq.get(), dk.get(), dv.get(), slots.get(), n, layer, shape.n_head,
-                                             shape.n_head_kv, shape.head_dim, rc.qk_norm ? dqn.get() : nullptr,
-                                             rc.qk_norm ? dkn.get() : nullptr, 1e-6f, dfreq.get(), style, stream_);
+      const absl::Status s = QkNormRopeStore(
+          dq.get(), dk.get(), dv.get(), slots.get(), n, layer, shape.n_head, shape.n_head_kv, shape.head_dim, rope_dim,
+          rc.qk_norm ? dqn.get() : nullptr, rc.qk_norm ? dkn.get() : nullptr, 1e-6f, dfreq.get(), style, stream_);
       ASSERT_TRUE(s.ok()) << s;
       Sync();
 
       std::vector<float> want_q = q, want_k = k;
       for (int t = 0; t < n; ++t) {
-        ReferenceNormRope(&want_q[t * shape.q_dim()], shape.n_head, shape.head_dim, q_norm, 1e-6f, freq, batch[t].pos,
-                          rc.style);
-        ReferenceNormRope(&want_k[t * shape.kv_dim()], shape.n_head_kv, shape.head_dim, k_norm, 1e-6f, freq,
+        ReferenceNormRope(&want_q[t * shape.q_dim()], shape.n_head, shape.head_dim, rope_dim, q_norm, 1e-6f, freq,
+                          batch[t].pos, rc.style);
+        ReferenceNormRope(&want_k[t * shape.kv_dim()], shape.n_head_kv, shape.head_dim, rope_dim, k_norm, 1e-6f, freq,
                           batch[t].pos, rc.style);
         Cache& c = *caches[batch[t].seq];
         std::copy_n(&want_k[t * shape.kv_dim()], shape.kv_dim(), c.key(layer, batch[t].pos));
@@ -399,7 +409,7 @@ TEST_F(DenseKernelsTest, CapturedDecodeStepReplaysWithNewSlots) {
   }
   if (s.ok()) {
     s = QkNormRopeStore(dq.get(), dk.get(), dv.get(), dslots.get(), 3, kLayer, shape.n_head, shape.n_head_kv,
-                        shape.head_dim, nullptr, nullptr, 1e-6f, dfreq.get(), 1, stream_);
+                        shape.head_dim, shape.head_dim, nullptr, nullptr, 1e-6f, dfreq.get(), 1, stream_);
   }
   if (s.ok()) {
     s = Attention(dq.get(), dslots.get(), 3, kLayer, shape.n_head, shape.n_head_kv, shape.head_dim, scale,
@@ -410,9 +420,8 @@ TEST_F(DenseKernelsTest, CapturedDecodeStepReplaysWithNewSlots) {
                     false, stream_);
   }
   if (s.ok()) {
-    s = RouterTopK(drouter.get(), kExperts, kN, dx.get(), RouterNorm{}, 3, kTopK, dids.get(), dweights.get(),
-                   drouter_ws.get(),
-                   router_ws, stream_);
+    s = RouterTopK(drouter.get(), kExperts, kN, dx.get(), RouterNorm{}, RouterGate{}, 3, kTopK, dids.get(),
+                   dweights.get(), drouter_ws.get(), router_ws, stream_);
   }
   const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
   ASSERT_TRUE(s.ok()) << s;
@@ -445,10 +454,10 @@ TEST_F(DenseKernelsTest, CapturedDecodeStepReplaysWithNewSlots) {
     }
     std::vector<float> q = q_src, k = k_src;
     for (int t = 0; t < 3; ++t) {
-      ReferenceNormRope(&q[t * shape.q_dim()], shape.n_head, shape.head_dim, {}, 1e-6f, freq, batch[t].pos,
-                        model::RopeStyle::kNeox);
-      ReferenceNormRope(&k[t * shape.kv_dim()], shape.n_head_kv, shape.head_dim, {}, 1e-6f, freq, batch[t].pos,
-                        model::RopeStyle::kNeox);
+      ReferenceNormRope(&q[t * shape.q_dim()], shape.n_head, shape.head_dim, shape.head_dim, {}, 1e-6f, freq,
+                        batch[t].pos, model::RopeStyle::kNeox);
+      ReferenceNormRope(&k[t * shape.kv_dim()], shape.n_head_kv, shape.head_dim, shape.head_dim, {}, 1e-6f, freq,
+                        batch[t].pos, model::RopeStyle::kNeox);
       std::copy_n(&k[t * shape.kv_dim()], shape.kv_dim(), caches[t]->key(kLayer, batch[t].pos));
       std::copy_n(&v_src[t * shape.kv_dim()], shape.kv_dim(), caches[t]->value(kLayer, batch[t].pos));
     }

@@ -15,8 +15,8 @@ constexpr int64_t kDequantElements = int64_t{4096} * 4096;
 void RunMatmul(MatmulContext& ctx, cudaStream_t stream, DenseType type, int64_t rows, int64_t cols, int n_tokens,
                bool accumulate, int64_t x_pad, int64_t y_pad) {
   const uint64_t seed = NextSeed();
-  SCOPED_TRACE(absl::StrCat(DenseTypeName(type), " ", rows, "x", cols, " n_tokens ", n_tokens, " accumulate ", accumulate,
-                            " x_pad ", x_pad, " y_pad ", y_pad, " seed ", seed));
+  SCOPED_TRACE(absl::StrCat(DenseTypeName(type), " ", rows, "x", cols, " n_tokens ", n_tokens, " accumulate ",
+                            accumulate, " x_pad ", x_pad, " y_pad ", y_pad, " seed ", seed));
   Random rng(seed);
   const int64_t x_stride = cols + x_pad, y_stride = rows + y_pad;
   const std::vector<uint8_t> w = RandomMatrix(type, rows, cols, seed);
@@ -101,8 +101,8 @@ TEST_F(DenseKernelsTest, MatmulWithoutAWideningWorkspaceLoopsTheGemv) {
 void RunMatmulGroup(MatmulContext& ctx, cudaStream_t stream, DenseType type, int64_t cols,
                     const std::vector<int64_t>& rows, int n_tokens) {
   const uint64_t seed = NextSeed();
-  SCOPED_TRACE(
-      absl::StrCat(DenseTypeName(type), " cols ", cols, " outputs ", rows.size(), " n_tokens ", n_tokens, " seed ", seed));
+  SCOPED_TRACE(absl::StrCat(DenseTypeName(type), " cols ", cols, " outputs ", rows.size(), " n_tokens ", n_tokens,
+                            " seed ", seed));
   Random rng(seed);
   const int64_t x_stride = cols;
   const std::vector<float> x = RandomFloats(static_cast<size_t>(n_tokens) * x_stride, -1.0f, 1.0f, rng);
@@ -409,8 +409,8 @@ TEST_F(DenseKernelsTest, RouterTopKMatchesTheCpu) {
           dnorm.Upload(in.norm);
           norm = RouterNorm{dnorm.get(), kRouterEps, dh.get()};
         }
-        const absl::Status s = RouterTopK(dw.get(), c.n_expert, c.n, dx.get(), norm, n_tokens, c.k, dids.get(),
-                                          dweights.get(), workspace.get(), ws_bytes, stream_);
+        const absl::Status s = RouterTopK(dw.get(), c.n_expert, c.n, dx.get(), norm, RouterGate{}, n_tokens, c.k,
+                                          dids.get(), dweights.get(), workspace.get(), ws_bytes, stream_);
         ASSERT_TRUE(s.ok()) << s;
         Sync();
         EXPECT_EQ(dids.Download(), in.ids);
@@ -436,11 +436,11 @@ TEST_F(DenseKernelsTest, RouterTopKMatchesTheCpu) {
   DeviceArray<float> w(4096), x(4096), weights(64);
   DeviceArray<int32_t> ids(64);
   DeviceArray<uint8_t> workspace(RouterWorkspaceBytes(1, 8));
-  EXPECT_THAT(RouterTopK(w.get(), 8, 64, x.get(), RouterNorm{}, 1, 9, ids.get(), weights.get(), workspace.get(),
-                         RouterWorkspaceBytes(1, 8), stream_),
+  EXPECT_THAT(RouterTopK(w.get(), 8, 64, x.get(), RouterNorm{}, RouterGate{}, 1, 9, ids.get(), weights.get(),
+                         workspace.get(), RouterWorkspaceBytes(1, 8), stream_),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "k is 9"));
-  EXPECT_THAT(RouterTopK(w.get(), 8, 64, x.get(), RouterNorm{}, 1, 2, ids.get(), weights.get(), workspace.get(), 4,
-                         stream_),
+  EXPECT_THAT(RouterTopK(w.get(), 8, 64, x.get(), RouterNorm{}, RouterGate{}, 1, 2, ids.get(), weights.get(),
+                         workspace.get(), 4, stream_),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "workspace_bytes is 4"));
 }
 
@@ -462,8 +462,8 @@ TEST_F(DenseKernelsTest, RouterTopKBreaksExactTiesTowardTheLowerId) {
   for (int n_tokens : {1, kMostTokens}) {
     std::vector<float> x = RandomFloats(static_cast<size_t>(kMostTokens) * kN, -1.0f, 1.0f, rng);
     dx.Upload(x);
-    const absl::Status s = RouterTopK(dw.get(), kExperts, kN, dx.get(), RouterNorm{}, n_tokens, kK, dids.get(),
-                                      dweights.get(), workspace.get(), ws_bytes, stream_);
+    const absl::Status s = RouterTopK(dw.get(), kExperts, kN, dx.get(), RouterNorm{}, RouterGate{}, n_tokens, kK,
+                                      dids.get(), dweights.get(), workspace.get(), ws_bytes, stream_);
     ASSERT_TRUE(s.ok()) << s;
     Sync();
     const std::vector<int32_t> ids = dids.Download();
