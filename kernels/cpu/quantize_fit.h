@@ -48,6 +48,11 @@ int64_t FitGroupsAvx2(Scheme s, const float* w, int64_t n_groups, float* d, floa
 int64_t FitGroupsAvx512(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
                         QuantizeError* error);
 
+// The f16 scheme's quantization with F16C (the same round-to-nearest-even as FloatToHalf, for every float),
+// eight weights at a time: writes the halves of src[0..k) to dst and adds their error, for the largest
+// multiple k of 8 not above n, and returns k. Call only where CpuPathAvailable(kAvx2).
+int64_t RoundToHalfAvx2(const float* src, int64_t n, uint8_t* dst, QuantizeError* error);
+
 // The scalar forms of the SIMD instructions the fits use, with the same results for every input
 // (maxps/minps return the second operand when either is NaN; cvttps2dq gives INT32_MIN for NaN and
 // out-of-range values).

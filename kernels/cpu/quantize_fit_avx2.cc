@@ -131,4 +131,17 @@ int64_t FitGroupsAvx2(Scheme s, const float* w, int64_t n_groups, float* d, floa
   return FitGroupsSimd<Avx2>(s, w, n_groups, d, m, codes, error);
 }
 
+int64_t RoundToHalfAvx2(const float* src, int64_t n, uint8_t* dst, QuantizeError* error) {
+  Avx2::ErrorSums sums;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(src + i);
+    const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
+    sums.Add(x, _mm256_cvtph_ps(h));
+  }
+  sums.Flush(error);
+  return i;
+}
+
 }  // namespace strata::kernels::internal

@@ -90,7 +90,9 @@ void QuantizeRoleOnPath(CpuPath path, Scheme scheme, const float* src, int64_t r
   QuantizeError local;
   if (error == nullptr) error = &local;
   if (scheme == Scheme::kF16) {
-    for (int64_t i = 0; i < rows * cols; ++i) {
+    // AVX-512 CPUs have AVX2 too; F16C gives FloatToHalf's halves, so every path writes the same bytes.
+    const int64_t done = path == CpuPath::kScalar ? 0 : internal::RoundToHalfAvx2(src, rows * cols, dst, error);
+    for (int64_t i = done; i < rows * cols; ++i) {
       const uint16_t h = FloatToHalf(src[i]);
       StoreHalf(h, dst + 2 * i);
       const double w = src[i], e = w - HalfToFloat(h);
