@@ -7,6 +7,7 @@
 // before and after: the machine's cores may be shared.
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "kernels/cpu/role_gemv.h"
 #include "packtool/convert.h"
 #include "packtool/pack_writer.h"
 #include "packtool/synth.h"
@@ -28,6 +30,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using strata::packtool::ResolveThreads;
+
+// User plus system CPU seconds of this process so far (every thread).
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -101,7 +111,8 @@ int main(int argc, char** argv) {
   PrintLoad("before");
   const double cached = ReadRate(model, false);
   const double direct = ReadRate(model, true);
-  std::printf("model %.2f GB, %d threads, scheme %s\n", model_gb, threads, scheme_name.c_str());
+  std::printf("model %.2f GB, %d threads, scheme %s, CPU path %s\n", model_gb, threads, scheme_name.c_str(),
+              std::string(strata::kernels::CpuPathName(strata::kernels::BestCpuPath())).c_str());
   std::printf("  read, page cache        %7.2f GB/s\n", cached);
   std::printf("  read, O_DIRECT (disk)   %7.2f GB/s\n", direct);
 
@@ -111,14 +122,16 @@ int main(int argc, char** argv) {
   c.scheme = *scheme;
   c.threads = threads;
   auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = CpuSeconds();
   auto manifest = strata::packtool::ConvertGguf(c, nullptr, nullptr);
-  const double convert_s = Seconds(t0);
+  const double convert_s = Seconds(t0), convert_cpu_s = CpuSeconds() - cpu0;
   if (!manifest.ok()) {
     std::fprintf(stderr, "convert: %s\n", std::string(manifest.status().message()).c_str());
     return 1;
   }
-  std::printf("  convert                 %7.2f GB/s of source (%.1f s)  = %.2fx the cached read rate, %.2fx the disk's\n",
-              model_gb / convert_s, convert_s, model_gb / convert_s / cached, model_gb / convert_s / direct);
+  std::printf("  convert                 %7.2f GB/s of source (%.1f s, %.1f s of CPU)  = %.2fx the cached read rate, "
+              "%.2fx the disk's\n",
+              model_gb / convert_s, convert_s, convert_cpu_s, model_gb / convert_s / cached, model_gb / convert_s / direct);
   for (const auto& e : manifest->quant_error()) {
     std::printf("    error %-6s rel_rms %.6e  max_abs %.6e\n", e.role().c_str(), e.rel_rms(), e.max_abs());
   }

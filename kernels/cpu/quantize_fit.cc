@@ -43,6 +43,16 @@ float SseS4(const float* w, int n, float d, float m) {
   return sse;
 }
 
+float SseS2(const float* w, int n, float d) {
+  const float inv = d == 0.0f ? 0.0f : 0.5f / d;
+  float sse = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float e = DecodeS2(d, CodeS2(w[i], inv)) - w[i];
+    sse = sse + e * e;
+  }
+  return sse;
+}
+
 void AddError(double w, double back, QuantizeError* error) {
   const double e = w - back;
   error->err2 += e * e;
@@ -116,46 +126,31 @@ void FitS4(const float* w, int n, float* d_out, float* m_out, uint8_t* codes, Qu
   *m_out = best_m;
 }
 
-// s2's squared error for scale d and the sums of its levels l = 2q - 3 that give its least-squares scale.
-struct S2Eval {
-  float sse = 0.0f;
-  float sum_lw = 0.0f;
-  int32_t sum_ll = 0;
-};
-
-S2Eval EvalS2(const float* w, int n, float d) {
-  const float inv = d == 0.0f ? 0.0f : 0.5f / d;
-  S2Eval r;
-  for (int i = 0; i < n; ++i) {
-    const int32_t q = CodeS2(w[i], inv);
-    const float e = DecodeS2(d, q) - w[i];
-    r.sse = r.sse + e * e;
-    const int32_t l = 2 * q - 3;
-    r.sum_lw = r.sum_lw + static_cast<float>(l) * w[i];
-    r.sum_ll += l * l;
-  }
-  return r;
-}
-
 void FitS2(const float* w, int n, float* d_out, uint8_t* codes, QuantizeError* error) {
   float amax = 0.0f;
   for (int i = 0; i < n; ++i) amax = MaxPs(amax, std::fabs(w[i]));
   float best_d = RoundHalf(amax / 3.0f);
-  S2Eval best = EvalS2(w, n, best_d);
-  const auto try_refit = [&](const S2Eval& of) {
-    const float refined = RoundHalf(of.sum_lw / static_cast<float>(of.sum_ll));
-    if (!(refined > 0.0f)) return;
-    const S2Eval e = EvalS2(w, n, refined);
-    if (e.sse < best.sse) best_d = refined, best = e;
-  };
+  float best_sse = SseS2(w, n, best_d);
   for (int k = 1; k <= kS2Candidates; ++k) {
     const float d = RoundHalf(amax / S2Divisor(k));
     if (!(d > 0.0f)) continue;
-    const S2Eval e = EvalS2(w, n, d);
-    if (e.sse < best.sse) best_d = d, best = e;
-    try_refit(e);
+    const float inv = 0.5f / d;
+    float sse = 0.0f, sum_lw = 0.0f;
+    int32_t sum_ll = 0;
+    for (int i = 0; i < n; ++i) {
+      const int32_t q = CodeS2(w[i], inv);
+      const float e = DecodeS2(d, q) - w[i];
+      sse = sse + e * e;
+      const int32_t l = 2 * q - 3;
+      sum_lw = sum_lw + static_cast<float>(l) * w[i];
+      sum_ll += l * l;
+    }
+    if (sse < best_sse) best_d = d, best_sse = sse;
+    const float refined = RoundHalf(sum_lw / static_cast<float>(sum_ll));
+    if (!(refined > 0.0f)) continue;
+    const float refined_sse = SseS2(w, n, refined);
+    if (refined_sse < best_sse) best_d = refined, best_sse = refined_sse;
   }
-  for (int r = 0; r < kS2Refinements; ++r) try_refit(S2Eval(best));
   const float inv = best_d == 0.0f ? 0.0f : 0.5f / best_d;
   for (int i = 0; i < n; ++i) {
     const int32_t q = CodeS2(w[i], inv);

@@ -18,11 +18,11 @@
 //   range shrunk by 2k% gives codes whose least-squares (d, m) (rounded to half) is a candidate; then, twice,
 //   the codes of the best so far give one more candidate the same way (a step of alternating codes and
 //   least squares). The least squared error wins, ties to the earlier.
-// s2 (group 64): d = half(amax / 3); then for k = 1..8 d_k = half(amax / (3 + 0.375 k)) and the
-//   least-squares scale of d_k's codes are candidates; then, twice, the least-squares scale of the best so
-//   far's codes. The least squared error wins, ties to the earlier.
-// (s4 tried 12 shrunk ranges and s2 16 divisors before, without the last two steps: about 1.8x the passes
-// over the weights for a larger error; bench/RESULTS.md.)
+// s2 (group 64): d = half(amax / 3); then for k = 1..16 d_k = half(amax / (3 + 0.1875 k)) and the
+//   least-squares scale of d_k's codes are candidates; the least squared error wins, ties to the earlier.
+// (s4 tried 12 shrunk ranges before, without the last two steps: 27 passes over a group's weights where it
+// now takes 15, for a larger error; bench/RESULTS.md. s2's search is unchanged: with half its divisors and
+// the same two steps it gave a smaller rms error but a larger largest one.)
 // The squared error that decides is summed in float, weight by weight in order; the error reported in
 // *error is summed in double.
 
@@ -72,16 +72,15 @@ inline void SolveAffine(int n, int32_t sum_q, int32_t sum_qq, float sum_w, float
   }
 }
 
-// The s8 candidate scales' factors 1 - 0.004 k, s4's range shrinks 0.02 k and s2's divisors 3 + 0.375 k, in
+// The s8 candidate scales' factors 1 - 0.004 k, s4's range shrinks 0.02 k and s2's divisors 3 + 0.1875 k, in
 // float.
 inline float S8Factor(int k) { return 1.0f - 0.004f * static_cast<float>(k); }
 inline float S4Shrink(int k) { return 0.02f * static_cast<float>(k); }
-inline float S2Divisor(int k) { return 3.0f + 0.375f * static_cast<float>(k); }
+inline float S2Divisor(int k) { return 3.0f + 0.1875f * static_cast<float>(k); }
 inline constexpr int kS8Candidates = 8;   // k = 0..7
 inline constexpr int kS4Candidates = 4;   // k = 0..3, after the full range
 inline constexpr int kS4Refinements = 2;  // least squares on the best so far's codes, after the candidates
-inline constexpr int kS2Candidates = 8;   // k = 1..8, after amax / 3
-inline constexpr int kS2Refinements = 2;
+inline constexpr int kS2Candidates = 16;  // k = 1..16, after amax / 3
 
 }  // namespace strata::kernels::internal
 

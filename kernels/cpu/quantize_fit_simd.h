@@ -258,72 +258,52 @@ class SimdFitter {
     Finish<Scheme::kS4>(best_d, best_m, d_out, m_out, codes, error);
   }
 
-  // EvalS2 of quantize_fit.cc on every lane: the squared error of scale d and its levels' sums (sum_ll exact
-  // in float: at most 64 x 9).
-  void EvalS2(const Lanes& d, Lanes& sse, Lanes& sum_lw, Lanes& sum_ll) const {
-    Lanes inv, zero;
-    Inverses<Scheme::kS2>(d, inv);
-    Each([&](int u) { zero[u] = sse[u] = sum_lw[u] = sum_ll[u] = V::Set(0.0f); });
-    for (int i = 0; i < n_; ++i) {
-      Lanes x, q, l, e;
-      Each([&](int u) { x[u] = X(u, i); });
-      Codes<Scheme::kS2>(x, inv, zero, q);
-      Each([&](int u) { l[u] = LevelS2(q[u]); });
-      Each([&](int u) { e[u] = V::Mul(d[u], l[u]); });
-      Each([&](int u) { e[u] = V::Sub(e[u], x[u]); });
-      Each([&](int u) { e[u] = V::Mul(e[u], e[u]); });
-      Each([&](int u) { sse[u] = V::Add(sse[u], e[u]); });
-      Each([&](int u) { e[u] = V::Mul(l[u], x[u]); });
-      Each([&](int u) { sum_lw[u] = V::Add(sum_lw[u], e[u]); });
-      Each([&](int u) { e[u] = V::Mul(l[u], l[u]); });
-      Each([&](int u) { sum_ll[u] = V::Add(sum_ll[u], e[u]); });
-    }
-  }
-
   void FitS2(float* d_out, uint8_t* codes, QuantizeError* error) const {
-    Lanes amax, zero, best_d, best_sse, best_lw, best_ll;
+    Lanes amax, best_d, best_sse, zero;
     Each([&](int u) {
       amax[u] = Amax(u);
       zero[u] = V::Set(0.0f);
       best_d[u] = V::RoundHalf(V::Div(amax[u], V::Set(3.0f)));
     });
-    EvalS2(best_d, best_sse, best_lw, best_ll);
-    // Takes (d, its sums) where valid and better than the best so far.
-    const auto take = [&](const M* valid, const Lanes& d, const Lanes& sse, const Lanes& lw, const Lanes& ll) {
-      Each([&](int u) {
-        const M better = V::And(valid[u], V::Lt(sse[u], best_sse[u]));
-        best_d[u] = V::Select(better, d[u], best_d[u]);
-        best_sse[u] = V::Select(better, sse[u], best_sse[u]);
-        best_lw[u] = V::Select(better, lw[u], best_lw[u]);
-        best_ll[u] = V::Select(better, ll[u], best_ll[u]);
-      });
-    };
-    // The least-squares scale of the codes whose sums are (lw, ll), where `valid`, as a candidate.
-    const auto try_refit = [&](M* valid, const Lanes& lw, const Lanes& ll) {
-      Lanes refined, sse, sum_lw, sum_ll;
-      Each([&](int u) {
-        refined[u] = V::RoundHalf(V::Div(lw[u], ll[u]));
-        valid[u] = V::And(valid[u], V::Gt(refined[u], V::Set(0.0f)));
-      });
-      EvalS2(refined, sse, sum_lw, sum_ll);
-      take(valid, refined, sse, sum_lw, sum_ll);
-    };
+    Sse<Scheme::kS2>(best_d, zero, best_sse);
     for (int k = 1; k <= kS2Candidates; ++k) {
-      Lanes d, sse, sum_lw, sum_ll;
+      // sum_ll is exact in float (at most 64 x 9): an integer, as the scalar fit's.
+      Lanes d, inv, sse, sum_lw, sum_ll;
       M valid[kUnroll];
       Each([&](int u) {
         d[u] = V::RoundHalf(V::Div(amax[u], V::Set(S2Divisor(k))));
         valid[u] = V::Gt(d[u], V::Set(0.0f));
+        sse[u] = sum_lw[u] = sum_ll[u] = V::Set(0.0f);
       });
-      EvalS2(d, sse, sum_lw, sum_ll);
-      take(valid, d, sse, sum_lw, sum_ll);
-      try_refit(valid, sum_lw, sum_ll);
-    }
-    for (int r = 0; r < kS2Refinements; ++r) {
-      M valid[kUnroll];
-      Lanes lw, ll;
-      Each([&](int u) { valid[u] = V::Eq(best_d[u], best_d[u]), lw[u] = best_lw[u], ll[u] = best_ll[u]; });
-      try_refit(valid, lw, ll);
+      Inverses<Scheme::kS2>(d, inv);
+      for (int i = 0; i < n_; ++i) {
+        Lanes x, q, l, e;
+        Each([&](int u) { x[u] = X(u, i); });
+        Codes<Scheme::kS2>(x, inv, zero, q);
+        Each([&](int u) { l[u] = LevelS2(q[u]); });
+        Each([&](int u) { e[u] = V::Mul(d[u], l[u]); });
+        Each([&](int u) { e[u] = V::Sub(e[u], x[u]); });
+        Each([&](int u) { e[u] = V::Mul(e[u], e[u]); });
+        Each([&](int u) { sse[u] = V::Add(sse[u], e[u]); });
+        Each([&](int u) { e[u] = V::Mul(l[u], x[u]); });
+        Each([&](int u) { sum_lw[u] = V::Add(sum_lw[u], e[u]); });
+        Each([&](int u) { e[u] = V::Mul(l[u], l[u]); });
+        Each([&](int u) { sum_ll[u] = V::Add(sum_ll[u], e[u]); });
+      }
+      Lanes refined, refined_sse;
+      Each([&](int u) {
+        const M better = V::And(valid[u], V::Lt(sse[u], best_sse[u]));
+        best_d[u] = V::Select(better, d[u], best_d[u]);
+        best_sse[u] = V::Select(better, sse[u], best_sse[u]);
+        refined[u] = V::RoundHalf(V::Div(sum_lw[u], sum_ll[u]));
+        valid[u] = V::And(valid[u], V::Gt(refined[u], V::Set(0.0f)));
+      });
+      Sse<Scheme::kS2>(refined, zero, refined_sse);
+      Each([&](int u) {
+        const M better = V::And(valid[u], V::Lt(refined_sse[u], best_sse[u]));
+        best_d[u] = V::Select(better, refined[u], best_d[u]);
+        best_sse[u] = V::Select(better, refined_sse[u], best_sse[u]);
+      });
     }
     alignas(64) float m_unused[kBatch];
     Finish<Scheme::kS2>(best_d, zero, d_out, m_unused, codes, error);
