@@ -4,18 +4,22 @@
 //   strata-pack-bench [--dir DIR] [--model FILE.gguf] [--scheme s4] [--threads N] [--keep]
 //
 // --model converts that GGUF instead of the `small` preset synthesized into DIR. The load average is printed
-// before and after: the machine's cores may be shared.
+// before and after: the machine's cores may be shared. Beside the rates: the CPU path the fits ran on,
+// convert's CPU seconds (every thread) and the fit alone on one core, in ns a weight.
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -61,6 +65,26 @@ double ReadRate(const std::string& path, bool direct) {
   close(fd);
   free(buf);
   return s > 0 ? static_cast<double>(total) / s / 1e9 : 0;
+}
+
+// Nanoseconds of this thread's CPU a weight that QuantizeRole takes on the best path, on a gate-shaped role
+// (512 x 1024) of seeded gaussian weights: the fit alone, without reading or writing; the least of 5 runs.
+double FitNsPerWeight(strata::kernels::Scheme scheme) {
+  const int64_t rows = 512, cols = 1024;
+  std::vector<float> w(rows * cols);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  for (float& v : w) v = normal(rng);
+  std::vector<uint8_t> role(strata::kernels::RoleBytes(scheme, rows, cols));
+  double best = 1e30;
+  for (int run = 0; run < 5; ++run) {
+    timespec t0{}, t1{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    strata::kernels::QuantizeRole(scheme, w.data(), rows, cols, role.data());
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    best = std::min(best, 1e9 * static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec));
+  }
+  return best / static_cast<double>(rows * cols);
 }
 
 void PrintLoad(const char* when) {
@@ -148,6 +172,7 @@ int main(int argc, char** argv) {
               report->gb_per_second, pack_gb, validate_s, report->gb_per_second / cached);
   const double pack_cached = ReadRate(pack + "/experts.bin", false);
   std::printf("  read experts.bin, cache %7.2f GB/s\n", pack_cached);
+  std::printf("  fit alone               %7.2f ns of one core's CPU a weight\n", FitNsPerWeight(*scheme));
   PrintLoad("after");
   if (!keep) fs::remove_all(pack);
   return 0;
