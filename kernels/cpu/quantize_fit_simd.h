@@ -329,4 +329,6 @@ int64_t FitGroupsSimd(Scheme s, const float* w, int64_t n_groups, float* d, floa
 
 }  // namespace strata::kernels::internal
 
+#undef STRATA_FIT_UNROLL
+
 #endif  // STRATA_KERNELS_CPU_QUANTIZE_FIT_SIMD_H_
