@@ -7,6 +7,7 @@
 #include <thread>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <map>
 #include <memory>
 #include <string>
@@ -163,15 +164,19 @@ std::span<const uint8_t> ExpertSlice(const gguf::TensorInfo& t, int64_t expert) 
   return {t.data + per_expert * static_cast<uint64_t>(expert), per_expert};
 }
 
-// Hashes every shard of a model on one thread, started at construction. AddSources waits for it; the
-// destructor stops it (when the conversion ended early) and waits. Owned and called by ConvertGguf's thread.
+// Hashes every shard of a model on one thread, started at construction, where the model maps them (no copy
+// through read(2)). AddSources waits for it; the destructor stops it (when the conversion ended early) and
+// waits. Owned and called by ConvertGguf's thread; `model` must outlive it.
 class ShardHasher {
  public:
   ShardHasher(const gguf::GgufModel& model, const std::atomic<bool>* cancel) : cancel_(cancel) {
-    for (const auto& shard : model.shards()) paths_.push_back(shard->path());
+    for (const auto& shard : model.shards()) {
+      paths_.push_back(shard->path());
+      bytes_.push_back(shard->bytes());
+    }
     thread_ = std::thread([this] {
-      for (const std::string& path : paths_) {
-        results_.push_back(HashFile(path, &stop_));
+      for (size_t i = 0; i < paths_.size(); ++i) {
+        results_.push_back(HashMapped(bytes_[i], paths_[i], &stop_));
         if (!results_.back().ok()) break;
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -206,6 +211,7 @@ class ShardHasher {
  private:
   const std::atomic<bool>* cancel_;
   std::vector<std::string> paths_;
+  std::vector<std::span<const uint8_t>> bytes_;  // each shard's mapping, as paths_
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable done_cv_;

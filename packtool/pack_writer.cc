@@ -79,6 +79,25 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> HashFile(const std::string& path, 
   return std::make_pair(total, hash);
 }
 
+absl::StatusOr<std::pair<uint64_t, uint64_t>> HashMapped(std::span<const uint8_t> bytes, const std::string& name,
+                                                         const std::atomic<bool>* cancel) {
+  constexpr uint64_t kStep = 1 << 20;
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  for (uint64_t at = 0; at < bytes.size(); at += kStep) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      XXH3_freeState(state);
+      return absl::CancelledError(absl::StrCat(name, ": cancelled while hashing"));
+    }
+    const uint64_t n = std::min<uint64_t>(kStep, bytes.size() - at);
+    XXH3_64bits_update(state, bytes.data() + at, n);
+    ReleaseMappedRange(bytes.data() + at, n);
+  }
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return std::make_pair(static_cast<uint64_t>(bytes.size()), hash);
+}
+
 void ReleaseMappedRange(const uint8_t* data, uint64_t size) {
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t begin = (reinterpret_cast<uint64_t>(data) + page - 1) / page * page;

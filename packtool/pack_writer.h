@@ -89,6 +89,12 @@ absl::Status CheckThreads(int64_t threads, std::string_view field);
 absl::StatusOr<std::pair<uint64_t, uint64_t>> HashFile(const std::string& path,
                                                        const std::atomic<bool>* cancel = nullptr);
 
+// Size and xxh3-64 of the bytes of a read-only file mapping (HashFile's result for the whole file mapped),
+// hashed where they are mapped, without read(2)'s copy; each MiB's pages are dropped from the resident set
+// once hashed (ReleaseMappedRange). CANCELLED, between MiBs, once `cancel` (may be null) is set.
+absl::StatusOr<std::pair<uint64_t, uint64_t>> HashMapped(std::span<const uint8_t> bytes, const std::string& name,
+                                                         const std::atomic<bool>* cancel = nullptr);
+
 // Drops the pages of [data, data + size) of a read-only file mapping from this process's resident set
 // (only whole pages inside the range). Used to keep streaming conversions at bounded memory.
 void ReleaseMappedRange(const uint8_t* data, uint64_t size);

@@ -78,6 +78,24 @@ void FitS8(const float* w, int n, float* d_out, uint8_t* codes, QuantizeError* e
   *d_out = best_d;
 }
 
+// The least-squares (d, m) of the codes that (d, m) gives the weights, rounded to half; false when it is not a
+// usable candidate.
+bool RefitS4(const float* w, int n, float sum_w, float* d, float* m) {
+  const float inv = Inverse(*d);
+  int32_t sum_q = 0, sum_qq = 0;
+  float sum_qw = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const int32_t q = CodeS4(w[i], inv, *m);
+    sum_q += q;
+    sum_qq += q * q;
+    sum_qw = sum_qw + static_cast<float>(q) * w[i];
+  }
+  SolveAffine(n, sum_q, sum_qq, sum_w, sum_qw, d, m);
+  *d = RoundHalf(*d);
+  *m = RoundHalf(*m);
+  return *d > 0.0f && std::fabs(*m) < INFINITY;
+}
+
 void FitS4(const float* w, int n, float* d_out, float* m_out, uint8_t* codes, QuantizeError* error) {
   float lo = w[0], hi = w[0], sum_w = 0.0f;
   for (int i = 0; i < n; ++i) {
@@ -87,26 +105,17 @@ void FitS4(const float* w, int n, float* d_out, float* m_out, uint8_t* codes, Qu
   }
   float best_d = RoundHalf((hi - lo) / 15.0f), best_m = RoundHalf(lo);
   float best_sse = SseS4(w, n, best_d, best_m);
+  const auto try_refit = [&](float d, float m) {
+    if (!RefitS4(w, n, sum_w, &d, &m)) return;
+    const float sse = SseS4(w, n, d, m);
+    if (sse < best_sse) best_d = d, best_m = m, best_sse = sse;
+  };
   for (int k = 0; k < kS4Candidates; ++k) {
     const float cut = (hi - lo) * S4Shrink(k) * 0.5f;
     const float clo = lo + cut, chi = hi - cut;
-    float d = RoundHalf((chi - clo) / 15.0f), m = RoundHalf(clo);
-    const float inv = Inverse(d);
-    int32_t sum_q = 0, sum_qq = 0;
-    float sum_qw = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      const int32_t q = CodeS4(w[i], inv, m);
-      sum_q += q;
-      sum_qq += q * q;
-      sum_qw = sum_qw + static_cast<float>(q) * w[i];
-    }
-    SolveAffine(n, sum_q, sum_qq, sum_w, sum_qw, &d, &m);
-    d = RoundHalf(d);
-    m = RoundHalf(m);
-    if (!(d > 0.0f) || !(std::fabs(m) < INFINITY)) continue;
-    const float sse = SseS4(w, n, d, m);
-    if (sse < best_sse) best_d = d, best_m = m, best_sse = sse;
+    try_refit(RoundHalf((chi - clo) / 15.0f), RoundHalf(clo));
   }
+  for (int r = 0; r < kS4Refinements; ++r) try_refit(best_d, best_m);
   const float inv = Inverse(best_d);
   for (int i = 0; i < n; ++i) {
     const int32_t q = CodeS4(w[i], inv, best_m);

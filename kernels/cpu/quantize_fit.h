@@ -14,11 +14,15 @@
 //
 // s8 (group 32): amax = max |w|; for k = 0..7 the scale d_k = half(amax / 127 * (1 - 0.004 k)); the first
 //   with the least squared error wins.
-// s4 (group 32): the range [lo, hi] gives (d, m) = half((hi - lo) / 15), half(lo); then for k = 0..11 the
-//   range shrunk by 2k% gives codes whose least-squares (d, m) (rounded to half) is a candidate; the least
-//   squared error wins, ties to the earlier.
+// s4 (group 32): the range [lo, hi] gives (d, m) = half((hi - lo) / 15), half(lo); then for k = 0..3 the
+//   range shrunk by 2k% gives codes whose least-squares (d, m) (rounded to half) is a candidate; then, twice,
+//   the codes of the best so far give one more candidate the same way (a step of alternating codes and
+//   least squares). The least squared error wins, ties to the earlier.
 // s2 (group 64): d = half(amax / 3); then for k = 1..16 d_k = half(amax / (3 + 0.1875 k)) and the
 //   least-squares scale of d_k's codes are candidates; the least squared error wins, ties to the earlier.
+// (s4 tried 12 shrunk ranges before, without the last two steps: 27 passes over a group's weights where it
+// now takes 15, for a larger error; bench/RESULTS.md. s2's search is unchanged: with half its divisors and
+// the same two steps it gave a smaller rms error but a larger largest one.)
 // The squared error that decides is summed in float, weight by weight in order; the error reported in
 // *error is summed in double.
 
@@ -44,6 +48,11 @@ int64_t FitGroupsAvx2(Scheme s, const float* w, int64_t n_groups, float* d, floa
 int64_t FitGroupsAvx512(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
                         QuantizeError* error);
 
+// The f16 scheme's quantization with F16C (the same round-to-nearest-even as FloatToHalf, for every float),
+// eight weights at a time: writes the halves of src[0..k) to dst and adds their error, for the largest
+// multiple k of 8 not above n, and returns k. Call only where CpuPathAvailable(kAvx2).
+int64_t RoundToHalfAvx2(const float* src, int64_t n, uint8_t* dst, QuantizeError* error);
+
 // The scalar forms of the SIMD instructions the fits use, with the same results for every input
 // (maxps/minps return the second operand when either is NaN; cvttps2dq gives INT32_MIN for NaN and
 // out-of-range values).
@@ -63,12 +72,14 @@ inline void SolveAffine(int n, int32_t sum_q, int32_t sum_qq, float sum_w, float
   }
 }
 
-// The s8 candidate scales' factors 1 - 0.004 k and s2's divisors 3 + 0.1875 k, in float.
+// The s8 candidate scales' factors 1 - 0.004 k, s4's range shrinks 0.02 k and s2's divisors 3 + 0.1875 k, in
+// float.
 inline float S8Factor(int k) { return 1.0f - 0.004f * static_cast<float>(k); }
 inline float S4Shrink(int k) { return 0.02f * static_cast<float>(k); }
 inline float S2Divisor(int k) { return 3.0f + 0.1875f * static_cast<float>(k); }
 inline constexpr int kS8Candidates = 8;   // k = 0..7
-inline constexpr int kS4Candidates = 12;  // k = 0..11, after the full range
+inline constexpr int kS4Candidates = 4;   // k = 0..3, after the full range
+inline constexpr int kS4Refinements = 2;  // least squares on the best so far's codes, after the candidates
 inline constexpr int kS2Candidates = 16;  // k = 1..16, after amax / 3
 
 }  // namespace strata::kernels::internal

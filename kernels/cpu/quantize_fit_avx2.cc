@@ -31,6 +31,7 @@ struct Avx2 {
   static F Abs(F a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
   static F CopySignHalf(F t) { return _mm256_or_ps(_mm256_set1_ps(0.5f), _mm256_and_ps(t, _mm256_set1_ps(-0.0f))); }
   static I Cvtt(F a) { return _mm256_cvttps_epi32(a); }
+  static F Trunc(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
   static F ToFloat(I a) { return _mm256_cvtepi32_ps(a); }
   static I AddI(I a, I b) { return _mm256_add_epi32(a, b); }
   static I SubI(I a, I b) { return _mm256_sub_epi32(a, b); }
@@ -41,6 +42,32 @@ struct Avx2 {
   static M And(M a, M b) { return _mm256_and_ps(a, b); }
   static F Select(M m, F a, F b) { return _mm256_blendv_ps(b, a, m); }  // m ? a : b
   static F RoundHalf(F a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+
+  // wt[i][lane] = w[lane * n + i] for the kLanes groups of n weights at w (n a multiple of 8), by 8 x 8
+  // blocks.
+  static void Transpose(const float* w, int n, float (*wt)[kLanes]) {
+    for (int i0 = 0; i0 < n; i0 += 8) {
+      __m256 r[8], t[8];
+      for (int lane = 0; lane < 8; ++lane) r[lane] = _mm256_loadu_ps(w + lane * n + i0);
+      for (int p = 0; p < 4; ++p) {
+        t[2 * p] = _mm256_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+        t[2 * p + 1] = _mm256_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+      }
+      for (int p = 0; p < 2; ++p) {
+        for (int h = 0; h < 2; ++h) {
+          const __m256 a = t[4 * p + h], b = t[4 * p + h + 2];
+          r[4 * p + 2 * h] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0));
+          r[4 * p + 2 * h + 1] = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2));
+        }
+      }
+      // r[0..3]: lanes 0-3 of weights (i0 + 0, 1, 2, 3) in the low half and (i0 + 4 .. 7) in the high half;
+      // r[4..7]: the same for lanes 4-7.
+      for (int j = 0; j < 4; ++j) {
+        _mm256_store_ps(wt[i0 + j], _mm256_permute2f128_ps(r[j], r[4 + j], 0x20));
+        _mm256_store_ps(wt[i0 + 4 + j], _mm256_permute2f128_ps(r[j], r[4 + j], 0x31));
+      }
+    }
+  }
 
   // SolveAffine on every lane: the same double operations, four lanes at a time.
   static void SolveAffine(int n, I sum_q, I sum_qq, F sum_w, F sum_qw, F* d, F* m) {
@@ -102,6 +129,19 @@ struct Avx2 {
 int64_t FitGroupsAvx2(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
                       QuantizeError* error) {
   return FitGroupsSimd<Avx2>(s, w, n_groups, d, m, codes, error);
+}
+
+int64_t RoundToHalfAvx2(const float* src, int64_t n, uint8_t* dst, QuantizeError* error) {
+  Avx2::ErrorSums sums;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(src + i);
+    const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
+    sums.Add(x, _mm256_cvtph_ps(h));
+  }
+  sums.Flush(error);
+  return i;
 }
 
 }  // namespace strata::kernels::internal

@@ -35,6 +35,7 @@ struct Avx512 {
   static F Abs(F a) { return _mm512_andnot_ps(_mm512_set1_ps(-0.0f), a); }
   static F CopySignHalf(F t) { return _mm512_or_ps(_mm512_set1_ps(0.5f), _mm512_and_ps(t, _mm512_set1_ps(-0.0f))); }
   static I Cvtt(F a) { return _mm512_cvttps_epi32(a); }
+  static F Trunc(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
   static F ToFloat(I a) { return _mm512_cvtepi32_ps(a); }
   static I AddI(I a, I b) { return _mm512_add_epi32(a, b); }
   static I SubI(I a, I b) { return _mm512_sub_epi32(a, b); }
@@ -45,6 +46,13 @@ struct Avx512 {
   static M And(M a, M b) { return static_cast<M>(a & b); }
   static F Select(M m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }  // m ? a : b
   static F RoundHalf(F a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+
+  // wt[i][lane] = w[lane * n + i] for the kLanes groups of n weights at w.
+  static void Transpose(const float* w, int n, float (*wt)[kLanes]) {
+    for (int lane = 0; lane < kLanes; ++lane) {
+      for (int i = 0; i < n; ++i) wt[i][lane] = w[lane * n + i];
+    }
+  }
 
   // SolveAffine on every lane: the same double operations, eight lanes at a time.
   static void SolveAffine(int n, I sum_q, I sum_qq, F sum_w, F sum_qw, F* d, F* m) {

@@ -6,14 +6,19 @@
 // and with -ffp-contract=off.
 //
 // Each lane runs exactly the scalar fit's operations in the scalar fit's order, so the results are the
-// scalar reference's bit for bit; V::SolveAffine does SolveAffine's double operations, lane by lane. Two
-// batches of lanes are interleaved (kUnroll) so that the float sums, which must stay sequential per group,
-// do not stall on the adder's latency.
+// scalar reference's bit for bit; V::SolveAffine does SolveAffine's double operations, lane by lane. Four
+// batches of lanes (kUnroll) are interleaved step by step (Each), so that the long chain of operations
+// behind each weight's code, and the float sums, which must stay sequential per group, do not stall on
+// latency.
 
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/quantize_fit.h"
+
+// Every loop over the kUnroll batches is unrolled whole, so that each batch's accumulators live in registers
+// (GCC at -O2 kept them in arrays on the stack: a store and a reload on every weight's dependency chain).
+#define STRATA_FIT_UNROLL _Pragma("GCC unroll 8")
 
 namespace strata::kernels::internal {
 
@@ -24,7 +29,7 @@ class SimdFitter {
   using I = typename V::I;
   using M = typename V::M;
   static constexpr int kLanes = V::kLanes;
-  static constexpr int kUnroll = 2;
+  static constexpr int kUnroll = 4;
   static constexpr int kBatch = kLanes * kUnroll;  // groups one call fits
 
   // Fits kBatch groups of Group(s) weights at `w`, as FitGroupsScalar would.
@@ -46,72 +51,109 @@ class SimdFitter {
   }
 
  private:
+  using Lanes = F[kUnroll];
+
   SimdFitter(int n, const float* w) : n_(n) {
-    for (int u = 0; u < kUnroll; ++u) {
-      for (int lane = 0; lane < kLanes; ++lane) {
-        const float* g = w + static_cast<int64_t>(u * kLanes + lane) * n;
-        for (int i = 0; i < n; ++i) wt_[u][i][lane] = g[i];
-      }
-    }
+    for (int u = 0; u < kUnroll; ++u) V::Transpose(w + static_cast<int64_t>(u * kLanes) * n, n, wt_[u]);
+  }
+
+  // Runs op(u) for every batch, all of one step before the next (Each(a); Each(b)), so that the kUnroll
+  // independent chains are interleaved instruction by instruction.
+  template <class Op>
+  static void Each(Op op) {
+    STRATA_FIT_UNROLL for (int u = 0; u < kUnroll; ++u) op(u);
   }
 
   F X(int u, int i) const { return V::Load(wt_[u][i]); }
   static F Inverse(F d) { return V::Select(V::Eq(d, V::Set(0.0f)), V::Set(0.0f), V::Div(V::Set(1.0f), d)); }
   static F InverseS2(F d) { return V::Select(V::Eq(d, V::Set(0.0f)), V::Set(0.0f), V::Div(V::Set(0.5f), d)); }
 
-  static I CodeS8(F x, F inv) {
-    const F t = V::Min(V::Max(V::Mul(x, inv), V::Set(-127.0f)), V::Set(127.0f));
-    return V::Cvtt(V::Add(t, V::CopySignHalf(t)));
+  // The codes of weights x, as floats: the scalar Code* functions' Cvtt, whose argument here is always
+  // within int32's range and never NaN, then converted back, which is truncation toward zero done in float
+  // (V::Trunc; a code of -0.0 where Cvtt gives 0 changes no product, sum or byte written).
+  template <Scheme S>
+  static void Codes(const Lanes& x, const Lanes& inv, const Lanes& m, Lanes& q) {
+    if constexpr (S == Scheme::kS8) {
+      Each([&](int u) { q[u] = V::Mul(x[u], inv[u]); });
+      Each([&](int u) { q[u] = V::Max(q[u], V::Set(-127.0f)); });
+      Each([&](int u) { q[u] = V::Min(q[u], V::Set(127.0f)); });
+      Each([&](int u) { q[u] = V::Add(q[u], V::CopySignHalf(q[u])); });
+    }
+    if constexpr (S == Scheme::kS4) {
+      Each([&](int u) { q[u] = V::Sub(x[u], m[u]); });
+      Each([&](int u) { q[u] = V::Mul(q[u], inv[u]); });
+      Each([&](int u) { q[u] = V::Max(q[u], V::Set(0.0f)); });
+      Each([&](int u) { q[u] = V::Min(q[u], V::Set(15.0f)); });
+      Each([&](int u) { q[u] = V::Add(q[u], V::Set(0.5f)); });
+    }
+    if constexpr (S == Scheme::kS2) {
+      Each([&](int u) { q[u] = V::Mul(x[u], inv[u]); });
+      Each([&](int u) { q[u] = V::Add(q[u], V::Set(2.0f)); });
+      Each([&](int u) { q[u] = V::Max(q[u], V::Set(0.0f)); });
+      Each([&](int u) { q[u] = V::Min(q[u], V::Set(3.0f)); });
+    }
+    Each([&](int u) { q[u] = V::Trunc(q[u]); });
   }
-  static I CodeS4(F x, F inv, F m) {
-    return V::Cvtt(V::Add(V::Min(V::Max(V::Mul(V::Sub(x, m), inv), V::Set(0.0f)), V::Set(15.0f)), V::Set(0.5f)));
+  // s2's level 2q - 3 of a code, exact in float.
+  static F LevelS2(F q) { return V::Sub(V::Add(q, q), V::Set(3.0f)); }
+
+  // The decoded values of codes q.
+  template <Scheme S>
+  static void Decode(const Lanes& d, const Lanes& m, const Lanes& q, Lanes& back) {
+    if constexpr (S == Scheme::kS8) Each([&](int u) { back[u] = V::Mul(d[u], q[u]); });
+    if constexpr (S == Scheme::kS4) {
+      Each([&](int u) { back[u] = V::Mul(d[u], q[u]); });
+      Each([&](int u) { back[u] = V::Add(back[u], m[u]); });
+    }
+    if constexpr (S == Scheme::kS2) {
+      Each([&](int u) { back[u] = LevelS2(q[u]); });
+      Each([&](int u) { back[u] = V::Mul(d[u], back[u]); });
+    }
   }
-  static I CodeS2(F x, F inv) {
-    return V::Cvtt(V::Min(V::Max(V::Add(V::Mul(x, inv), V::Set(2.0f)), V::Set(0.0f)), V::Set(3.0f)));
+
+  template <Scheme S>
+  static void Inverses(const Lanes& d, Lanes& inv) {
+    Each([&](int u) { inv[u] = S == Scheme::kS2 ? InverseS2(d[u]) : Inverse(d[u]); });
   }
-  static F LevelS2(I q) { return V::ToFloat(V::SubI(V::AddI(q, q), V::SetI(3))); }
 
   // Squared errors of the codes for (d, m) (m ignored but for s4), per lane, summed in order.
   template <Scheme S>
-  void Sse(const F* d, const F* m, F* sse) const {
-    F inv[kUnroll];
-    for (int u = 0; u < kUnroll; ++u) {
-      inv[u] = S == Scheme::kS2 ? InverseS2(d[u]) : Inverse(d[u]);
-      sse[u] = V::Set(0.0f);
-    }
+  void Sse(const Lanes& d, const Lanes& m, Lanes& sse) const {
+    Lanes inv;
+    Inverses<S>(d, inv);
+    Each([&](int u) { sse[u] = V::Set(0.0f); });
     for (int i = 0; i < n_; ++i) {
-      for (int u = 0; u < kUnroll; ++u) {
-        const F x = X(u, i);
-        F back;
-        if constexpr (S == Scheme::kS8) back = V::Mul(d[u], V::ToFloat(CodeS8(x, inv[u])));
-        if constexpr (S == Scheme::kS4) back = V::Add(V::Mul(d[u], V::ToFloat(CodeS4(x, inv[u], m[u]))), m[u]);
-        if constexpr (S == Scheme::kS2) back = V::Mul(d[u], LevelS2(CodeS2(x, inv[u])));
-        const F e = V::Sub(back, x);
-        sse[u] = V::Add(sse[u], V::Mul(e, e));
-      }
+      Lanes x, q, e;
+      Each([&](int u) { x[u] = X(u, i); });
+      Codes<S>(x, inv, m, q);
+      Decode<S>(d, m, q, e);
+      Each([&](int u) { e[u] = V::Sub(e[u], x[u]); });
+      Each([&](int u) { e[u] = V::Mul(e[u], e[u]); });
+      Each([&](int u) { sse[u] = V::Add(sse[u], e[u]); });
     }
   }
 
   // Writes the codes for the chosen (d, m) and adds their error.
   template <Scheme S>
-  void Finish(const F* d, const F* m, float* d_out, float* m_out, uint8_t* codes, QuantizeError* error) const {
+  void Finish(const Lanes& d, const Lanes& m, float* d_out, float* m_out, uint8_t* codes, QuantizeError* error) const {
     typename V::ErrorSums sums;
     alignas(64) int32_t q_lanes[kLanes];
-    for (int u = 0; u < kUnroll; ++u) {
-      const F inv = S == Scheme::kS2 ? InverseS2(d[u]) : Inverse(d[u]);
-      for (int i = 0; i < n_; ++i) {
-        const F x = X(u, i);
-        I q;
-        F back;
-        if constexpr (S == Scheme::kS8) q = CodeS8(x, inv), back = V::Mul(d[u], V::ToFloat(q));
-        if constexpr (S == Scheme::kS4) q = CodeS4(x, inv, m[u]), back = V::Add(V::Mul(d[u], V::ToFloat(q)), m[u]);
-        if constexpr (S == Scheme::kS2) q = CodeS2(x, inv), back = V::Mul(d[u], LevelS2(q));
-        sums.Add(x, back);
-        V::StoreI(q_lanes, q);
+    Lanes inv;
+    Inverses<S>(d, inv);
+    for (int i = 0; i < n_; ++i) {
+      Lanes x, q, back;
+      Each([&](int u) { x[u] = X(u, i); });
+      Codes<S>(x, inv, m, q);
+      Decode<S>(d, m, q, back);
+      for (int u = 0; u < kUnroll; ++u) {
+        sums.Add(x[u], back[u]);
+        V::StoreI(q_lanes, V::Cvtt(q[u]));
         for (int lane = 0; lane < kLanes; ++lane) {
           codes[static_cast<int64_t>(u * kLanes + lane) * n_ + i] = static_cast<uint8_t>(q_lanes[lane]);
         }
       }
+    }
+    for (int u = 0; u < kUnroll; ++u) {
       V::StoreUnaligned(d_out + u * kLanes, d[u]);
       V::StoreUnaligned(m_out + u * kLanes, m[u]);
     }
@@ -125,127 +167,143 @@ class SimdFitter {
   }
 
   void FitS8(float* d_out, uint8_t* codes, QuantizeError* error) const {
-    F amax[kUnroll], best_d[kUnroll], best_sse[kUnroll], zero[kUnroll];
-    for (int u = 0; u < kUnroll; ++u) amax[u] = Amax(u), zero[u] = V::Set(0.0f);
-    for (int k = 0; k < kS8Candidates; ++k) {
-      F d[kUnroll], sse[kUnroll];
-      for (int u = 0; u < kUnroll; ++u) d[u] = V::RoundHalf(V::Mul(V::Div(amax[u], V::Set(127.0f)), V::Set(S8Factor(k))));
+    Lanes amax, best_d, best_sse, zero;
+    Each([&](int u) { amax[u] = Amax(u), zero[u] = V::Set(0.0f); });
+    const auto candidate = [&](int k, Lanes& d) {
+      Each([&](int u) { d[u] = V::RoundHalf(V::Mul(V::Div(amax[u], V::Set(127.0f)), V::Set(S8Factor(k)))); });
+    };
+    candidate(0, best_d);
+    Sse<Scheme::kS8>(best_d, zero, best_sse);
+    for (int k = 1; k < kS8Candidates; ++k) {
+      Lanes d, sse;
+      candidate(k, d);
       Sse<Scheme::kS8>(d, zero, sse);
-      for (int u = 0; u < kUnroll; ++u) {
-        if (k == 0) {
-          best_d[u] = d[u], best_sse[u] = sse[u];
-          continue;
-        }
+      Each([&](int u) {
         const M better = V::Lt(sse[u], best_sse[u]);
         best_d[u] = V::Select(better, d[u], best_d[u]);
         best_sse[u] = V::Select(better, sse[u], best_sse[u]);
-      }
+      });
     }
     alignas(64) float m_unused[kBatch];
     Finish<Scheme::kS8>(best_d, zero, d_out, m_unused, codes, error);
   }
 
-  void FitS4(float* d_out, float* m_out, uint8_t* codes, QuantizeError* error) const {
-    F lo[kUnroll], hi[kUnroll], sum_w[kUnroll], best_d[kUnroll], best_m[kUnroll], best_sse[kUnroll];
-    for (int u = 0; u < kUnroll; ++u) lo[u] = hi[u] = X(u, 0), sum_w[u] = V::Set(0.0f);
+  // RefitS4 of quantize_fit.cc on every lane: (d, m) becomes the least-squares fit of its codes; `valid` says
+  // where it is a usable candidate. The code sums are exact in float (at most 32 x 15 and 32 x 225).
+  void RefitS4(const Lanes& sum_w, Lanes& d, Lanes& m, M* valid) const {
+    Lanes inv, sum_q, sum_qq, sum_qw;
+    Inverses<Scheme::kS4>(d, inv);
+    Each([&](int u) { sum_q[u] = sum_qq[u] = sum_qw[u] = V::Set(0.0f); });
     for (int i = 0; i < n_; ++i) {
-      for (int u = 0; u < kUnroll; ++u) {
+      Lanes x, q, t;
+      Each([&](int u) { x[u] = X(u, i); });
+      Codes<Scheme::kS4>(x, inv, m, q);
+      Each([&](int u) { sum_q[u] = V::Add(sum_q[u], q[u]); });
+      Each([&](int u) { t[u] = V::Mul(q[u], q[u]); });
+      Each([&](int u) { sum_qq[u] = V::Add(sum_qq[u], t[u]); });
+      Each([&](int u) { t[u] = V::Mul(q[u], x[u]); });
+      Each([&](int u) { sum_qw[u] = V::Add(sum_qw[u], t[u]); });
+    }
+    Each([&](int u) {
+      V::SolveAffine(n_, V::Cvtt(sum_q[u]), V::Cvtt(sum_qq[u]), sum_w[u], sum_qw[u], &d[u], &m[u]);
+      d[u] = V::RoundHalf(d[u]);
+      m[u] = V::RoundHalf(m[u]);
+      valid[u] = V::And(V::Gt(d[u], V::Set(0.0f)), V::Lt(V::Abs(m[u]), V::Set(INFINITY)));
+    });
+  }
+
+  void FitS4(float* d_out, float* m_out, uint8_t* codes, QuantizeError* error) const {
+    Lanes lo, hi, sum_w, best_d, best_m, best_sse;
+    Each([&](int u) { lo[u] = hi[u] = X(u, 0), sum_w[u] = V::Set(0.0f); });
+    for (int i = 0; i < n_; ++i) {
+      Each([&](int u) {
         const F x = X(u, i);
         lo[u] = V::Min(lo[u], x);
         hi[u] = V::Max(hi[u], x);
         sum_w[u] = V::Add(sum_w[u], x);
-      }
+      });
     }
-    for (int u = 0; u < kUnroll; ++u) {
+    Each([&](int u) {
       best_d[u] = V::RoundHalf(V::Div(V::Sub(hi[u], lo[u]), V::Set(15.0f)));
       best_m[u] = V::RoundHalf(lo[u]);
-    }
+    });
     Sse<Scheme::kS4>(best_d, best_m, best_sse);
-    for (int k = 0; k < kS4Candidates; ++k) {
-      F d[kUnroll], m[kUnroll], inv[kUnroll], sum_qw[kUnroll];
-      I sum_q[kUnroll], sum_qq[kUnroll];
-      for (int u = 0; u < kUnroll; ++u) {
-        const F cut = V::Mul(V::Mul(V::Sub(hi[u], lo[u]), V::Set(S4Shrink(k))), V::Set(0.5f));
-        const F clo = V::Add(lo[u], cut), chi = V::Sub(hi[u], cut);
-        d[u] = V::RoundHalf(V::Div(V::Sub(chi, clo), V::Set(15.0f)));
-        m[u] = V::RoundHalf(clo);
-        inv[u] = Inverse(d[u]);
-        sum_qw[u] = V::Set(0.0f);
-        sum_q[u] = sum_qq[u] = V::SetI(0);
-      }
-      for (int i = 0; i < n_; ++i) {
-        for (int u = 0; u < kUnroll; ++u) {
-          const F x = X(u, i);
-          const I q = CodeS4(x, inv[u], m[u]);
-          sum_q[u] = V::AddI(sum_q[u], q);
-          sum_qq[u] = V::AddI(sum_qq[u], V::MulI(q, q));
-          sum_qw[u] = V::Add(sum_qw[u], V::Mul(V::ToFloat(q), x));
-        }
-      }
+    const auto try_refit = [&](Lanes& d, Lanes& m) {
       M valid[kUnroll];
-      for (int u = 0; u < kUnroll; ++u) {
-        V::SolveAffine(n_, sum_q[u], sum_qq[u], sum_w[u], sum_qw[u], &d[u], &m[u]);
-        d[u] = V::RoundHalf(d[u]);
-        m[u] = V::RoundHalf(m[u]);
-        valid[u] = V::And(V::Gt(d[u], V::Set(0.0f)), V::Lt(V::Abs(m[u]), V::Set(INFINITY)));
-      }
-      F sse[kUnroll];
+      RefitS4(sum_w, d, m, valid);
+      Lanes sse;
       Sse<Scheme::kS4>(d, m, sse);
-      for (int u = 0; u < kUnroll; ++u) {
+      Each([&](int u) {
         const M better = V::And(valid[u], V::Lt(sse[u], best_sse[u]));
         best_d[u] = V::Select(better, d[u], best_d[u]);
         best_m[u] = V::Select(better, m[u], best_m[u]);
         best_sse[u] = V::Select(better, sse[u], best_sse[u]);
-      }
+      });
+    };
+    for (int k = 0; k < kS4Candidates; ++k) {
+      Lanes d, m;
+      Each([&](int u) {
+        const F cut = V::Mul(V::Mul(V::Sub(hi[u], lo[u]), V::Set(S4Shrink(k))), V::Set(0.5f));
+        const F clo = V::Add(lo[u], cut), chi = V::Sub(hi[u], cut);
+        d[u] = V::RoundHalf(V::Div(V::Sub(chi, clo), V::Set(15.0f)));
+        m[u] = V::RoundHalf(clo);
+      });
+      try_refit(d, m);
+    }
+    for (int r = 0; r < kS4Refinements; ++r) {
+      Lanes d, m;
+      Each([&](int u) { d[u] = best_d[u], m[u] = best_m[u]; });
+      try_refit(d, m);
     }
     Finish<Scheme::kS4>(best_d, best_m, d_out, m_out, codes, error);
   }
 
   void FitS2(float* d_out, uint8_t* codes, QuantizeError* error) const {
-    F amax[kUnroll], best_d[kUnroll], best_sse[kUnroll], zero[kUnroll];
-    for (int u = 0; u < kUnroll; ++u) {
+    Lanes amax, best_d, best_sse, zero;
+    Each([&](int u) {
       amax[u] = Amax(u);
       zero[u] = V::Set(0.0f);
       best_d[u] = V::RoundHalf(V::Div(amax[u], V::Set(3.0f)));
-    }
+    });
     Sse<Scheme::kS2>(best_d, zero, best_sse);
     for (int k = 1; k <= kS2Candidates; ++k) {
-      F d[kUnroll], inv[kUnroll], sse[kUnroll], sum_lw[kUnroll];
-      I sum_ll[kUnroll];
+      // sum_ll is exact in float (at most 64 x 9): an integer, as the scalar fit's.
+      Lanes d, inv, sse, sum_lw, sum_ll;
       M valid[kUnroll];
-      for (int u = 0; u < kUnroll; ++u) {
+      Each([&](int u) {
         d[u] = V::RoundHalf(V::Div(amax[u], V::Set(S2Divisor(k))));
         valid[u] = V::Gt(d[u], V::Set(0.0f));
-        inv[u] = InverseS2(d[u]);
-        sse[u] = sum_lw[u] = V::Set(0.0f);
-        sum_ll[u] = V::SetI(0);
-      }
+        sse[u] = sum_lw[u] = sum_ll[u] = V::Set(0.0f);
+      });
+      Inverses<Scheme::kS2>(d, inv);
       for (int i = 0; i < n_; ++i) {
-        for (int u = 0; u < kUnroll; ++u) {
-          const F x = X(u, i);
-          const I q = CodeS2(x, inv[u]);
-          const I l = V::SubI(V::AddI(q, q), V::SetI(3));
-          const F lf = V::ToFloat(l);
-          const F e = V::Sub(V::Mul(d[u], lf), x);
-          sse[u] = V::Add(sse[u], V::Mul(e, e));
-          sum_lw[u] = V::Add(sum_lw[u], V::Mul(lf, x));
-          sum_ll[u] = V::AddI(sum_ll[u], V::MulI(l, l));
-        }
+        Lanes x, q, l, e;
+        Each([&](int u) { x[u] = X(u, i); });
+        Codes<Scheme::kS2>(x, inv, zero, q);
+        Each([&](int u) { l[u] = LevelS2(q[u]); });
+        Each([&](int u) { e[u] = V::Mul(d[u], l[u]); });
+        Each([&](int u) { e[u] = V::Sub(e[u], x[u]); });
+        Each([&](int u) { e[u] = V::Mul(e[u], e[u]); });
+        Each([&](int u) { sse[u] = V::Add(sse[u], e[u]); });
+        Each([&](int u) { e[u] = V::Mul(l[u], x[u]); });
+        Each([&](int u) { sum_lw[u] = V::Add(sum_lw[u], e[u]); });
+        Each([&](int u) { e[u] = V::Mul(l[u], l[u]); });
+        Each([&](int u) { sum_ll[u] = V::Add(sum_ll[u], e[u]); });
       }
-      F refined[kUnroll], refined_sse[kUnroll];
-      for (int u = 0; u < kUnroll; ++u) {
+      Lanes refined, refined_sse;
+      Each([&](int u) {
         const M better = V::And(valid[u], V::Lt(sse[u], best_sse[u]));
         best_d[u] = V::Select(better, d[u], best_d[u]);
         best_sse[u] = V::Select(better, sse[u], best_sse[u]);
-        refined[u] = V::RoundHalf(V::Div(sum_lw[u], V::ToFloat(sum_ll[u])));
+        refined[u] = V::RoundHalf(V::Div(sum_lw[u], sum_ll[u]));
         valid[u] = V::And(valid[u], V::Gt(refined[u], V::Set(0.0f)));
-      }
+      });
       Sse<Scheme::kS2>(refined, zero, refined_sse);
-      for (int u = 0; u < kUnroll; ++u) {
+      Each([&](int u) {
         const M better = V::And(valid[u], V::Lt(refined_sse[u], best_sse[u]));
         best_d[u] = V::Select(better, refined[u], best_d[u]);
         best_sse[u] = V::Select(better, refined_sse[u], best_sse[u]);
-      }
+      });
     }
     alignas(64) float m_unused[kBatch];
     Finish<Scheme::kS2>(best_d, zero, d_out, m_unused, codes, error);
@@ -270,5 +328,7 @@ int64_t FitGroupsSimd(Scheme s, const float* w, int64_t n_groups, float* d, floa
 }
 
 }  // namespace strata::kernels::internal
+
+#undef STRATA_FIT_UNROLL
 
 #endif  // STRATA_KERNELS_CPU_QUANTIZE_FIT_SIMD_H_

@@ -13,6 +13,33 @@
 namespace strata::kernels {
 namespace {
 
+// The four bytes of one row's chunk from its ChunkCols codes: byte j holds codes j, 4 + j, 8 + j, ... from
+// the lowest bits up (scheme.h). s4 and s2 take eight codes a 64-bit word, masked to their bits: shifting
+// the word right by 32 - bits puts code 4 + j above code j in byte j.
+template <Scheme S>
+uint32_t ChunkBytes(const uint8_t* q) {
+  if constexpr (S == Scheme::kS8) {
+    uint32_t bytes;
+    std::memcpy(&bytes, q, 4);
+    return bytes;
+  } else {
+    constexpr int kBits = layout::CodeBits(S);
+    constexpr uint64_t kMask = (S == Scheme::kS4 ? 0x0F : 0x03) * 0x0101010101010101ull;
+    uint64_t a;
+    std::memcpy(&a, q, 8);
+    a &= kMask;
+    a |= a >> (32 - kBits);
+    if constexpr (S == Scheme::kS2) {
+      uint64_t b;
+      std::memcpy(&b, q + 8, 8);
+      b &= kMask;
+      b |= b >> (32 - kBits);
+      a |= b << (2 * kBits);
+    }
+    return static_cast<uint32_t>(a);
+  }
+}
+
 // Writes the codes of `count` consecutive groups, starting at flat group index `first` (row-major over
 // rows x cols / group), into their places in the role, and their scale records. A group covers whole chunks
 // (Group is a multiple of ChunkCols), so each code byte is made from one group's codes and assigned whole.
@@ -20,8 +47,6 @@ template <Scheme S>
 void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const float* d, const float* m,
                 const uint8_t* codes, uint8_t* dst) {
   constexpr int64_t kGroup = layout::Group(S), kChunkCols = layout::ChunkCols(S);
-  constexpr int kBits = layout::CodeBits(S), kPerByte = layout::CodesPerByte(S);
-  constexpr unsigned kMask = (1u << kBits) - 1;
   static_assert(kGroup % kChunkCols == 0);
   const int64_t groups_per_row = cols / kGroup;
   for (int64_t k = 0; k < count; ++k) {
@@ -30,11 +55,8 @@ void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const 
     // (r, g * kGroup) starts a chunk: its byte holds code 0 at shift 0; the group's chunks follow.
     uint8_t* chunk = dst + layout::CodePosition(S, cols, r, g * kGroup).byte;
     for (int64_t c = 0; c < kGroup / kChunkCols; ++c, chunk += layout::kChunkBytes, q += kChunkCols) {
-      for (int j = 0; j < 4; ++j) {
-        unsigned byte = 0;
-        for (int p = 0; p < kPerByte; ++p) byte |= (q[4 * p + j] & kMask) << (p * kBits);
-        chunk[j] = static_cast<uint8_t>(byte);
-      }
+      const uint32_t bytes = ChunkBytes<S>(q);
+      std::memcpy(chunk, &bytes, 4);
     }
     const int64_t off = layout::ScaleOffset(S, rows, cols, r, g);
     StoreHalf(FloatToHalf(d[k]), dst + off);
@@ -68,7 +90,9 @@ void QuantizeRoleOnPath(CpuPath path, Scheme scheme, const float* src, int64_t r
   QuantizeError local;
   if (error == nullptr) error = &local;
   if (scheme == Scheme::kF16) {
-    for (int64_t i = 0; i < rows * cols; ++i) {
+    // AVX-512 CPUs have AVX2 too; F16C gives FloatToHalf's halves, so every path writes the same bytes.
+    const int64_t done = path == CpuPath::kScalar ? 0 : internal::RoundToHalfAvx2(src, rows * cols, dst, error);
+    for (int64_t i = done; i < rows * cols; ++i) {
       const uint16_t h = FloatToHalf(src[i]);
       StoreHalf(h, dst + 2 * i);
       const double w = src[i], e = w - HalfToFloat(h);
