@@ -402,7 +402,9 @@ absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x,
     if (norm.out == nullptr) return NullArgument(kFn, "norm.out (with a norm.weight)");
     if (!detail::Aligned16(norm.out)) return detail::Misaligned(kFn, "norm.out", norm.out);
   }
-  if (!std::isfinite(gate.scale)) return absl::InvalidArgumentError("RouterTopK: gate.scale is not finite");
+  if (!std::isfinite(gate.scale)) {
+    return absl::InvalidArgumentError(absl::StrCat("RouterTopK: gate.scale is ", gate.scale, ", not a finite number"));
+  }
   if (ids == nullptr) return NullArgument(kFn, "ids");
   if (weights == nullptr) return NullArgument(kFn, "weights");
   const size_t needed = RouterWorkspaceBytes(n_tokens, n_expert);

@@ -1,6 +1,9 @@
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -9,6 +12,7 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/quantize_fit.h"
 #include "kernels/cpu/role_gemv.h"
+#include "kernels/format/fp16.h"
 #include "kernels/format/scheme.h"
 
 namespace strata::kernels {
@@ -72,6 +76,46 @@ TEST(QuantizeRoleTest, EverySimdPathWritesTheScalarReferenceBytes) {
     }
   }
   std::printf("quantize paths compared with the scalar reference: %s\n", ran.c_str());
+}
+
+// The f16 scheme's F16C rounding gives FloatToHalf's half for every kind of float: a sweep over the 2^32 bit
+// patterns (every 4099th: an odd stride, so every low-bit pattern of the mantissa comes up) and the edges
+// (the largest half, the floats around the first that rounds to infinity, infinities, NaNs with payloads,
+// half's smallest subnormals and the ties between them, signed zeros).
+TEST(QuantizeRoleTest, F16cRoundingIsFloatToHalfForEveryKindOfFloat) {
+  if (!CpuPathAvailable(CpuPath::kAvx2)) {
+    std::printf("no AVX2 (F16C) on this CPU: nothing to compare\n");
+    return;
+  }
+  std::vector<float> w;
+  for (uint64_t bits = 0; bits <= 0xFFFFFFFFu; bits += 4099) {
+    w.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+  }
+  const float kHalfMin = std::ldexp(1.0f, -24);  // half's smallest subnormal
+  for (float edge : {65504.0f, 65519.99f, 65520.0f, 65520.01f, 1e9f, std::numeric_limits<float>::infinity(),
+                     std::numeric_limits<float>::quiet_NaN(), std::bit_cast<float>(0x7F800001u),
+                     std::bit_cast<float>(0x7FC12345u), std::bit_cast<float>(0xFFBFFFFFu), kHalfMin, 0.5f * kHalfMin,
+                     1.5f * kHalfMin, 2.5f * kHalfMin, 0.49f * kHalfMin, 0.0f, std::ldexp(1.0f, -14),
+                     std::ldexp(1.0f, -15) * 1.0009765625f, 1.0f + std::ldexp(1.0f, -11),
+                     1.0f + 3.0f * std::ldexp(1.0f, -11)}) {
+    w.push_back(edge);
+    w.push_back(-edge);
+  }
+  while (w.size() % 8 != 0) w.push_back(0.0f);
+  std::vector<uint8_t> halves(2 * w.size(), 0xAB);
+  QuantizeError error;
+  ASSERT_EQ(internal::RoundToHalfAvx2(w.data(), static_cast<int64_t>(w.size()), halves.data(), &error),
+            static_cast<int64_t>(w.size()));
+  int wrong = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    const uint16_t got = LoadHalf(halves.data() + 2 * i);
+    const uint16_t expected = FloatToHalf(w[i]);
+    if (got != expected && ++wrong <= 5) {
+      ADD_FAILURE() << "float bits 0x" << std::hex << std::bit_cast<uint32_t>(w[i]) << ": F16C gives 0x" << got
+                    << ", FloatToHalf 0x" << expected;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of " << w.size() << " floats";
 }
 
 // The error QuantizeRole reports is the error of the role as DequantizeRole decodes it.
