@@ -70,12 +70,12 @@ absl::Status Model::CheckBatch(std::span<const ForwardToken> tokens) const {
   absl::flat_hash_map<const KvCache*, std::pair<int64_t, int64_t>> spans;  // first and last position
   for (const ForwardToken& t : tokens) {
     if (!t.cache->windowed()) continue;
-    auto [it, added] = spans.try_emplace(t.cache, t.pos, t.pos);
-    it->second = {std::min(it->second.first, t.pos), std::max(it->second.second, t.pos)};
-    const int64_t span = it->second.second - it->second.first + 1;
-    if (span > t.cache->step_positions()) {
+    auto& [first, last] = spans.try_emplace(t.cache, t.pos, t.pos).first->second;
+    first = std::min(first, t.pos);
+    last = std::max(last, t.pos);
+    if (last - first + 1 > t.cache->step_positions()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "one step spans positions ", it->second.first, "..", it->second.second, " of a sequence, ", span,
+          "one step spans positions ", first, "..", last, " of a sequence, ", last - first + 1,
           " positions; its sliding-window KV cache holds at most ", t.cache->step_positions(), " per step"));
     }
   }
