@@ -178,9 +178,8 @@ absl::StatusOr<ProfileResult> ProfilePack(const ProfileOptions& options,
                                                      " tokens, more than the model's context of ", n_ctx));
     }
   }
-  const model::KvLayout kv_layout = model::CacheLayout(c);
-  model::KvCachePool kv_pool(c.n_layer, kv_layout, model::KvCachePool::BytesFor(c.n_layer, kv_layout, n_ctx),
-                             model.backend().kv_memory());
+  const model::KvShape kv_shape = model::CacheShape(c, static_cast<int64_t>(kPrefillChunk));
+  model::KvCachePool kv_pool(kv_shape, model::KvCachePool::BytesFor(kv_shape, n_ctx), model.backend().kv_memory());
 
   ProfileResult result;
   result.load_seconds = Since(load_start);

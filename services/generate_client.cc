@@ -249,6 +249,8 @@ int Info(const ClientOptions& options, v1::Inference::Stub& stub, const std::sha
   out << absl::StrFormat("vocabulary    %d tokens (%s), bos %d, eos %d\n", m.vocab_size(), m.tokenizer(), m.bos(),
                          m.eos());
   out << absl::StrFormat("context       %d positions (trained for %d)\n", m.context(), m.train_context());
+  out << absl::StrFormat("kv cache      %s per sequence of %d positions\n", FormatBytes(m.kv_bytes_per_sequence()),
+                         m.context());
   out << "chat          "
       << (m.has_chat_template() ? "the model's chat template (strata chat)" : "no chat template (generate only)")
       << "\n";

@@ -166,6 +166,7 @@ v1::ModelInfo ModelInfoToProto(const runtime::EngineInfo& info, const tokenizer:
   proto.set_threads(info.threads);
   proto.set_expert_bytes_per_token(info.expert_bytes_per_token);
   proto.set_dense_bytes_per_token(info.dense_bytes_per_token);
+  proto.set_kv_bytes_per_sequence(info.kv_bytes_per_sequence);
   proto.set_bos(tokenizer.bos());
   proto.set_eos(tokenizer.eos());
   proto.set_tokenizer(tokenizer.model() == tokenizer::Tokenizer::Model::kSpm ? "spm" : "bpe");

@@ -150,6 +150,9 @@ void LogEngineInfo(const strata::runtime::EngineInfo& info, const strata::runtim
                info.source.pinned ? ", pinned" : "", static_cast<double>(info.expert_bytes_per_token) / 1e6);
   spdlog::info("{} threads, up to {} sequences together, {} more queued", info.threads, options.max_seqs,
                options.max_queue);
+  spdlog::info("KV cache: {:.2f} MB per sequence of {} positions{}",
+               static_cast<double>(info.kv_bytes_per_sequence) / 1e6, info.max_ctx,
+               c.sliding_window > 0 ? " (the sliding-window blocks keep only their window)" : "");
   spdlog::info("chat: {}", info.has_chat_template ? (options.chat_template.empty() ? "the model's chat template"
                                                                                     : "--chat-template-file")
                                                    : "unavailable (the model has no tokenizer.chat_template)");

@@ -1,5 +1,9 @@
 #include "engine/model/model.h"
 
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
 
@@ -59,6 +63,20 @@ absl::Status Model::CheckBatch(std::span<const ForwardToken> tokens) const {
     if (t.cache == nullptr || t.pos < 0 || t.pos >= t.cache->capacity()) {
       return absl::OutOfRangeError(absl::StrCat("position ", t.pos, " is outside the sequence's KV cache (",
                                                 t.cache == nullptr ? 0 : t.cache->capacity(), " positions)"));
+    }
+  }
+  // A windowed layer's ring holds the window plus step_positions() - 1 positions: a step spanning more
+  // positions of one sequence would overwrite keys its own earlier queries attend to.
+  absl::flat_hash_map<const KvCache*, std::pair<int64_t, int64_t>> spans;  // first and last position
+  for (const ForwardToken& t : tokens) {
+    if (!t.cache->windowed()) continue;
+    auto& [first, last] = spans.try_emplace(t.cache, t.pos, t.pos).first->second;
+    first = std::min(first, t.pos);
+    last = std::max(last, t.pos);
+    if (last - first + 1 > t.cache->step_positions()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "one step spans positions ", first, "..", last, " of a sequence, ", last - first + 1,
+          " positions; its sliding-window KV cache holds at most ", t.cache->step_positions(), " per step"));
     }
   }
   return absl::OkStatus();

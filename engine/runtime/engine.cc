@@ -88,13 +88,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   ASSIGN_OR_RETURN(e->chat_template_,
                    chat::LoadChatTemplate(e->pack_->dense().metadata(), *e->tokenizer_, options.chat_template));
   const int64_t max_ctx = options.max_ctx > 0 ? options.max_ctx : std::min<int64_t>(c.n_ctx_train, 8192);
-  const model::KvLayout kv_layout = model::CacheLayout(c);
+  // A step writes at most prefill_chunk prompt positions of one sequence (or one decoded position): the
+  // windowed layers' rings hold that many more than the window.
+  model::KvShape kv_shape = model::CacheShape(c, std::max(1, options.prefill_chunk));
+  const uint64_t kv_bytes_per_sequence = model::KvCachePool::BytesFor(kv_shape, max_ctx);
   uint64_t budget = options.kv_budget_bytes;
-  if (budget == 0) {
-    budget = std::min<uint64_t>(model::KvCachePool::BytesFor(c.n_layer, kv_layout, max_ctx) * options.max_seqs,
-                                uint64_t{8} << 30);
-  }
-  e->kv_pool_ = std::make_unique<model::KvCachePool>(c.n_layer, kv_layout, budget, e->model_->backend().kv_memory());
+  if (budget == 0) budget = std::min<uint64_t>(kv_bytes_per_sequence * options.max_seqs, uint64_t{8} << 30);
+  e->kv_pool_ = std::make_unique<model::KvCachePool>(std::move(kv_shape), budget, e->model_->backend().kv_memory());
 
   EngineInfo& info = e->info_;
   info.config = c;
@@ -106,6 +106,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   info.backend = e->model_->backend().info();
   info.threads = threads;
   info.max_ctx = max_ctx;
+  info.kv_bytes_per_sequence = kv_bytes_per_sequence;
   info.has_chat_template = e->chat_template_ != nullptr;
   info.load_seconds = Since(start, Clock::now());
   e->scheduler_ = std::thread([engine = e.get()] { engine->SchedulerLoop(); });

@@ -63,6 +63,7 @@ struct EngineInfo {
   double load_seconds = 0;
   int threads = 0;
   int64_t max_ctx = 0;
+  uint64_t kv_bytes_per_sequence = 0;  // one sequence's KV cache at max_ctx (windowed layers keep a ring)
   bool has_chat_template = false;  // RenderChat / PrepareChat work
 };
 

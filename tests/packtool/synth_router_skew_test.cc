@@ -228,9 +228,8 @@ Routing MeasureRouting(const std::string& pack_dir, int sequences, int length) {
   model::Model& model = *loaded->model;
   const model::ModelConfig& c = model.config();
   const pack::v1::Geometry& g = (*pack)->manifest().geometry();
-  const model::KvLayout layout = model::CacheLayout(c);
-  model::KvCachePool kv_pool(c.n_layer, layout, model::KvCachePool::BytesFor(c.n_layer, layout, length),
-                             model.backend().kv_memory());
+  const model::KvShape shape = model::CacheShape(c, length);  // the whole sequence is one step
+  model::KvCachePool kv_pool(shape, model::KvCachePool::BytesFor(shape, length), model.backend().kv_memory());
   counts.assign(g.moe_layers_size(), std::vector<uint64_t>(g.n_expert()));
   routing.blocks.assign(g.moe_layers().begin(), g.moe_layers().end());
   std::mt19937 rng(5);

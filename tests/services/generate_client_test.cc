@@ -227,6 +227,7 @@ TEST(GenerateClientTest, TokenizeDetokenizeInfoAndStats) {
   EXPECT_THAT(info.out, HasSubstr("2 layers, 8 experts (top-2)"));
   EXPECT_THAT(info.out, HasSubstr("scheme s4"));
   EXPECT_THAT(info.out, HasSubstr("chat          the model's chat template"));
+  EXPECT_THAT(info.out, HasSubstr("kv cache      262.1 KB per sequence of 256 positions\n"));
 
   ASSERT_EQ(RunCli({"generate", "x"}, GreedyOptions(4), server.channel()).code, kExitOk);
   ASSERT_TRUE(server.WaitUntilIdle());  // the engine counts a request just after its last callback

@@ -373,6 +373,9 @@ TEST(InferenceServiceTest, ModelInfoAndStatsDescribeTheEngine) {
   EXPECT_EQ(info.threads(), 1);
   EXPECT_GT(info.load_seconds(), 0);
   EXPECT_EQ(info.expert_bytes_per_token(), e.expert_bytes_per_token);
+  // No windowed block: 2 layers x 256 positions x (64 key + 64 value floats) x 4 bytes.
+  EXPECT_EQ(info.kv_bytes_per_sequence(), 262144u);
+  EXPECT_EQ(info.kv_bytes_per_sequence(), e.kv_bytes_per_sequence);
   EXPECT_TRUE(info.has_chat_template());
 
   ASSERT_TRUE(RunGenerate(server.stub(), GreedyTokens({3, 4}, 7)).status.ok());

@@ -44,8 +44,7 @@ class LatentModel {
     model_->Attach(std::make_unique<CpuDenseBackend>(model_->config(), model_->weights(), pool_.get(), form),
                    std::make_unique<CpuMoeDispatch>(source_.get(), pack_->layout(), model_->config().n_expert,
                                                     pool_.get(), ExpertExtrasOf(model_->config(), model_->weights())));
-    kv_ = std::make_unique<KvCachePool>(model_->config().n_layer, CacheLayout(model_->config()), uint64_t{1} << 28,
-                                        HostKvMemory());
+    kv_ = std::make_unique<KvCachePool>(CacheShape(model_->config(), 64), uint64_t{1} << 28, HostKvMemory());
   }
 
   std::unique_ptr<KvCache> NewCache() { return *kv_->Allocate(64); }

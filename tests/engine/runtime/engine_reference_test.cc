@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "engine/pack/pack_format.h"
 #include "packtool/source_scheme.h"
 #include "gtest/gtest.h"
@@ -264,6 +266,84 @@ TEST_P(EngineGptOssTest, ConcurrentSequencesMatchTheReferenceOfTheSamePack) {
 INSTANTIATE_TEST_SUITE_P(Schemes, EngineGptOssTest,
                          ::testing::Values(kernels::Scheme::kF16, kernels::Scheme::kS8, kernels::Scheme::kS4),
                          [](const auto& info) { return std::string(kernels::SchemeName(info.param)); });
+
+// Each generated token is the reference's argmax after the prompt and the tokens before it: one reference pass
+// over the whole sequence checks what ReferenceGreedy would recompute token by token.
+void ExpectReferenceGreedy(ReferenceModel& ref, const std::vector<int32_t>& prompt,
+                           const std::vector<int32_t>& generated, const std::string& what) {
+  std::vector<int32_t> sequence = prompt;
+  sequence.insert(sequence.end(), generated.begin(), generated.end());
+  const std::vector<float> logits = ref.Logits(sequence);
+  for (size_t i = 0; i < generated.size(); ++i) {
+    const float* row = logits.data() + (prompt.size() - 1 + i) * ref.n_vocab();
+    EXPECT_EQ(generated[i], std::max_element(row, row + ref.n_vocab()) - row) << what << " token " << i;
+  }
+}
+
+// gpt-oss's windowed blocks keep a ring of window + prefill_chunk - 1 positions: with the tiny and small
+// presets' window of 8 and prefill chunks of 4, rings of 11. Prompts three to four rings long prefill chunk by
+// chunk and then decode through the rings, one sequence alone and three together; every prompt position's
+// logits and every generated token are the reference's, which recomputes every position without a cache.
+// A sequence's KV cache holds the full blocks' 256 positions and the windowed blocks' 11.
+class EngineSlidingWindowTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineSlidingWindowTest, RingsGiveTheReferenceLogitsAndTokensFarPastTheirLength) {
+  const bool tiny = GetParam() == "tiny";
+  const gguf::GgmlType type = tiny ? gguf::GgmlType::kF32 : gguf::GgmlType::kF16;
+  TinyModel model("gpt-oss", type, GetParam(), type);
+  const std::string pack = model.Pack(kernels::Scheme::kF16);
+  auto ref = ReferenceModel::FromPack(pack);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EngineOptions options = Options(pack, 3);
+  options.prefill_chunk = 4;
+  auto engine = Engine::Create(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const model::ModelConfig& c = (*engine)->info().config;
+  ASSERT_EQ(c.sliding_window, 8);
+  ASSERT_EQ((*engine)->info().max_ctx, 256);
+  // tiny: 2 blocks, 2 kv heads of 32: (256 + 11) positions x 128 floats x 4 bytes; small: 8 blocks, 4 kv heads
+  // of 64: 4 x (256 + 11) x 512 x 4. Without the rings: 262144 and 4194304.
+  EXPECT_EQ((*engine)->info().kv_bytes_per_sequence, tiny ? 136704u : 2187264u);
+
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> token(3, static_cast<int32_t>(c.n_vocab) - 1);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int length : {41, 33, 46}) {
+    prompts.emplace_back(length);
+    for (int32_t& t : prompts.back()) t = token(rng);
+  }
+  const int n_generate = tiny ? 12 : 5;
+  const int64_t n_vocab = (*ref)->n_vocab();
+  auto check = [&](const std::vector<size_t>& which, const std::string& run) {
+    std::vector<GenerateRequest> requests;
+    for (size_t i : which) {
+      requests.push_back(Greedy(prompts[i], n_generate));
+      requests.back().prompt_logits = true;
+    }
+    auto done = GenerateAllWithin(**engine, requests);
+    ASSERT_TRUE(done.ok()) << done.status();
+    for (size_t r = 0; r < which.size(); ++r) {
+      const std::vector<int32_t>& prompt = prompts[which[r]];
+      const std::string what = absl::StrCat(run, ", prompt ", which[r]);
+      const GenerationResult& result = (*done)[r].result;
+      ASSERT_TRUE(result.status.ok()) << what << ": " << result.status;
+      ASSERT_EQ(result.tokens.size(), static_cast<size_t>(n_generate)) << what;
+      const std::vector<float> expected = (*ref)->Logits(prompt);
+      ASSERT_EQ(result.prompt_logits.size(), expected.size()) << what;
+      for (size_t p = 0; p < prompt.size(); ++p) {
+        EXPECT_LT(RelativeError(result.prompt_logits.data() + p * n_vocab, expected.data() + p * n_vocab, n_vocab),
+                  1e-4)
+            << what << " position " << p;
+      }
+      ExpectReferenceGreedy(**ref, prompt, result.tokens, what);
+    }
+  };
+  check({0}, "alone");
+  check({0, 1, 2}, "three together");
+  EXPECT_EQ((*engine)->stats().kv_bytes_in_use, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, EngineSlidingWindowTest, ::testing::Values("tiny", "small"));
 
 // gpt-oss as it ships: MXFP4 experts. convert's default for them is s8, which holds them exactly: every role's
 // reported error is 0 and the reference reading the s8 pack gives the logits of the reference reading the
