@@ -6,7 +6,6 @@
 #include <variant>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/gguf/ggml_types.h"
@@ -67,15 +66,6 @@ absl::Status ConvertMatrix(const gguf::TensorInfo& t, gguf::GgmlType type, std::
   return absl::OkStatus();
 }
 
-// The block of a "blk.N.*" tensor; -1 for the others.
-int64_t BlockOf(const std::string& name) {
-  if (!absl::StartsWith(name, "blk.")) return -1;
-  const size_t dot = name.find('.', 4);
-  int64_t block = -1;
-  if (dot == std::string::npos || !absl::SimpleAtoi(name.substr(4, dot - 4), &block)) return -1;
-  return block;
-}
-
 }  // namespace
 
 absl::StatusOr<DenseTarget> ParseDenseTarget(std::string_view name, std::string_view field) {
@@ -126,7 +116,7 @@ absl::Status WriteDenseGguf(const gguf::GgufModel& model, bool (*is_expert)(std:
   }
   ErrorSums sums;
   for (const gguf::TensorInfo& t : model.tensors()) {
-    if (is_expert(t.name) || (blocks.mtp > 0 && BlockOf(t.name) >= blocks.run())) continue;
+    if (is_expert(t.name) || (blocks.mtp > 0 && model::TensorBlock(t.name) >= blocks.run())) continue;
     const gguf::TensorInfo* info = &t;
     const bool convert = target != DenseTarget::kKeep && IsConvertibleDenseMatrix(t) && TargetType(target) != t.type;
     if (!convert) {

@@ -4,8 +4,6 @@
 #include <memory>
 #include <optional>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -90,12 +88,7 @@ absl::StatusOr<Inspection> Inspect(const std::string& path) {
   g.set_n_embd(static_cast<uint32_t>(meta.GetUint(a + ".embedding_length").value_or(0)));
   g.set_n_shared_experts(static_cast<uint32_t>(meta.GetUint(a + ".expert_shared_count").value_or(0)));
   for (const gguf::TensorInfo& t : model->tensors()) {
-    int64_t block = -1;
-    if (absl::StartsWith(t.name, "blk.") &&
-        !absl::SimpleAtoi(t.name.substr(4, t.name.find('.', 4) - 4), &block)) {
-      block = -1;
-    }
-    if (out.mtp_blocks > 0 && block >= n_run) continue;  // a multi-token-prediction block
+    if (out.mtp_blocks > 0 && model::TensorBlock(t.name) >= n_run) continue;  // a multi-token-prediction block
     if (t.name.size() > 4 && t.name.find(".ffn_gate_exps.weight") != std::string::npos) {
       g.set_n_moe_layers(g.n_moe_layers() + 1);
       if (t.ne.size() >= 2) g.set_expert_ff(static_cast<uint32_t>(t.ne[1]));

@@ -4,7 +4,6 @@
 #include <memory>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/model_config.h"
@@ -92,8 +91,7 @@ absl::StatusOr<kernels::Scheme> DefaultSchemeForModel(const std::string& input) 
   kernels::Scheme best = kernels::Scheme::kS2;
   for (const gguf::TensorInfo& t : model->tensors()) {
     if (!IsExpertTensorName(t.name)) continue;
-    int64_t block = 0;
-    if (absl::SimpleAtoi(t.name.substr(4, t.name.find('.', 4) - 4), &block) && block >= n_run) continue;
+    if (model::TensorBlock(t.name) >= n_run) continue;
     absl::StatusOr<kernels::Scheme> s = DefaultSchemeFor(t.type);
     if (!s.ok()) return absl::UnimplementedError(absl::StrCat(input, ": tensor '", t.name, "': ", s.status().message()));
     if (!found || Rank(*s) > Rank(best)) best = *s;

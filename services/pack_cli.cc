@@ -171,6 +171,10 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
   synth.exact_quantize = options.exact_quantize;
   synth.router_skew = options.router_skew;
   if (synth.exact_quantize && !options.pack_only) return UsageError(io, "--exact-quantize needs --pack-only");
+  if (g.n_mtp_layers > 0 && options.pack_only) {
+    return UsageError(io, absl::StrCat("--mtp-layers: ", g.n_mtp_layers, " with --pack-only; a pack holds only the ",
+                                       "blocks Strata runs (write a GGUF instead, which convert turns into that pack)"));
+  }
 
   // Said after the summary, when the model was written.
   const std::string skew_line =

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/status_macros.h"
@@ -113,6 +115,14 @@ absl::StatusOr<int64_t> ReadDimension(const gguf::Metadata& m, const std::string
   }
   if (v == 0 || v > (uint64_t{1} << 31)) return absl::InvalidArgumentError(absl::StrCat(key, " is ", v, ", expected 1 .. 2^31"));
   return static_cast<int64_t>(v);
+}
+
+int64_t TensorBlock(const std::string& name) {
+  if (!absl::StartsWith(name, "blk.")) return -1;
+  const size_t dot = name.find('.', 4);
+  int64_t block = -1;
+  if (dot == std::string::npos || !absl::SimpleAtoi(name.substr(4, dot - 4), &block)) return -1;
+  return block;
 }
 
 absl::StatusOr<BlockCount> ReadBlockCount(const gguf::Metadata& m, const std::string& arch) {

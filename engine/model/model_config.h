@@ -184,6 +184,9 @@ struct BlockCount {
   int64_t run() const { return total - mtp; }
 };
 
+// The block of a "blk.N.<name>" tensor, N; -1 for the others (token_embd, output, ...).
+int64_t TensorBlock(const std::string& tensor_name);
+
 // INVALID_ARGUMENT naming the key unless block_count is a dimension (ReadDimension) and nextn_predict_layers
 // leaves at least one block to run.
 absl::StatusOr<BlockCount> ReadBlockCount(const gguf::Metadata& metadata, const std::string& arch);

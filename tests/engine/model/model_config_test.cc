@@ -171,6 +171,12 @@ TEST(ModelConfigTest, LeavesOutTheMultiTokenPredictionBlocks) {
   EXPECT_EQ(blocks->total, 47);
   EXPECT_EQ(blocks->mtp, 1);
   EXPECT_EQ(blocks->run(), 46);
+  // The MTP block's tensors are told apart by their block.
+  EXPECT_EQ(TensorBlock("blk.46.nextn.eh_proj.weight"), 46);
+  EXPECT_EQ(TensorBlock("blk.0.attn_q.weight"), 0);
+  EXPECT_EQ(TensorBlock("token_embd.weight"), -1);
+  EXPECT_EQ(TensorBlock("blk.x.attn_q.weight"), -1);
+  EXPECT_EQ(TensorBlock("blk.7"), -1);
   // Without the key every block runs.
   auto plain = ReadModelConfig(Glm4MoeMetadata());
   ASSERT_TRUE(plain.ok()) << plain.status();
