@@ -75,7 +75,9 @@ absl::StatusOr<SourceModel> Describe(const gguf::GgufModel& model, const std::st
     if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat(input, ": ", v.status().message()));
     return *v;
   };
-  ASSIGN_OR_RETURN(const uint64_t n_layer, meta_uint(a + ".block_count"));
+  auto blocks = model::ReadBlockCount(model.metadata(), a);
+  if (!blocks.ok()) return WithContext(blocks.status(), input);
+  const uint64_t n_block = static_cast<uint64_t>(blocks->total), n_layer = static_cast<uint64_t>(blocks->run());
 
   std::map<uint32_t, MoeBlock> by_block;
   for (const gguf::TensorInfo& t : model.tensors()) {
@@ -85,10 +87,13 @@ absl::StatusOr<SourceModel> Describe(const gguf::GgufModel& model, const std::st
     }
     auto parsed = ParseExpertTensorName(t.name);
     if (!parsed) continue;
-    if (parsed->first >= n_layer) {
+    if (parsed->first >= n_block) {
       return absl::InvalidArgumentError(absl::StrCat(input, ": tensor '", t.name, "' is in block ", parsed->first,
-                                                     " but ", a, ".block_count is ", n_layer));
+                                                     " but ", a, ".block_count is ", n_block));
     }
+    // A multi-token-prediction block's experts: the pack holds the blocks that run (WriteDenseGguf leaves the
+    // rest of the block out too).
+    if (parsed->first >= n_layer) continue;
     auto info = gguf::GetTypeInfo(static_cast<uint32_t>(t.type));
     if (!info.ok() || !info->can_dequantize) {
       return absl::UnimplementedError(absl::StrCat(input, ": tensor '", t.name, "' has type ",
@@ -99,6 +104,11 @@ absl::StatusOr<SourceModel> Describe(const gguf::GgufModel& model, const std::st
     b.block = parsed->first;
     b.role[parsed->second] = &t;
     src.expert_bytes += t.bytes;
+  }
+  if (by_block.empty() && blocks->mtp > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(input, ": no expert tensors in the ", n_layer, " blocks that run (",
+                                                   a, ".nextn_predict_layers is ", blocks->mtp, " of ", a,
+                                                   ".block_count ", n_block, "): not a MoE model"));
   }
   if (by_block.empty()) {
     return absl::InvalidArgumentError(

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <variant>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/gguf/ggml_types.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/model/model_config.h"
 #include "engine/status_macros.h"
 #include "packtool/pack_writer.h"
 
@@ -88,14 +90,33 @@ bool IsConvertibleDenseMatrix(const gguf::TensorInfo& t) {
 
 absl::Status WriteDenseGguf(const gguf::GgufModel& model, bool (*is_expert)(std::string_view name),
                             DenseTarget target, const std::string& path, std::vector<pack::v1::RoleError>* errors) {
+  // Multi-token-prediction blocks (the last <arch>.nextn_predict_layers) are left out whole, and the metadata
+  // says so: the result is the model without them.
+  std::string block_count_key, mtp_key;
+  model::BlockCount blocks{.total = -1};
+  if (auto arch = model.metadata().GetString("general.architecture");
+      arch.ok() && model.metadata().Has(*arch + ".nextn_predict_layers")) {
+    ASSIGN_OR_RETURN(blocks, model::ReadBlockCount(model.metadata(), *arch));
+    block_count_key = *arch + ".block_count", mtp_key = *arch + ".nextn_predict_layers";
+  }
   gguf::GgufWriter writer(model.shards().front()->alignment());
   for (const auto& [key, value] : model.metadata().entries()) {
-    if (absl::StartsWith(key, "split.") || key == "general.alignment") continue;
+    if (absl::StartsWith(key, "split.") || key == "general.alignment" || key == mtp_key) continue;
+    if (key == block_count_key) {  // in the source's integer type
+      gguf::Value run = value;
+      if (std::holds_alternative<int64_t>(run.data)) {
+        run.data = blocks.run();
+      } else {
+        run.data = static_cast<uint64_t>(blocks.run());
+      }
+      writer.Set(key, run);
+      continue;
+    }
     writer.Set(key, value);
   }
   ErrorSums sums;
   for (const gguf::TensorInfo& t : model.tensors()) {
-    if (is_expert(t.name)) continue;
+    if (is_expert(t.name) || (blocks.mtp > 0 && model::TensorBlock(t.name) >= blocks.run())) continue;
     const gguf::TensorInfo* info = &t;
     const bool convert = target != DenseTarget::kKeep && IsConvertibleDenseMatrix(t) && TargetType(target) != t.type;
     if (!convert) {

@@ -1,9 +1,9 @@
 #ifndef STRATA_PACKTOOL_DENSE_CONVERT_H_
 #define STRATA_PACKTOOL_DENSE_CONVERT_H_
 
-// Writes a pack's dense.gguf from a source model: every non-expert tensor and all metadata, with the dense
-// weight matrices stored in the type the user asked for (convert --dense-type). Pure function of its
-// inputs; one thread.
+// Writes a pack's dense.gguf from a source model: every non-expert tensor of the blocks that run, and the
+// metadata, with the dense weight matrices stored in the type the user asked for (convert --dense-type).
+// Pure function of its inputs; one thread.
 
 #include <string>
 #include <string_view>
@@ -31,7 +31,8 @@ inline constexpr std::string_view kDenseRoleName = "dense";
 bool IsConvertibleDenseMatrix(const gguf::TensorInfo& t);
 
 // Writes every tensor of `model` for which `is_expert(name)` is false into `path` with the model's metadata
-// (less the split keys), converting the dense matrices to `target`. When any matrix changed type, appends
+// (less the split keys), leaving out the multi-token-prediction blocks (model::ReadBlockCount) whole: the
+// metadata's block_count then counts the others and nextn_predict_layers is dropped. Converting the dense matrices to `target`. When any matrix changed type, appends
 // to `errors` one entry, role kDenseRoleName, with the error added against the source's decoded values
 // (rel_rms over all converted matrices, max_abs). Q8_0 needs rows that are a multiple of 32 weights:
 // another row length is INVALID_ARGUMENT naming the tensor. Drops the source's mapped pages as it goes.

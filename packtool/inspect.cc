@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/model/model_config.h"
 #include "engine/pack/pack_format.h"
 #include "engine/pack/routing_profile.h"
 #include "engine/status_macros.h"
@@ -75,12 +76,19 @@ absl::StatusOr<Inspection> Inspect(const std::string& path) {
   const gguf::Metadata& meta = model->metadata();
   const std::string a = out.architecture;
   pack::v1::Geometry& g = out.geometry;
-  g.set_n_layer(static_cast<uint32_t>(meta.GetUint(a + ".block_count").value_or(0)));
+  // What inspect can say of a file the engine may refuse: the raw block_count when the keys do not fit.
+  int64_t n_run = static_cast<int64_t>(meta.GetUint(a + ".block_count").value_or(0));
+  if (auto blocks = model::ReadBlockCount(meta, a); blocks.ok()) {
+    n_run = blocks->run();
+    out.mtp_blocks = blocks->mtp;
+  }
+  g.set_n_layer(static_cast<uint32_t>(n_run));
   g.set_n_expert(static_cast<uint32_t>(meta.GetUint(a + ".expert_count").value_or(0)));
   g.set_n_expert_used(static_cast<uint32_t>(meta.GetUint(a + ".expert_used_count").value_or(0)));
   g.set_n_embd(static_cast<uint32_t>(meta.GetUint(a + ".embedding_length").value_or(0)));
   g.set_n_shared_experts(static_cast<uint32_t>(meta.GetUint(a + ".expert_shared_count").value_or(0)));
   for (const gguf::TensorInfo& t : model->tensors()) {
+    if (out.mtp_blocks > 0 && model::TensorBlock(t.name) >= n_run) continue;  // a multi-token-prediction block
     if (t.name.size() > 4 && t.name.find(".ffn_gate_exps.weight") != std::string::npos) {
       g.set_n_moe_layers(g.n_moe_layers() + 1);
       if (t.ne.size() >= 2) g.set_expert_ff(static_cast<uint32_t>(t.ne[1]));
@@ -94,6 +102,10 @@ std::string FormatInspection(const Inspection& in) {
   std::string s = absl::StrCat(in.kind == "pack" ? "pack" : "GGUF model", "\n");
   absl::StrAppend(&s, "  architecture   ", in.architecture, "\n");
   absl::StrAppend(&s, "  layers         ", g.n_layer(), " (", g.n_moe_layers(), " with routed experts)\n");
+  if (in.mtp_blocks > 0) {
+    absl::StrAppend(&s, "  MTP blocks     ", in.mtp_blocks, " more in the file (multi-token prediction): Strata does ",
+                    "not run them; convert leaves them out\n");
+  }
   absl::StrAppend(&s, "  experts        ", g.n_expert(), " per layer, ", g.n_expert_used(), " used per token");
   if (g.n_shared_experts() > 0) absl::StrAppend(&s, ", ", g.n_shared_experts(), " shared");
   absl::StrAppend(&s, "\n  n_embd         ", g.n_embd(), "\n  expert FF      ", g.expert_ff(), "\n");

@@ -22,7 +22,10 @@ struct TensorSummary {
 struct Inspection {
   std::string kind;  // "pack" or "gguf"
   std::string architecture;
-  pack::v1::Geometry geometry;
+  pack::v1::Geometry geometry;  // of a GGUF: the blocks that run, without mtp_blocks
+  // GGUFs only: the file's last blocks that are multi-token-prediction blocks (<arch>.nextn_predict_layers),
+  // which Strata does not run and convert leaves out.
+  int64_t mtp_blocks = 0;
   std::string scheme;  // packs only
   uint64_t total_bytes = 0;
   std::string tokenizer_model;

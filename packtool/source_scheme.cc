@@ -1,10 +1,12 @@
 #include "packtool/source_scheme.h"
 
+#include <limits>
 #include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_file.h"
+#include "engine/model/model_config.h"
 #include "engine/status_macros.h"
 #include "packtool/hf_checkpoint.h"
 #include "packtool/safetensors.h"
@@ -79,10 +81,17 @@ absl::StatusOr<kernels::Scheme> DefaultSchemeForModel(const std::string& input) 
     return absl::InvalidArgumentError(absl::StrCat(input, ": no expert tensors (model.layers.N.*.experts.E.*): not a MoE model"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufModel> model, gguf::GgufModel::Open(input));
+  // The experts of multi-token-prediction blocks are not converted: their types do not count. (Bad keys are
+  // convert's to report.)
+  int64_t n_run = std::numeric_limits<int64_t>::max();
+  if (auto arch = model->metadata().GetString("general.architecture"); arch.ok()) {
+    if (auto blocks = model::ReadBlockCount(model->metadata(), *arch); blocks.ok()) n_run = blocks->run();
+  }
   bool found = false;
   kernels::Scheme best = kernels::Scheme::kS2;
   for (const gguf::TensorInfo& t : model->tensors()) {
     if (!IsExpertTensorName(t.name)) continue;
+    if (model::TensorBlock(t.name) >= n_run) continue;
     absl::StatusOr<kernels::Scheme> s = DefaultSchemeFor(t.type);
     if (!s.ok()) return absl::UnimplementedError(absl::StrCat(input, ": tensor '", t.name, "': ", s.status().message()));
     if (!found || Rank(*s) > Rank(best)) best = *s;

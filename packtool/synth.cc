@@ -292,6 +292,13 @@ absl::Status CheckSynthGeometry(const SynthGeometry& g) {
                                                    ") must be multiples of 64"));
   }
   if (g.n_vocab < 0) return absl::InvalidArgumentError(absl::StrCat("--vocab-size: ", g.n_vocab, " is negative"));
+  if (g.n_mtp_layers < 0 || g.n_mtp_layers > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("--mtp-layers: ", g.n_mtp_layers, " is out of range (expected 0 .. 16)"));
+  }
+  if (g.n_mtp_layers > 0 && g.arch != "glm4moe" && g.arch != "deepseek2") {
+    return absl::InvalidArgumentError(absl::StrCat("--mtp-layers: architecture ", g.arch,
+                                                   " has no multi-token-prediction blocks (expected glm4moe or deepseek2)"));
+  }
   // Set by the presets only (no flags): checked for what the writers assume.
   if (g.n_dense_lead < 0 || g.n_dense_lead >= g.n_layer || g.dense_ff <= 0 || g.rope_dim < 0 || g.rope_dim > g.head_dim ||
       g.rope_dim % 2 != 0 || ((g.arch == "glm4moe" || g.arch == "deepseek2") && g.shared_ff % g.expert_ff != 0) ||
@@ -355,6 +362,11 @@ absl::Status SynthesizeGguf(const SynthOptions& options) {
 absl::StatusOr<pack::v1::Manifest> SynthesizePack(const SynthOptions& options, const ConvertProgressFn& progress,
                                                   const std::atomic<bool>* cancel) {
   RETURN_IF_ERROR(CheckSynthGeometry(options.geometry));
+  if (options.geometry.n_mtp_layers > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--mtp-layers: ", options.geometry.n_mtp_layers,
+                                                   " with --pack-only; a pack holds only the blocks Strata runs ",
+                                                   "(write a GGUF instead, which convert turns into that pack)"));
+  }
   RETURN_IF_ERROR(CheckRouterSkew(options.geometry.arch, options.geometry.n_expert, options.geometry.n_expert_used,
                                   options.router_skew));
   ASSIGN_OR_RETURN(VocabMetadata vocab, LoadVocab(options));

@@ -28,6 +28,10 @@ namespace strata::packtool {
 struct SynthGeometry {
   std::string arch = "qwen3moe";  // a name of SynthArchitectures()
   int64_t n_layer = 2;
+  // glm4moe, deepseek2: multi-token-prediction blocks after the n_layer (a MoE block each, plus llama.cpp's
+  // blk.N.nextn.* tensors), counted in block_count and said by nextn_predict_layers, as GLM-4.5's GGUFs have;
+  // GGUF only (a pack holds the blocks that run).
+  int64_t n_mtp_layers = 0;
   int64_t n_expert = 8;
   int64_t n_expert_used = 2;
   int64_t n_embd = 128;

@@ -87,60 +87,84 @@ void AddLatentAttention(const SynthGeometry& g, int64_t l, std::vector<SynthTens
                 inv_sqrt(g.n_head * g.v_dim), 0.0f, l});
 }
 
+// The tensors of block l: attention, then a dense FFN (l < n_dense_lead) or the router and the experts.
+void AddBlock(const SynthArch& arch, const SynthGeometry& g, int64_t l, std::vector<SynthTensor>* out) {
+  std::vector<SynthTensor>& t = *out;
+  const float inv_sqrt_embd = 1.0f / std::sqrt(static_cast<float>(g.n_embd));
+  const float inv_sqrt_ff = 1.0f / std::sqrt(static_cast<float>(g.expert_ff));
+  const std::string p = absl::StrCat("blk.", l, ".");
+  t.push_back({p + "attn_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+  if (arch.latent_attention) {
+    AddLatentAttention(g, l, &t);
+  } else {
+    AddGqaAttention(arch, g, l, &t);
+  }
+  t.push_back({p + (arch.sigmoid_router || arch.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {g.n_embd},
+               SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+  if (l < g.n_dense_lead) {
+    const float inv_sqrt_dense = 1.0f / std::sqrt(static_cast<float>(g.dense_ff));
+    t.push_back({p + "ffn_gate.weight", {g.n_embd, g.dense_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+    t.push_back({p + "ffn_up.weight", {g.n_embd, g.dense_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+    t.push_back({p + "ffn_down.weight", {g.dense_ff, g.n_embd}, SynthTensorKind::kWeight, inv_sqrt_dense, 0.0f, l});
+    return;
+  }
+  // A router with a larger spread than the other weights so that routing differs between tokens.
+  t.push_back({p + "ffn_gate_inp.weight", {g.n_embd, g.n_expert}, SynthTensorKind::kRouter,
+               2.0f * inv_sqrt_embd, 0.0f, l});
+  if (arch.gpt_oss) {
+    t.push_back({p + "ffn_gate_inp.bias", {g.n_expert}, SynthTensorKind::kBias, 0.5f, 0.0f, l});
+    // Gate and up biases wide enough that some pre-activations pass the clamped SwiGLU's limit of 7.
+    t.push_back({p + "ffn_gate_exps.bias", {g.expert_ff, g.n_expert}, SynthTensorKind::kBias, 3.0f, 0.0f, l});
+    t.push_back({p + "ffn_up_exps.bias", {g.expert_ff, g.n_expert}, SynthTensorKind::kBias, 3.0f, 0.0f, l});
+    t.push_back({p + "ffn_down_exps.bias", {g.n_embd, g.n_expert}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+  }
+  if (arch.sigmoid_router || (arch.latent_attention && g.expert_gating == 2)) {
+    // A bias of the order of the sigmoid scores' spread, so that it changes some choices.
+    t.push_back({p + "exp_probs_b.bias", {g.n_expert}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
+  }
+  t.push_back({p + "ffn_gate_exps.weight", {g.n_embd, g.expert_ff, g.n_expert}, SynthTensorKind::kExpert,
+               inv_sqrt_embd, 0.0f, l, 0});
+  t.push_back({p + "ffn_up_exps.weight", {g.n_embd, g.expert_ff, g.n_expert}, SynthTensorKind::kExpert,
+               inv_sqrt_embd, 0.0f, l, 1});
+  t.push_back({p + "ffn_down_exps.weight", {g.expert_ff, g.n_embd, g.n_expert}, SynthTensorKind::kExpert,
+               inv_sqrt_ff, 0.0f, l, 2});
+  if (arch.shared_expert) {
+    // A gate spread of ~2 puts sigmoid(gate . h) anywhere in (0.1, 0.9) across tokens.
+    if (arch.shared_gate) {
+      t.push_back({p + "ffn_gate_inp_shexp.weight", {g.n_embd}, SynthTensorKind::kRouter, 2.0f * inv_sqrt_embd, 0.0f, l});
+    }
+    const float inv_sqrt_shared = 1.0f / std::sqrt(static_cast<float>(g.shared_ff));
+    t.push_back({p + "ffn_gate_shexp.weight", {g.n_embd, g.shared_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+    t.push_back({p + "ffn_up_shexp.weight", {g.n_embd, g.shared_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+    t.push_back({p + "ffn_down_shexp.weight", {g.shared_ff, g.n_embd}, SynthTensorKind::kWeight, inv_sqrt_shared, 0.0f, l});
+  }
+}
+
+// What llama.cpp's converter adds to a multi-token-prediction block l (llama.cpp's MODEL_TENSOR.NEXTN_*, with
+// the shapes src/llama-model.cpp loads for glm4moe and deepseek2).
+void AddNextnTensors(const SynthGeometry& g, int64_t l, std::vector<SynthTensor>* t) {
+  const std::string p = absl::StrCat("blk.", l, ".nextn.");
+  const float inv_sqrt_2embd = 1.0f / std::sqrt(static_cast<float>(2 * g.n_embd));
+  const float inv_sqrt_embd = 1.0f / std::sqrt(static_cast<float>(g.n_embd));
+  t->push_back({p + "eh_proj.weight", {2 * g.n_embd, g.n_embd}, SynthTensorKind::kWeight, inv_sqrt_2embd, 0.0f, l});
+  t->push_back({p + "embed_tokens.weight", {g.n_embd, g.n_vocab}, SynthTensorKind::kEmbedding, 1.0f, 0.0f, l});
+  t->push_back({p + "enorm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+  t->push_back({p + "hnorm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+  t->push_back({p + "shared_head_head.weight", {g.n_embd, g.n_vocab}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
+  t->push_back({p + "shared_head_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+}
+
 }  // namespace
 
 std::vector<SynthTensor> SynthTensors(const SynthArch& arch, const SynthGeometry& g) {
   const float inv_sqrt_embd = 1.0f / std::sqrt(static_cast<float>(g.n_embd));
-  const float inv_sqrt_ff = 1.0f / std::sqrt(static_cast<float>(g.expert_ff));
   std::vector<SynthTensor> t;
   t.push_back({"token_embd.weight", {g.n_embd, g.n_vocab}, SynthTensorKind::kEmbedding, 1.0f, 0.0f});
-  for (int64_t l = 0; l < g.n_layer; ++l) {
-    const std::string p = absl::StrCat("blk.", l, ".");
-    t.push_back({p + "attn_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
-    if (arch.latent_attention) {
-      AddLatentAttention(g, l, &t);
-    } else {
-      AddGqaAttention(arch, g, l, &t);
-    }
-    t.push_back({p + (arch.sigmoid_router || arch.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {g.n_embd},
-                 SynthTensorKind::kNorm, 0.05f, 1.0f, l});
-    if (l < g.n_dense_lead) {
-      const float inv_sqrt_dense = 1.0f / std::sqrt(static_cast<float>(g.dense_ff));
-      t.push_back({p + "ffn_gate.weight", {g.n_embd, g.dense_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
-      t.push_back({p + "ffn_up.weight", {g.n_embd, g.dense_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
-      t.push_back({p + "ffn_down.weight", {g.dense_ff, g.n_embd}, SynthTensorKind::kWeight, inv_sqrt_dense, 0.0f, l});
-      continue;
-    }
-    // A router with a larger spread than the other weights so that routing differs between tokens.
-    t.push_back({p + "ffn_gate_inp.weight", {g.n_embd, g.n_expert}, SynthTensorKind::kRouter,
-                 2.0f * inv_sqrt_embd, 0.0f, l});
-    if (arch.gpt_oss) {
-      t.push_back({p + "ffn_gate_inp.bias", {g.n_expert}, SynthTensorKind::kBias, 0.5f, 0.0f, l});
-      // Gate and up biases wide enough that some pre-activations pass the clamped SwiGLU's limit of 7.
-      t.push_back({p + "ffn_gate_exps.bias", {g.expert_ff, g.n_expert}, SynthTensorKind::kBias, 3.0f, 0.0f, l});
-      t.push_back({p + "ffn_up_exps.bias", {g.expert_ff, g.n_expert}, SynthTensorKind::kBias, 3.0f, 0.0f, l});
-      t.push_back({p + "ffn_down_exps.bias", {g.n_embd, g.n_expert}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
-    }
-    if (arch.sigmoid_router || (arch.latent_attention && g.expert_gating == 2)) {
-      // A bias of the order of the sigmoid scores' spread, so that it changes some choices.
-      t.push_back({p + "exp_probs_b.bias", {g.n_expert}, SynthTensorKind::kBias, 0.1f, 0.0f, l});
-    }
-    t.push_back({p + "ffn_gate_exps.weight", {g.n_embd, g.expert_ff, g.n_expert}, SynthTensorKind::kExpert,
-                 inv_sqrt_embd, 0.0f, l, 0});
-    t.push_back({p + "ffn_up_exps.weight", {g.n_embd, g.expert_ff, g.n_expert}, SynthTensorKind::kExpert,
-                 inv_sqrt_embd, 0.0f, l, 1});
-    t.push_back({p + "ffn_down_exps.weight", {g.expert_ff, g.n_embd, g.n_expert}, SynthTensorKind::kExpert,
-                 inv_sqrt_ff, 0.0f, l, 2});
-    if (arch.shared_expert) {
-      // A gate spread of ~2 puts sigmoid(gate . h) anywhere in (0.1, 0.9) across tokens.
-      if (arch.shared_gate) {
-        t.push_back({p + "ffn_gate_inp_shexp.weight", {g.n_embd}, SynthTensorKind::kRouter, 2.0f * inv_sqrt_embd, 0.0f, l});
-      }
-      const float inv_sqrt_shared = 1.0f / std::sqrt(static_cast<float>(g.shared_ff));
-      t.push_back({p + "ffn_gate_shexp.weight", {g.n_embd, g.shared_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
-      t.push_back({p + "ffn_up_shexp.weight", {g.n_embd, g.shared_ff}, SynthTensorKind::kWeight, inv_sqrt_embd, 0.0f, l});
-      t.push_back({p + "ffn_down_shexp.weight", {g.shared_ff, g.n_embd}, SynthTensorKind::kWeight, inv_sqrt_shared, 0.0f, l});
-    }
+  for (int64_t l = 0; l < g.n_layer; ++l) AddBlock(arch, g, l, &t);
+  // After the model's blocks, so that the other tensors keep their order and bytes without them.
+  for (int64_t l = g.n_layer; l < g.n_layer + g.n_mtp_layers; ++l) {
+    AddBlock(arch, g, l, &t);
+    AddNextnTensors(g, l, &t);
   }
   t.push_back({"output_norm.weight", {g.n_embd}, SynthTensorKind::kNorm, 0.05f, 1.0f});
   // Logits with a spread of about 2 give varied, not degenerate, sampling.
@@ -152,7 +176,8 @@ void SetSynthMetadata(const SynthArch& arch, const SynthGeometry& g, gguf::GgufW
   const std::string a(arch.gguf_arch);
   w->SetString("general.architecture", a);
   w->SetString("general.name", absl::StrCat("strata-synth-", std::string(arch.name)));
-  w->SetUint32(a + ".block_count", static_cast<uint32_t>(g.n_layer));
+  w->SetUint32(a + ".block_count", static_cast<uint32_t>(g.n_layer + g.n_mtp_layers));
+  if (g.n_mtp_layers > 0) w->SetUint32(a + ".nextn_predict_layers", static_cast<uint32_t>(g.n_mtp_layers));
   w->SetUint32(a + ".context_length", static_cast<uint32_t>(g.n_ctx));
   w->SetUint32(a + ".embedding_length", static_cast<uint32_t>(g.n_embd));
   // llama.cpp's Mixtral and OLMoE take the expert width from feed_forward_length; qwen3moe and qwen2moe have

@@ -157,8 +157,15 @@ bool CheckDense(const std::string& path, const pack::v1::Manifest& m, bool quick
     out->Add(name, std::string(config.status().message()));
   }
   const pack::v1::Geometry& g = m.geometry();
-  const std::pair<std::string, uint64_t> keys[] = {{".block_count", g.n_layer()},
-                                                   {".embedding_length", g.n_embd()},
+  // The geometry counts the blocks that run: block_count less any multi-token-prediction blocks.
+  if (auto blocks = model::ReadBlockCount(meta, *arch); !blocks.ok()) {
+    out->Add(name, std::string(blocks.status().message()));
+  } else if (blocks->run() != static_cast<int64_t>(g.n_layer())) {
+    out->Add(name, absl::StrCat(*arch, ".block_count is ", blocks->total,
+                                blocks->mtp > 0 ? absl::StrCat(" less ", blocks->mtp, " multi-token-prediction") : "",
+                                ", manifest geometry says ", g.n_layer()));
+  }
+  const std::pair<std::string, uint64_t> keys[] = {{".embedding_length", g.n_embd()},
                                                    {".expert_count", g.n_expert()},
                                                    {".expert_used_count", g.n_expert_used()}};
   for (const auto& [suffix, expected] : keys) {

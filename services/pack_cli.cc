@@ -31,8 +31,8 @@ constexpr char kUsage[] =
 
 commands:
   synth --out FILE.gguf [--arch qwen3moe|mixtral|qwen2moe|olmoe|glm4moe|gpt-oss|deepseek2] [--preset tiny|small|seed] [geometry flags]
-        [--type T] [--expert-type T] [--seed N] [--vocab FILE.gguf] [--router-skew S] [--pack-only --scheme S
-        [--exact-quantize]] [--threads N]
+        [--type T] [--expert-type T] [--seed N] [--vocab FILE.gguf] [--router-skew S] [--mtp-layers N]
+        [--pack-only --scheme S [--exact-quantize]] [--threads N]
       Writes a synthetic MoE model with random weights (a pack directory with --pack-only). With
       --pack-only the experts are random codes and scales written directly, with the spread the weights
       would have (no quantization error is measured); --exact-quantize makes f32 weights and quantizes
@@ -46,6 +46,9 @@ commands:
       experts (an expert is picked at most 0.45 of the tokens; glm4moe's score bias becomes zeros). Hottest expert over the mean at top-10 of 512
       experts (the seed preset): S 0.18 -> about 2.5x, 0.32 -> 5x, 0.42 -> 8x; fewer experts reach less
       (top-4 of 32: at most 3.6x).
+      --mtp-layers N (glm4moe, deepseek2; not with --pack-only) adds N multi-token-prediction blocks after
+      the layers, as GLM-4.5's GGUFs carry them (block_count counts them, nextn_predict_layers says N, the
+      blk.L.nextn.* tensors); Strata does not run them and convert leaves them out.
       Local only.
   convert IN.gguf|FIRST-SHARD|HF_DIR OUT_DIR [--scheme auto|f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
         [--threads N] [--tokenizer-gguf FILE.gguf]
@@ -137,7 +140,7 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
       {&options.embd, &g.n_embd},        {&options.expert_ff, &g.expert_ff}, {&options.shared_ff, &g.shared_ff},
       {&options.heads, &g.n_head},
       {&options.kv_heads, &g.n_head_kv}, {&options.head_dim, &g.head_dim},   {&options.vocab_size, &g.n_vocab},
-      {&options.ctx, &g.n_ctx}};
+      {&options.ctx, &g.n_ctx},          {&options.mtp_layers, &g.n_mtp_layers}};
   for (const auto& [value, field] : overrides) {
     if (value->has_value()) *field = **value;
   }
@@ -168,6 +171,10 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
   synth.exact_quantize = options.exact_quantize;
   synth.router_skew = options.router_skew;
   if (synth.exact_quantize && !options.pack_only) return UsageError(io, "--exact-quantize needs --pack-only");
+  if (g.n_mtp_layers > 0 && options.pack_only) {
+    return UsageError(io, absl::StrCat("--mtp-layers: ", g.n_mtp_layers, " with --pack-only; a pack holds only the ",
+                                       "blocks Strata runs (write a GGUF instead, which convert turns into that pack)"));
+  }
 
   // Said after the summary, when the model was written.
   const std::string skew_line =

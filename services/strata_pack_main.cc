@@ -31,6 +31,9 @@ ABSL_FLAG(std::optional<int64_t>, kv_heads, std::nullopt, "synth: key/value head
 ABSL_FLAG(std::optional<int64_t>, head_dim, std::nullopt, "synth: width of one head");
 ABSL_FLAG(std::optional<int64_t>, vocab_size, std::nullopt, "synth: vocabulary size");
 ABSL_FLAG(std::optional<int64_t>, ctx, std::nullopt, "synth: context length");
+ABSL_FLAG(std::optional<int64_t>, mtp_layers, std::nullopt,
+          "synth (glm4moe, deepseek2; GGUF only): multi-token-prediction blocks after the layers, as GLM-4.5's "
+          "GGUFs carry (nextn_predict_layers); default 0");
 ABSL_FLAG(std::string, type, "f16", "synth: type of the dense weights");
 ABSL_FLAG(std::string, expert_type, "f16", "synth: type of the expert weights in the GGUF");
 ABSL_FLAG(uint64_t, seed, 1, "synth: random seed");
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
   options.head_dim = absl::GetFlag(FLAGS_head_dim);
   options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   options.ctx = absl::GetFlag(FLAGS_ctx);
+  options.mtp_layers = absl::GetFlag(FLAGS_mtp_layers);
   options.type = absl::GetFlag(FLAGS_type);
   options.expert_type = absl::GetFlag(FLAGS_expert_type);
   options.seed = absl::GetFlag(FLAGS_seed);

@@ -5,7 +5,8 @@
 // leading_dense_block_count blocks with a dense SwiGLU FFN, then a router (softmax for V2, sigmoid with the
 // score-correction bias exp_probs_b for V3) that picks top-k experts within the best expert groups, weights
 // renormalised if expert_weights_norm times expert_weights_scale, plus an ungated shared expert of
-// expert_shared_count experts' width.
+// expert_shared_count experts' width. Multi-token-prediction blocks after the model's (nextn_predict_layers)
+// are left out by ReadModelConfig.
 //
 // Both GGUF forms load: attn_kv_b whole, or split into attn_k_b / attn_v_b (newer converters, which also write
 // attention.key_length_mla / value_length_mla).
@@ -129,18 +130,10 @@ absl::Status ConfigureDeepseek2(const gguf::Metadata& m, ModelConfig* c) {
   }
   c->shared_expert_ff = c->expert_ff * static_cast<int64_t>(n_shared);
   ASSIGN_OR_RETURN(const uint64_t n_dense, m.GetUintOr(Key("leading_dense_block_count"), 0));
-  if (n_dense >= static_cast<uint64_t>(c->n_layer)) {
-    return absl::InvalidArgumentError(absl::StrCat(Key("leading_dense_block_count"), " is ", n_dense,
-                                                   ", expected fewer than block_count (", c->n_layer, ")"));
-  }
+  RETURN_IF_ERROR(CheckLeadingDenseBlocks(*c, n_dense));
   c->n_dense_lead = static_cast<int64_t>(n_dense);
   if (c->n_dense_lead > 0) {
     ASSIGN_OR_RETURN(c->dense_ff, ReadDimension(m, Key("feed_forward_length")));
-  }
-  ASSIGN_OR_RETURN(const uint64_t nextn, m.GetUintOr(Key("nextn_predict_layers"), 0));
-  if (nextn != 0) {
-    return absl::UnimplementedError(absl::StrCat(Key("nextn_predict_layers"), " is ", nextn,
-                                                 "; Strata does not run models with multi-token-prediction layers"));
   }
   // llama.cpp's kq_scale: mscale^2 / sqrt(key_length), mscale = 1 + yarn_log_multiplier * ln(factor); the
   // RoPE itself keeps unit magnitude (its attn_factor cancels YaRN's).

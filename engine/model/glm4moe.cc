@@ -3,7 +3,8 @@
 // named post_attention_norm, the first leading_dense_block_count blocks with a dense SwiGLU FFN, the others
 // with a sigmoid router whose choice adds the score-correction bias exp_probs_b (weights without it,
 // renormalised if expert_weights_norm, times expert_weights_scale) and an ungated shared expert of
-// expert_shared_count experts' width.
+// expert_shared_count experts' width. A multi-token-prediction block after the model's
+// (nextn_predict_layers, in GLM-4.5's GGUFs) is left out by ReadModelConfig.
 
 #include <cmath>
 
@@ -21,18 +22,10 @@ absl::Status ConfigureGlm4Moe(const gguf::Metadata& m, ModelConfig* c) {
   }
   c->shared_expert_ff = c->expert_ff * static_cast<int64_t>(n_shared);
   ASSIGN_OR_RETURN(const uint64_t n_dense, m.GetUintOr("glm4moe.leading_dense_block_count", 0));
-  if (n_dense >= static_cast<uint64_t>(c->n_layer)) {
-    return absl::InvalidArgumentError(absl::StrCat("glm4moe.leading_dense_block_count is ", n_dense,
-                                                   ", expected fewer than block_count (", c->n_layer, ")"));
-  }
+  RETURN_IF_ERROR(CheckLeadingDenseBlocks(*c, n_dense));
   c->n_dense_lead = static_cast<int64_t>(n_dense);
   if (c->n_dense_lead > 0) {
     ASSIGN_OR_RETURN(c->dense_ff, ReadDimension(m, "glm4moe.feed_forward_length"));
-  }
-  ASSIGN_OR_RETURN(const uint64_t nextn, m.GetUintOr("glm4moe.nextn_predict_layers", 0));
-  if (nextn != 0) {
-    return absl::UnimplementedError(absl::StrCat("glm4moe.nextn_predict_layers is ", nextn,
-                                                 "; Strata does not run models with multi-token-prediction layers"));
   }
   if (m.Has("glm4moe.rope.dimension_sections")) {
     return absl::UnimplementedError("glm4moe.rope.dimension_sections is set; Strata does not implement M-RoPE");

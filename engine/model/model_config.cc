@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/status_macros.h"
@@ -115,12 +117,49 @@ absl::StatusOr<int64_t> ReadDimension(const gguf::Metadata& m, const std::string
   return static_cast<int64_t>(v);
 }
 
+int64_t TensorBlock(const std::string& name) {
+  if (!absl::StartsWith(name, "blk.")) return -1;
+  const size_t dot = name.find('.', 4);
+  int64_t block = -1;
+  if (dot == std::string::npos || !absl::SimpleAtoi(name.substr(4, dot - 4), &block)) return -1;
+  return block;
+}
+
+absl::StatusOr<BlockCount> ReadBlockCount(const gguf::Metadata& m, const std::string& arch) {
+  BlockCount count;
+  const std::string total_key = arch + ".block_count", mtp_key = arch + ".nextn_predict_layers";
+  ASSIGN_OR_RETURN(count.total, ReadDimension(m, total_key));
+  ASSIGN_OR_RETURN(const uint64_t mtp, m.GetUintOr(mtp_key, 0));
+  if (mtp >= static_cast<uint64_t>(count.total)) {
+    return absl::InvalidArgumentError(absl::StrCat(mtp_key, " is ", mtp, ", expected fewer than ", total_key, " (",
+                                                   count.total, "): the multi-token-prediction blocks are the last ",
+                                                   "of the file's blocks"));
+  }
+  count.mtp = static_cast<int64_t>(mtp);
+  return count;
+}
+
+absl::Status CheckLeadingDenseBlocks(const ModelConfig& c, uint64_t n_dense) {
+  if (n_dense < static_cast<uint64_t>(c.n_layer)) return absl::OkStatus();
+  const std::string p = c.arch + ".";
+  if (c.n_mtp_blocks == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(p, "leading_dense_block_count is ", n_dense,
+                                                   ", expected fewer than block_count (", c.n_layer, ")"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      p, "leading_dense_block_count is ", n_dense, " and ", p, "nextn_predict_layers is ", c.n_mtp_blocks,
+      ", expected their sum below ", p, "block_count (", c.n_layer + c.n_mtp_blocks,
+      "): the multi-token-prediction blocks follow at least one MoE block"));
+}
+
 absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& m) {
   ModelConfig c;
   ASSIGN_OR_RETURN(c.arch, m.GetString("general.architecture"));
   ASSIGN_OR_RETURN(const Architecture* arch, FindArchitecture(c.arch));
   const std::string p = c.arch + ".";
-  ASSIGN_OR_RETURN(c.n_layer, ReadDimension(m, p + "block_count"));
+  ASSIGN_OR_RETURN(const BlockCount blocks, ReadBlockCount(m, c.arch));
+  c.n_layer = blocks.run();
+  c.n_mtp_blocks = blocks.mtp;
   ASSIGN_OR_RETURN(c.n_embd, ReadDimension(m, p + "embedding_length"));
   ASSIGN_OR_RETURN(c.n_head, ReadDimension(m, p + "attention.head_count"));
   ASSIGN_OR_RETURN(c.n_ctx_train, ReadDimension(m, p + "context_length"));

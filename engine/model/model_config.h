@@ -61,7 +61,10 @@ struct LatentAttention {
 
 struct ModelConfig {
   std::string arch;  // general.architecture
-  int64_t n_layer = 0;
+  int64_t n_layer = 0;  // the blocks run: block_count less n_mtp_blocks
+  // The GGUF's last blocks that are multi-token-prediction blocks (<arch>.nextn_predict_layers, for
+  // speculative decoding): counted in block_count, never run (as in llama.cpp's main pass).
+  int64_t n_mtp_blocks = 0;
   int64_t n_embd = 0;
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
@@ -171,6 +174,26 @@ absl::StatusOr<const Architecture*> FindArchitecture(std::string_view gguf_arch)
 // Reads the configuration; errors name the metadata key and what was expected. `n_vocab` is taken from
 // the tokenizer's token list.
 absl::StatusOr<ModelConfig> ReadModelConfig(const gguf::Metadata& metadata);
+
+// <arch>.block_count and how many of those blocks, the last ones, are multi-token-prediction blocks
+// (<arch>.nextn_predict_layers, 0 when absent): GLM-4.5's and DeepSeek-V3's converters count them in
+// block_count. Strata runs blocks [0, run()) only.
+struct BlockCount {
+  int64_t total = 0;
+  int64_t mtp = 0;
+  int64_t run() const { return total - mtp; }
+};
+
+// The block of a "blk.N.<name>" tensor, N; -1 for the others (token_embd, output, ...).
+int64_t TensorBlock(const std::string& tensor_name);
+
+// INVALID_ARGUMENT naming the key unless block_count is a dimension (ReadDimension) and nextn_predict_layers
+// leaves at least one block to run.
+absl::StatusOr<BlockCount> ReadBlockCount(const gguf::Metadata& metadata, const std::string& arch);
+
+// For the architectures with leading dense blocks: OK when `n_dense` (<arch>.leading_dense_block_count) leaves
+// at least one MoE block before the multi-token-prediction ones; INVALID_ARGUMENT naming the keys otherwise.
+absl::Status CheckLeadingDenseBlocks(const ModelConfig& config, uint64_t n_dense);
 
 // A size hyper-parameter: an unsigned integer in 1 .. 2^31 (so that products of two stay in int64), or
 // `fallback` when the key is absent and a fallback is given. The error names the key.

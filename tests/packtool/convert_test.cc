@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/quantize.h"
 #include "packtool/pack_writer.h"
+#include "packtool/validate.h"
 #include "tests/packtool/packtool_test_util.h"
 #include "tests/testing/test_util.h"
 
@@ -410,6 +411,88 @@ TEST(ConvertTest, PeakMemoryStaysFarBelowTheModelSize) {
   // would grow by about its size.
   EXPECT_LT(growth, model_bytes / 4) << "peak RSS rose by " << growth << " for a model of " << model_bytes
                                      << " bytes";
+}
+
+// GLM-4.5's and DeepSeek-V3's GGUFs carry multi-token-prediction blocks after the model's (block_count counts
+// them, nextn_predict_layers says how many): the pack is the model without them, byte for byte the pack of the
+// same model synthesized without them, and the engine's logits are the same.
+class ConvertMtpTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ConvertMtpTest, LeavesOutTheMultiTokenPredictionBlocks) {
+  ScratchDir dir;
+  SynthOptions o = TinyOptions(dir.Join("plain.gguf"));
+  o.geometry = *PresetGeometry(GetParam(), "tiny");
+  ASSERT_TRUE(SynthesizeGguf(o).ok());
+  o.geometry.n_mtp_layers = 1;
+  o.output = dir.Join("mtp.gguf");
+  ASSERT_TRUE(SynthesizeGguf(o).ok());
+  const int64_t n_layer = o.geometry.n_layer;
+  {
+    auto mtp = gguf::GgufModel::Open(dir.Join("mtp.gguf"));
+    ASSERT_TRUE(mtp.ok()) << mtp.status();
+    EXPECT_EQ(*(*mtp)->metadata().GetUint(GetParam() + ".block_count"), static_cast<uint64_t>(n_layer + 1));
+    ASSERT_NE((*mtp)->FindTensor(absl::StrCat("blk.", n_layer, ".ffn_up_exps.weight")), nullptr);
+    ASSERT_NE((*mtp)->FindTensor(absl::StrCat("blk.", n_layer, ".nextn.eh_proj.weight")), nullptr);
+  }
+
+  auto plain = ConvertGguf(Options(dir.Join("plain.gguf"), dir.Join("plain"), Scheme::kS8), nullptr, nullptr);
+  auto mtp = ConvertGguf(Options(dir.Join("mtp.gguf"), dir.Join("mtp"), Scheme::kS8), nullptr, nullptr);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(mtp.ok()) << mtp.status();
+  EXPECT_EQ(mtp->geometry().n_layer(), static_cast<uint32_t>(n_layer));
+  EXPECT_EQ(mtp->geometry().SerializeAsString(), plain->geometry().SerializeAsString());
+  EXPECT_EQ(mtp->experts_bytes(), plain->experts_bytes());
+  EXPECT_EQ(ReadFileBytes(dir.Join("mtp/experts.bin")), ReadFileBytes(dir.Join("plain/experts.bin")));
+  EXPECT_EQ(ReadFileBytes(dir.Join("mtp/dense.gguf")), ReadFileBytes(dir.Join("plain/dense.gguf")));
+  auto dense = gguf::GgufFile::Open(dir.Join("mtp/dense.gguf"));
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_FALSE((*dense)->metadata().Has(GetParam() + ".nextn_predict_layers"));
+  for (const gguf::TensorInfo& t : (*dense)->tensors()) {
+    EXPECT_FALSE(absl::StartsWith(t.name, absl::StrCat("blk.", n_layer, "."))) << t.name;
+  }
+
+  auto report = ValidatePack(dir.Join("mtp"), {.quick = true, .threads = 2});
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->problems.empty()) << report->problems.front().file << ": " << report->problems.front().message;
+
+  const std::vector<int32_t> tokens = {3, 141, 59, 26, 5};
+  const std::vector<float> want = testing::EngineLogits(dir.Join("plain"), tokens);
+  const std::vector<float> got = testing::EngineLogits(dir.Join("mtp"), tokens);
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(got, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ConvertMtpTest, ::testing::Values("glm4moe", "deepseek2"));
+
+// Multi-token-prediction blocks that leave no MoE block to run are refused before any work, naming the keys.
+TEST(ConvertTest, RefusesMultiTokenPredictionBlocksThatLeaveNothingToRunNamingTheKeys) {
+  ScratchDir dir;
+  SynthOptions o = TinyOptions(dir.Join("m.gguf"));
+  o.geometry = *PresetGeometry("glm4moe", "tiny");  // 2 blocks, the first dense
+  o.geometry.n_mtp_layers = 1;
+  ASSERT_TRUE(SynthesizeGguf(o).ok());
+  // The same tensors, with nextn_predict_layers claiming the MoE block too, then every block.
+  for (const uint32_t nextn : {2u, 3u}) {
+    const std::string edited = dir.Join(absl::StrCat("nextn", nextn, ".gguf"));
+    {
+      auto file = gguf::GgufFile::Open(o.output);
+      ASSERT_TRUE(file.ok()) << file.status();
+      gguf::GgufWriter w((*file)->alignment());
+      for (const auto& [key, value] : (*file)->metadata().entries()) {
+        if (key == "general.alignment") continue;
+        w.Set(key, key == "glm4moe.nextn_predict_layers" ? gguf::Value::Uint32(nextn) : value);
+      }
+      for (const gguf::TensorInfo& t : (*file)->tensors()) {
+        ASSERT_TRUE(w.AddTensorData(t.name, t.type, t.ne, {t.data, t.bytes}).ok()) << t.name;
+      }
+      ASSERT_TRUE(w.WriteFile(edited).ok());
+    }
+    auto converted = ConvertGguf(Options(edited, dir.Join(absl::StrCat("pack", nextn)), Scheme::kS8), nullptr, nullptr);
+    EXPECT_THAT(converted.status(),
+                StatusIsWith(absl::StatusCode::kInvalidArgument, absl::StrCat("glm4moe.nextn_predict_layers is ", nextn)));
+    EXPECT_THAT(std::string(converted.status().message()), ::testing::HasSubstr(edited));
+    EXPECT_FALSE(fs::exists(dir.Join(absl::StrCat("pack", nextn))));
+  }
 }
 
 }  // namespace

@@ -539,5 +539,28 @@ TEST(HfCheckpointTest, LeavesOutGlm4MoesMultiTokenPredictionLayer) {
   ExpectSameGguf(dir.Join("synth.gguf"), dir.Join("out.gguf"), {"general.name"});
 }
 
+// The checkpoint with its MTP layer and the GGUF llama.cpp's converter writes of it (the MTP layer as block
+// <n_layer> with its nextn tensors) convert to the same pack.
+TEST(HfCheckpointTest, Glm4MoeWithItsMtpLayerConvertsToThePackOfTheGgufWithTheNextnBlock) {
+  ScratchDir dir;
+  const std::string hf = WriteArchCheckpoint(dir, "glm4moe");
+  EditShards(hf, [](auto& e) {
+    e.push_back({"model.layers.2.eh_proj.weight", "BF16", {4, 8}, std::vector<uint8_t>(64)});
+    e.push_back({"model.layers.2.mlp.experts.0.up_proj.weight", "BF16", {4, 4}, std::vector<uint8_t>(32)});
+  });
+  EditConfig(hf, [](nlohmann::json& c) { c["num_nextn_predict_layers"] = 1; });
+  SynthOptions o = testing::HfTinyOptions("glm4moe", dir.Join("mtp.gguf"), gguf::GgmlType::kBF16);
+  o.geometry.n_mtp_layers = 1;
+  ASSERT_TRUE(SynthesizeGguf(o).ok());
+  auto from_hf = ConvertGguf(S8(hf, dir.Join("pack_hf")), nullptr, nullptr);
+  auto from_mtp = ConvertGguf(S8(dir.Join("mtp.gguf"), dir.Join("pack_mtp")), nullptr, nullptr);
+  ASSERT_TRUE(from_hf.ok()) << from_hf.status();
+  ASSERT_TRUE(from_mtp.ok()) << from_mtp.status();
+  EXPECT_EQ(from_hf->geometry().SerializeAsString(), from_mtp->geometry().SerializeAsString());
+  EXPECT_EQ(from_mtp->geometry().n_layer(), 2u);
+  EXPECT_EQ(ReadFileBytes(dir.Join("pack_hf/experts.bin")), ReadFileBytes(dir.Join("pack_mtp/experts.bin")));
+  ExpectSameGguf(dir.Join("pack_mtp/dense.gguf"), dir.Join("pack_hf/dense.gguf"), {"general.name"});
+}
+
 }  // namespace
 }  // namespace strata::packtool

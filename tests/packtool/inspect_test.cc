@@ -28,6 +28,25 @@ TEST(InspectTest, DescribesAGgufModel) {
   EXPECT_THAT(text, HasSubstr("blk.1.ffn_down_exps.weight"));
 }
 
+// A GGUF with a multi-token-prediction block: the geometry is that of the blocks that run, and the text says
+// what else the file holds.
+TEST(InspectTest, CountsMultiTokenPredictionBlocksApart) {
+  strata::testing::ScratchDir dir;
+  SynthOptions o = testing::TinyOptions(dir.Join("m.gguf"));
+  o.geometry = *PresetGeometry("glm4moe", "tiny");  // 2 blocks, the first dense
+  o.geometry.n_mtp_layers = 1;
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  auto in = Inspect(dir.Join("m.gguf"));
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(in->geometry.n_layer(), 2u);
+  EXPECT_EQ(in->geometry.n_moe_layers(), 1u);
+  EXPECT_EQ(in->mtp_blocks, 1);
+  const std::string text = FormatInspection(*in);
+  EXPECT_THAT(text, HasSubstr("layers         2 (1 with routed experts)"));
+  EXPECT_THAT(text, HasSubstr("MTP blocks     1 more in the file (multi-token prediction): Strata does not run them"));
+  EXPECT_THAT(text, HasSubstr("blk.2.nextn.eh_proj.weight"));
+}
+
 TEST(InspectTest, DescribesAPack) {
   strata::testing::ScratchDir dir;
   testing::MakeTinyPack(dir.Join("m.gguf"), dir.Join("pack"), kernels::Scheme::kS2);

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/gguf/ggml_types.h"
 #include "engine/gguf/gguf_writer.h"
 #include "gmock/gmock.h"
@@ -123,6 +124,38 @@ TEST(SourceSchemeTest, MixedTypesTakeTheMostPreciseAndBadModelsAreNamed) {
   EXPECT_THAT(DefaultSchemeForModel(write("dense.gguf", GgmlType::kQ4_1, false)).status(),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "no expert tensors"));
   EXPECT_THAT(DefaultSchemeForModel(dir.Join("missing.gguf")).status(), StatusIsWith(absl::StatusCode::kNotFound, "missing.gguf"));
+}
+
+// The experts of a multi-token-prediction block are not converted: their type does not choose the scheme.
+TEST(SourceSchemeTest, MultiTokenPredictionBlocksDoNotChooseTheScheme) {
+  ScratchDir dir;
+  auto write = [&](const std::string& name, bool mtp) {
+    gguf::GgufWriter w;
+    w.SetString("general.architecture", "glm4moe");
+    w.SetUint32("glm4moe.block_count", 2);
+    if (mtp) w.SetUint32("glm4moe.nextn_predict_layers", 1);
+    const char* roles[3] = {"gate", "up", "down"};
+    for (int block = 0; block < 2; ++block) {
+      // Block 0 in q4_1 (s4), block 1 in q8_0 (s8).
+      const GgmlType type = block == 0 ? GgmlType::kQ4_1 : GgmlType::kQ8_0;
+      for (int r = 0; r < 3; ++r) {
+        const std::vector<int64_t> ne = {256, 2, 1};
+        auto bytes = gguf::TensorBytes(type, ne);
+        EXPECT_TRUE(bytes.ok()) << bytes.status();
+        std::vector<uint8_t> data(bytes.ok() ? *bytes : 0, 0);
+        EXPECT_THAT(w.AddTensorData(absl::StrCat("blk.", block, ".ffn_", roles[r], "_exps.weight"), type, ne, data),
+                    IsOk());
+      }
+    }
+    EXPECT_THAT(w.WriteFile(dir.Join(name)), IsOk());
+    return dir.Join(name);
+  };
+  auto with_mtp = DefaultSchemeForModel(write("mtp.gguf", true));
+  ASSERT_TRUE(with_mtp.ok()) << with_mtp.status();
+  EXPECT_EQ(*with_mtp, Scheme::kS4);
+  auto without = DefaultSchemeForModel(write("plain.gguf", false));
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(*without, Scheme::kS8);
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // synth --arch deepseek2: llama.cpp's tensor names, shapes and keys for DeepSeek (src/llama-model.cpp,
 // LLM_ARCH_DEEPSEEK2 with attn_kv_b), its presets, the pack written directly, and a pack too large for the disk
-// refused before anything is written.
+// refused before anything is written; --mtp-layers' multi-token-prediction blocks (glm4moe, deepseek2).
 
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -154,6 +156,63 @@ TEST(SynthArchTest, APackTheDiskCannotHoldIsRefusedBeforeWriting) {
   auto pack = SynthesizePack(o, nullptr, nullptr);
   EXPECT_THAT(pack.status(), StatusIsWith(absl::StatusCode::kResourceExhausted, dir.path()));
   EXPECT_FALSE(std::filesystem::exists(o.output));
+}
+
+// --mtp-layers: GLM-4.5's multi-token-prediction block as llama.cpp's converter writes it (src/llama-model.cpp,
+// LLM_ARCH_GLM4_MOE: a MoE block's own tensors plus blk.N.nextn.*), counted in block_count and said by
+// nextn_predict_layers; every other tensor is that of the model without it.
+TEST(SynthArchTest, MtpLayersAreBlocksWithTheNextnTensorsAfterTheModels) {
+  ScratchDir dir;
+  SynthOptions o = TinyOptions(dir.Join("plain.gguf"));
+  o.geometry = *PresetGeometry("glm4moe", "tiny");  // 2 blocks, n_embd 128, 8 experts of 128
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  o.geometry.n_mtp_layers = 1;
+  o.output = dir.Join("mtp.gguf");
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  auto plain = gguf::GgufFile::Open(dir.Join("plain.gguf"));
+  auto mtp = gguf::GgufFile::Open(dir.Join("mtp.gguf"));
+  ASSERT_TRUE(plain.ok() && mtp.ok());
+  const Shapes shape(**mtp);
+  const int64_t e = 128, v = shape("token_embd.weight").at(1);
+  EXPECT_EQ(shape("blk.2.nextn.eh_proj.weight"), (std::vector<int64_t>{2 * e, e}));
+  EXPECT_EQ(shape("blk.2.nextn.embed_tokens.weight"), (std::vector<int64_t>{e, v}));
+  EXPECT_EQ(shape("blk.2.nextn.shared_head_head.weight"), (std::vector<int64_t>{e, v}));
+  for (const char* norm : {"enorm", "hnorm", "shared_head_norm"}) {
+    EXPECT_EQ(shape(absl::StrCat("blk.2.nextn.", norm, ".weight")), (std::vector<int64_t>{e})) << norm;
+  }
+  EXPECT_EQ(shape("blk.2.ffn_gate_exps.weight"), (std::vector<int64_t>{e, 128, 8}));
+  EXPECT_EQ(shape("blk.2.exp_probs_b.bias"), (std::vector<int64_t>{8}));
+  EXPECT_EQ(shape("blk.2.attn_q.weight"), shape("blk.1.attn_q.weight"));
+  EXPECT_TRUE(shape("blk.1.nextn.eh_proj.weight").empty());
+  EXPECT_TRUE(shape("blk.3.attn_norm.weight").empty());
+  EXPECT_EQ(*(*mtp)->metadata().GetUint("glm4moe.block_count"), 3u);
+  EXPECT_EQ(*(*mtp)->metadata().GetUint("glm4moe.nextn_predict_layers"), 1u);
+  EXPECT_FALSE((*plain)->metadata().Has("glm4moe.nextn_predict_layers"));
+  for (const gguf::TensorInfo& t : (*plain)->tensors()) {
+    const gguf::TensorInfo* u = (*mtp)->FindTensor(t.name);
+    ASSERT_NE(u, nullptr) << t.name;
+    ASSERT_EQ(t.bytes, u->bytes) << t.name;
+    EXPECT_EQ(std::memcmp(t.data, u->data, t.bytes), 0) << t.name;
+  }
+  EXPECT_EQ((*mtp)->tensors().size(), (*plain)->tensors().size() + 17 + 6);  // the block's 17, nextn's 6
+}
+
+TEST(SynthArchTest, MtpLayersAreRefusedWhereTheyDoNotBelongNamingTheFlag) {
+  ScratchDir dir;
+  SynthGeometry g = *PresetGeometry("qwen3moe", "tiny");
+  g.n_mtp_layers = 1;
+  EXPECT_THAT(CheckSynthGeometry(g),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "--mtp-layers: architecture qwen3moe has no"));
+  g = *PresetGeometry("deepseek2", "tiny");
+  g.n_mtp_layers = -1;
+  EXPECT_THAT(CheckSynthGeometry(g), StatusIsWith(absl::StatusCode::kInvalidArgument, "--mtp-layers: -1 is out of range"));
+  g.n_mtp_layers = 1;
+  EXPECT_THAT(CheckSynthGeometry(g), IsOk());
+  SynthOptions o = TinyOptions(dir.Join("pack"));
+  o.geometry = g;
+  EXPECT_THAT(SynthesizePack(o, nullptr, nullptr).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "--mtp-layers: 1 with --pack-only"));
+  EXPECT_FALSE(std::filesystem::exists(dir.Join("pack")));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/gguf/gguf_file.h"
+#include "engine/gguf/gguf_writer.h"
 #include "engine/pack/pack_format.h"
 #include "engine/pack/routing_profile.h"
 #include "gmock/gmock.h"
@@ -126,6 +128,36 @@ TEST_F(ValidateTest, CorruptionDenseDisagreesWithManifestGeometry) {
   ASSERT_THAT(pack::WriteManifest(m, p), IsOk());
   const ValidationReport r = Validate(p, /*quick=*/true);
   EXPECT_THAT(r.problems, ::testing::Contains(ProblemIn("dense.gguf", "qwen3moe.expert_used_count is 2, manifest geometry says 3")));
+}
+
+// The geometry counts the blocks that run: a dense.gguf whose block_count includes multi-token-prediction
+// blocks (nextn_predict_layers) agrees when the others match, and is a problem when they do not.
+TEST_F(ValidateTest, DenseBlockCountLessMultiTokenPredictionBlocksMustMatchTheGeometry) {
+  const std::string p = CopyPack();
+  auto with_mtp = [&](uint32_t block_count) {
+    auto file = gguf::GgufFile::Open(dir_->Join("pack/dense.gguf"));
+    ASSERT_TRUE(file.ok()) << file.status();
+    gguf::GgufWriter w((*file)->alignment());
+    for (const auto& [key, value] : (*file)->metadata().entries()) {
+      if (key == "general.alignment") continue;
+      w.Set(key, key == "qwen3moe.block_count" ? gguf::Value::Uint32(block_count) : value);
+    }
+    w.Set("qwen3moe.nextn_predict_layers", gguf::Value::Uint32(1));
+    for (const gguf::TensorInfo& t : (*file)->tensors()) {
+      ASSERT_TRUE(w.AddTensorData(t.name, t.type, t.ne, {t.data, t.bytes}).ok()) << t.name;
+    }
+    ASSERT_THAT(w.WriteFile(p + "/dense.gguf"), IsOk());
+    pack::v1::Manifest m = *manifest_;  // of the new file's size
+    m.set_dense_bytes(fs::file_size(p + "/dense.gguf"));
+    ASSERT_THAT(pack::WriteManifest(m, p), IsOk());
+  };
+  ASSERT_EQ(manifest_->geometry().n_layer(), 2u);
+  with_mtp(3);
+  EXPECT_THAT(Validate(p, /*quick=*/true).problems, SizeIs(0));
+  with_mtp(2);
+  EXPECT_THAT(Validate(p, /*quick=*/true).problems,
+              ::testing::Contains(ProblemIn("dense.gguf", "qwen3moe.block_count is 2 less 1 multi-token-prediction, "
+                                                          "manifest geometry says 2")));
 }
 
 // A pack of an architecture the engine cannot run (converted by an older packtool) does not validate.

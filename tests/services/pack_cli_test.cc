@@ -154,6 +154,43 @@ TEST_F(PackCliTest, SynthUsageErrors) {
   EXPECT_EQ(run.code, kExitUsage);
   ExpectOneErrorLine(run, "--router-skew: architecture gpt-oss is not supported");
   EXPECT_FALSE(fs::exists(options.out));
+
+  options.router_skew = 0;
+  options.arch = "qwen3moe";
+  options.mtp_layers = 1;
+  run = RunCli({"synth"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "--mtp-layers: architecture qwen3moe has no multi-token-prediction blocks");
+  options.arch = "glm4moe";
+  options.pack_only = true;
+  run = RunCli({"synth"}, options);
+  EXPECT_EQ(run.code, kExitUsage);
+  ExpectOneErrorLine(run, "--mtp-layers: 1 with --pack-only");
+  EXPECT_FALSE(fs::exists(options.out));
+}
+
+// A GLM-4.5-like GGUF with its multi-token-prediction block: inspect counts it apart, convert leaves it out
+// and the pack validates.
+TEST_F(PackCliTest, SynthMtpLayersInspectsConvertsAndValidates) {
+  PackCliOptions options;
+  options.out = root_ + "/mtp.gguf";
+  options.arch = "glm4moe";
+  options.mtp_layers = 1;
+  CliRun run = RunCli({"synth"}, options);
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  run = RunCli({"inspect", options.out});
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("layers         2 (1 with routed experts)"));
+  EXPECT_THAT(run.out, HasSubstr("MTP blocks     1 more in the file (multi-token prediction)"));
+  run = RunCli({"convert", options.out, root_ + "/mtp-pack"});
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  run = RunCli({"inspect", root_ + "/mtp-pack"});
+  ASSERT_EQ(run.code, kExitOk) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("layers         2 (1 with routed experts)"));
+  EXPECT_THAT(run.out, Not(HasSubstr("MTP blocks")));
+  EXPECT_THAT(run.out, Not(HasSubstr("nextn")));
+  run = RunCli({"validate", root_ + "/mtp-pack"});
+  EXPECT_EQ(run.code, kExitOk) << run.err;
 }
 
 TEST_F(PackCliTest, SynthPackOnlyWithARouterSkewSaysWhatItAimsAt) {

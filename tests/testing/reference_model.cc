@@ -158,6 +158,14 @@ absl::StatusOr<Hparams> ReadHparams(const gguf::Metadata& md, const std::string&
   }
   const std::string a = hp.arch + ".";
   ASSIGN_OR_RETURN(hp.n_layer, uint_key(a + "block_count"));
+  // The last nextn_predict_layers blocks are multi-token-prediction blocks, which the model's forward pass
+  // does not run.
+  auto nextn = md.GetUintOr(a + "nextn_predict_layers", 0);
+  if (!nextn.ok()) return fail(nextn.status());
+  if (*nextn >= static_cast<uint64_t>(hp.n_layer)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", a, "nextn_predict_layers ", *nextn, " leaves no block"));
+  }
+  hp.n_layer -= static_cast<int64_t>(*nextn);
   ASSIGN_OR_RETURN(hp.n_embd, uint_key(a + "embedding_length"));
   ASSIGN_OR_RETURN(hp.n_head, uint_key(a + "attention.head_count"));
   ASSIGN_OR_RETURN(hp.n_head_kv, uint_or(a + "attention.head_count_kv", hp.n_head));

@@ -133,6 +133,21 @@ TEST(Deepseek2ConfigTest, ReadsTheHeadSizesOfSplitGgufsFromTheMlaKeys) {
               StatusIsWith(absl::StatusCode::kNotFound, "deepseek2.attention.value_length_mla"));
 }
 
+// DeepSeek-V3's GGUFs may count a multi-token-prediction block in block_count: it is left out.
+TEST(Deepseek2ConfigTest, LeavesOutTheMultiTokenPredictionBlocks) {
+  gguf::Metadata m = V3Metadata();
+  m.Add("deepseek2.nextn_predict_layers", gguf::Value::Uint32(1));
+  auto c = ReadModelConfig(m);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_layer, 2);
+  EXPECT_EQ(c->n_mtp_blocks, 1);
+  EXPECT_EQ(c->n_dense_lead, 1);
+  m.Add("deepseek2.nextn_predict_layers", gguf::Value::Uint32(2));
+  EXPECT_THAT(ReadModelConfig(m).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument,
+                           "deepseek2.leading_dense_block_count is 1 and deepseek2.nextn_predict_layers is 2"));
+}
+
 TEST(Deepseek2ConfigTest, RefusesWhatItDoesNotImplementNamingTheKey) {
   struct Case {
     std::string key;
@@ -140,7 +155,9 @@ TEST(Deepseek2ConfigTest, RefusesWhatItDoesNotImplementNamingTheKey) {
     absl::StatusCode code;
   };
   const std::vector<Case> cases = {
-      {"deepseek2.nextn_predict_layers", gguf::Value::Uint32(1), absl::StatusCode::kUnimplemented},
+      // 3 blocks, the first dense: 2 MTP blocks would leave no MoE block, 3 no block at all.
+      {"deepseek2.nextn_predict_layers", gguf::Value::Uint32(2), absl::StatusCode::kInvalidArgument},
+      {"deepseek2.nextn_predict_layers", gguf::Value::Uint32(3), absl::StatusCode::kInvalidArgument},
       {"deepseek2.expert_gating_func", gguf::Value::Uint32(3), absl::StatusCode::kUnimplemented},
       {"deepseek2.rope.scaling.yarn_attn_factor", gguf::Value::Float32(2.0f), absl::StatusCode::kUnimplemented},
       {"deepseek2.rope.scaling.yarn_ext_factor", gguf::Value::Float32(0.5f), absl::StatusCode::kUnimplemented},

@@ -135,7 +135,8 @@ TEST(ModelConfigTest, Glm4MoeRefusesWhatItDoesNotImplementNamingTheKey) {
     absl::StatusCode code;
   };
   const std::vector<Case> cases = {
-      {"glm4moe.nextn_predict_layers", gguf::Value::Uint32(1), absl::StatusCode::kUnimplemented},
+      // With 2 blocks, the first dense: an MTP block would leave no MoE block to run.
+      {"glm4moe.nextn_predict_layers", gguf::Value::Uint32(1), absl::StatusCode::kInvalidArgument},
       {"glm4moe.expert_gating_func", gguf::Value::Uint32(1), absl::StatusCode::kUnimplemented},
       {"glm4moe.expert_group_count", gguf::Value::Uint32(8), absl::StatusCode::kUnimplemented},
       {"glm4moe.rope.dimension_sections", gguf::Value::Uint32(8), absl::StatusCode::kUnimplemented},
@@ -152,6 +153,56 @@ TEST(ModelConfigTest, Glm4MoeRefusesWhatItDoesNotImplementNamingTheKey) {
   gguf::Metadata qwen = Qwen3Metadata();
   qwen.Add("qwen3moe.rope.dimension_count", gguf::Value::Uint32(16));
   EXPECT_THAT(ReadModelConfig(qwen).status(), StatusIsWith(absl::StatusCode::kUnimplemented, "rope.dimension_count"));
+}
+
+// GLM-4.5's GGUFs count their multi-token-prediction block in block_count (GLM-4.5-Air: 46 + 1 = 47) and
+// say so in nextn_predict_layers: Strata runs the others, as llama.cpp does.
+TEST(ModelConfigTest, LeavesOutTheMultiTokenPredictionBlocks) {
+  gguf::Metadata m = Glm4MoeMetadata();
+  m.Add("glm4moe.block_count", gguf::Value::Uint32(47));
+  m.Add("glm4moe.nextn_predict_layers", gguf::Value::Uint32(1));
+  auto c = ReadModelConfig(m);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_layer, 46);
+  EXPECT_EQ(c->n_mtp_blocks, 1);
+  EXPECT_EQ(c->n_dense_lead, 1);
+  auto blocks = ReadBlockCount(m, "glm4moe");
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  EXPECT_EQ(blocks->total, 47);
+  EXPECT_EQ(blocks->mtp, 1);
+  EXPECT_EQ(blocks->run(), 46);
+  // The MTP block's tensors are told apart by their block.
+  EXPECT_EQ(TensorBlock("blk.46.nextn.eh_proj.weight"), 46);
+  EXPECT_EQ(TensorBlock("blk.0.attn_q.weight"), 0);
+  EXPECT_EQ(TensorBlock("token_embd.weight"), -1);
+  EXPECT_EQ(TensorBlock("blk.x.attn_q.weight"), -1);
+  EXPECT_EQ(TensorBlock("blk.7"), -1);
+  // Without the key every block runs.
+  auto plain = ReadModelConfig(Glm4MoeMetadata());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->n_layer, 2);
+  EXPECT_EQ(plain->n_mtp_blocks, 0);
+}
+
+// MTP blocks that leave no block, or no MoE block after the dense ones, are refused naming the keys and
+// their values.
+TEST(ModelConfigTest, RefusesTooManyMultiTokenPredictionBlocksNamingTheKeys) {
+  gguf::Metadata m = Glm4MoeMetadata();  // 2 blocks, the first dense
+  m.Add("glm4moe.nextn_predict_layers", gguf::Value::Uint32(2));
+  EXPECT_THAT(ReadModelConfig(m).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument,
+                           "glm4moe.nextn_predict_layers is 2, expected fewer than glm4moe.block_count (2)"));
+  EXPECT_THAT(ReadBlockCount(m, "glm4moe").status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "glm4moe.nextn_predict_layers is 2"));
+  m.Add("glm4moe.nextn_predict_layers", gguf::Value::Uint32(1));
+  EXPECT_THAT(ReadModelConfig(m).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument,
+                           "glm4moe.leading_dense_block_count is 1 and glm4moe.nextn_predict_layers is 1, expected "
+                           "their sum below glm4moe.block_count (2)"));
+  m.Add("glm4moe.block_count", gguf::Value::Uint32(3));
+  auto c = ReadModelConfig(m);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_layer, 2);
 }
 
 TEST(ModelConfigTest, ReadsQwen2MoeWithItsSharedExpertAndBiases) {
