@@ -474,7 +474,9 @@ TEST_F(DenseKernelsTest, RouterTopKBreaksExactTiesTowardTheLowerId) {
         EXPECT_EQ(ids[i] % 2, 0) << "token " << t << " choice " << j;
         EXPECT_EQ(ids[i + 1], ids[i] + 1) << "token " << t << " choice " << j;
         EXPECT_EQ(weights[i + 1], weights[i]) << "token " << t << " choice " << j;
-        if (j > 0) EXPECT_GE(weights[i - 1], weights[i]) << "token " << t << " choice " << j;
+        if (j > 0) {
+          EXPECT_GE(weights[i - 1], weights[i]) << "token " << t << " choice " << j;
+        }
       }
     }
   }

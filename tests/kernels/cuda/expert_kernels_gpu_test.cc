@@ -1,5 +1,5 @@
-// ExpertFfn and QuantizeActivations against the CPU references (kernels/cpu) on real MoE shapes and the
-// odd cases, for every scheme.
+// ExpertFfn against the CPU references (kernels/cpu) on real MoE shapes and the odd cases, for every scheme
+// (QuantizeActivations: quantize_activations_gpu_test.cc).
 //
 // The expected value of a (token, expert) pair is the CPU expert: QuantizeActivation(x), RoleGemv of gate
 // and up, h = silu(g) * u, QuantizeActivation(h) (integer schemes), RoleGemv of down. RoleGemv equals
@@ -23,8 +23,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
-#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -698,104 +696,6 @@ INSTANTIATE_TEST_SUITE_P(Schemes, ExpertFfnGpuTest,
                          [](const ::testing::TestParamInfo<Scheme>& info) {
                            return std::string(SchemeName(info.param));
                          });
-
-// ---------------------------------------------------------------------------------------------------
-// QuantizeActivations
-
-// Gaussian activations whose first blocks are of every kind the quantizer must get exactly right (as many as
-// fit).
-std::vector<float> SpecialActivations(int64_t n, int n_tokens, std::mt19937& rng) {
-  std::vector<float> x = Gaussian(static_cast<size_t>(n) * n_tokens, rng);
-  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  const std::vector<std::function<void(float*)>> kinds = {
-      [](float* b) { std::fill(b, b + 32, 0.0f); },
-      [](float* b) { std::fill(b, b + 32, -0.0f); },
-      [&](float* b) {  // huge, up to -FLT_MAX
-        for (int i = 0; i < 32; ++i) b[i] = unit(rng) * 3.4e38f;
-        b[5] = -3.4028235e38f;
-      },
-      [&](float* b) {  // NaN among normal values: amax skips it, its code is -127
-        b[3] = nan;
-        b[17] = -nan;
-      },
-      [&](float* b) { std::fill(b, b + 32, nan); },
-      [&](float* b) { b[9] = inf; },  // scale inf: finite values give 0, inf / inf = NaN gives -127
-      [&](float* b) { std::fill(b, b + 32, -inf); },
-      [&](float* b) {  // subnormals
-        for (int i = 0; i < 32; ++i) b[i] = unit(rng) * 1e-39f;
-      },
-      [&](float* b) {  // amax / 127 underflows to 0: every code 0
-        for (int i = 0; i < 32; ++i) b[i] = (i % 2 ? 1.0f : -1.0f) * 1e-44f;
-      },
-      [&](float* b) {  // scale exactly 1: halves round to even
-        for (int i = 0; i < 32; ++i) b[i] = static_cast<float>(i) - 15.5f;
-        b[31] = 127.0f;
-        b[30] = -126.5f;
-      },
-      [&](float* b) {  // one large value among tiny ones
-        for (int i = 0; i < 32; ++i) b[i] = unit(rng) * 1e-30f;
-        b[0] = 1e30f;
-      },
-      [&](float* b) {  // mixed magnitudes
-        for (int i = 0; i < 32; ++i) b[i] = unit(rng) * std::pow(10.0f, static_cast<float>(i % 20 - 10));
-      },
-  };
-  const size_t blocks = x.size() / 32;
-  for (size_t i = 0; i < std::min(blocks, kinds.size()); ++i) kinds[i](x.data() + 32 * i);
-  return x;
-}
-
-TEST(QuantizeActivationsGpuTest, BitIdenticalToTheCpu) {
-  std::mt19937 rng(51);
-  cudaStream_t stream = nullptr;
-  ASSERT_TRUE(CudaOk(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)));
-  for (const auto& [n, n_tokens] : {std::pair<int64_t, int>{32, 1}, {2560, 7}, {768, 13}, {4096, 3}}) {
-    SCOPED_TRACE("n " + std::to_string(n) + " tokens " + std::to_string(n_tokens));
-    const std::vector<float> x = SpecialActivations(n, n_tokens, rng);
-    const size_t count = static_cast<size_t>(n) * n_tokens, blocks = count / 32;
-    DeviceBuffer d_x = Upload(x);
-    GuardedBuffer q = GuardedBuffer::Make(count), scale = GuardedBuffer::Make(blocks * 4),
-                  sum = GuardedBuffer::Make(blocks * 4);
-    ASSERT_TRUE(CudaOk(cudaMemset(q.as<void>(), 0x55, count)));
-    ASSERT_TRUE(CudaOk(cudaMemset(scale.as<void>(), 0xFF, blocks * 4)));
-    ASSERT_TRUE(CudaOk(cudaMemset(sum.as<void>(), 0xFF, blocks * 4)));
-    ASSERT_THAT(QuantizeActivations(d_x.as<float>(), n, n_tokens, q.as<int8_t>(), scale.as<float>(),
-                                    sum.as<int32_t>(), stream),
-                IsOk());
-    ASSERT_TRUE(CudaOk(cudaStreamSynchronize(stream)));
-    EXPECT_TRUE(q.GuardIntact() && scale.GuardIntact() && sum.GuardIntact());
-    const std::vector<int8_t> got_q = Download<int8_t>(q.as<void>(), count);
-    const std::vector<float> got_scale = Download<float>(scale.as<void>(), blocks);
-    const std::vector<int32_t> got_sum = Download<int32_t>(sum.as<void>(), blocks);
-    for (int t = 0; t < n_tokens; ++t) {
-      QuantizedActivation want;
-      QuantizeActivation(x.data() + t * n, n, &want);
-      for (int64_t i = 0; i < n; ++i) {
-        ASSERT_EQ(got_q[t * n + i], want.q[i]) << "token " << t << " element " << i << " x " << x[t * n + i];
-      }
-      for (int64_t b = 0; b < n / 32; ++b) {
-        ASSERT_EQ(Bits(got_scale[t * (n / 32) + b]), Bits(want.scale[b])) << "token " << t << " block " << b;
-        ASSERT_EQ(got_sum[t * (n / 32) + b], want.sum[b]) << "token " << t << " block " << b;
-      }
-    }
-  }
-  cudaStreamDestroy(stream);
-}
-
-TEST(QuantizeActivationsGpuTest, RejectsBadArguments) {
-  DeviceBuffer buffer = Upload(std::vector<float>(64, 0.0f));
-  float* x = buffer.as<float>();
-  auto* q = reinterpret_cast<int8_t*>(x);
-  auto* sum = reinterpret_cast<int32_t*>(x);
-  using absl::StatusCode;
-  EXPECT_THAT(QuantizeActivations(x, 48, 1, q, x, sum, nullptr), StatusIsWith(StatusCode::kInvalidArgument, "n 48"));
-  EXPECT_THAT(QuantizeActivations(x, 0, 1, q, x, sum, nullptr), StatusIsWith(StatusCode::kInvalidArgument, "n 0"));
-  EXPECT_THAT(QuantizeActivations(x, 32, -2, q, x, sum, nullptr),
-              StatusIsWith(StatusCode::kInvalidArgument, "n_tokens -2"));
-  EXPECT_THAT(QuantizeActivations(nullptr, 32, 1, q, x, sum, nullptr), StatusIs(StatusCode::kInvalidArgument));
-  EXPECT_THAT(QuantizeActivations(x, 32, 0, nullptr, nullptr, nullptr, nullptr), IsOk());
-}
 
 }  // namespace
 }  // namespace strata::kernels::cuda
