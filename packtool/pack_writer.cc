@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <span>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -49,53 +51,56 @@ absl::Status WriteAll(int fd, const uint8_t* data, uint64_t size, uint64_t offse
 
 }  // namespace
 
+namespace {
+
+// Size and xxh3-64 of the chunks `next` yields (StatusOr of a span; an empty one ends them), CANCELLED naming
+// `name` between chunks once `cancel` (may be null) is set.
+template <typename Next>
+absl::StatusOr<std::pair<uint64_t, uint64_t>> HashChunks(const std::string& name, const std::atomic<bool>* cancel,
+                                                         Next&& next) {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
+  XXH3_64bits_reset(state.get());
+  uint64_t total = 0;
+  for (;;) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      return absl::CancelledError(absl::StrCat(name, ": cancelled while hashing"));
+    }
+    ASSIGN_OR_RETURN(const std::span<const uint8_t> chunk, next());
+    if (chunk.empty()) break;
+    XXH3_64bits_update(state.get(), chunk.data(), chunk.size());
+    total += chunk.size();
+  }
+  return std::make_pair(total, static_cast<uint64_t>(XXH3_64bits_digest(state.get())));
+}
+
+}  // namespace
+
 absl::StatusOr<std::pair<uint64_t, uint64_t>> HashFile(const std::string& path, const std::atomic<bool>* cancel) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError(absl::StrCat(path, ": open"));
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
   std::vector<uint8_t> buf(1 << 20);
-  uint64_t total = 0;
-  absl::Status status;
-  for (;;) {
-    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
-      status = absl::CancelledError(absl::StrCat(path, ": cancelled while hashing"));
-      break;
+  auto result = HashChunks(path, cancel, [&]() -> absl::StatusOr<std::span<const uint8_t>> {
+    for (;;) {
+      const ssize_t n = read(fd, buf.data(), buf.size());
+      if (n >= 0) return std::span<const uint8_t>(buf.data(), static_cast<size_t>(n));
+      if (errno != EINTR) return ErrnoError(absl::StrCat(path, ": read"));
     }
-    const ssize_t n = read(fd, buf.data(), buf.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      status = ErrnoError(absl::StrCat(path, ": read"));
-      break;
-    }
-    if (n == 0) break;
-    XXH3_64bits_update(state, buf.data(), static_cast<size_t>(n));
-    total += static_cast<uint64_t>(n);
-  }
-  const uint64_t hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
+  });
   close(fd);
-  RETURN_IF_ERROR(status);
-  return std::make_pair(total, hash);
+  return result;
 }
 
 absl::StatusOr<std::pair<uint64_t, uint64_t>> HashMapped(std::span<const uint8_t> bytes, const std::string& name,
                                                          const std::atomic<bool>* cancel) {
   constexpr uint64_t kStep = 1 << 20;
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  for (uint64_t at = 0; at < bytes.size(); at += kStep) {
-    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
-      XXH3_freeState(state);
-      return absl::CancelledError(absl::StrCat(name, ": cancelled while hashing"));
-    }
-    const uint64_t n = std::min<uint64_t>(kStep, bytes.size() - at);
-    XXH3_64bits_update(state, bytes.data() + at, n);
-    ReleaseMappedRange(bytes.data() + at, n);
-  }
-  const uint64_t hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  return std::make_pair(static_cast<uint64_t>(bytes.size()), hash);
+  uint64_t at = 0;
+  std::span<const uint8_t> previous;
+  return HashChunks(name, cancel, [&]() -> absl::StatusOr<std::span<const uint8_t>> {
+    ReleaseMappedRange(previous.data(), previous.size());  // hashed: drop its pages
+    previous = bytes.subspan(at, std::min<uint64_t>(kStep, bytes.size() - at));
+    at += previous.size();
+    return previous;
+  });
 }
 
 void ReleaseMappedRange(const uint8_t* data, uint64_t size) {
