@@ -326,7 +326,7 @@ TEST_F(DenseKernelsTest, RouterTopKGatesLikeTheCpu) {
   bad.scale = INFINITY;
   EXPECT_THAT(RouterTopK(w.get(), 8, 64, x.get(), RouterNorm{}, bad, 1, 2, ids.get(), weights.get(), workspace.get(),
                          RouterWorkspaceBytes(1, 8), stream_),
-              StatusIsWith(absl::StatusCode::kInvalidArgument, "gate.scale is not finite"));
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "gate.scale is inf, not a finite number"));
 }
 
 // The score-correction bias moves the choice and not the weights: a large bias on the experts with the
