@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "bench/bench_util.h"
@@ -128,6 +129,7 @@ void ProfileForStatic(const std::string& pack, int sequences, int prompt_len, in
 struct SummaryRow {
   int64_t slots;
   std::string reads, policy, launches;
+  int prefetch;
   int64_t batch;
   double hit_rate, tokens_per_second, bound;
 };
@@ -138,7 +140,7 @@ int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
                              "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
                              "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
-                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] "
+                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--prefetch-experts 0,4] "
                              "[--preset seed --scheme s2 --router-skew S (to make --pack when it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
@@ -158,6 +160,10 @@ int main(int argc, char** argv) {
   // Kernels launched with programmatic dependent launch (on) or plainly (off); every configuration runs
   // once per item.
   const std::vector<std::string> dependent_launch = flags.StringList("dependent-launch", {"on"});
+  // Decode experts copied ahead per layer from a guess of its routing (runtime::DeviceOptions::prefetch_experts);
+  // each cache size with misses runs once per item.
+  const std::vector<int64_t> prefetch_experts =
+      flags.IntList("prefetch-experts", {strata::runtime::DeviceOptions().prefetch_experts});
   const std::string flags_preset = flags.String("preset", "seed");
   const std::string flags_scheme = flags.String("scheme", "s2");
   // -1: not given (a missing pack is made uniform; an existing one is taken as it is).
@@ -267,19 +273,22 @@ int main(int argc, char** argv) {
     int64_t slots;
     std::string reads;
     std::string dependent;
+    int prefetch;
   };
   std::vector<Config> configs;
   for (int64_t slots : vram_experts) {
     for (const std::string& dependent : dependent_launch) {
       if (slots < 0) {
-        configs.push_back({slots, "staged", dependent});
+        configs.push_back({slots, "staged", dependent, 0});
         continue;
       }
-      for (const std::string& reads : miss_reads) configs.push_back({slots, reads, dependent});
+      for (const std::string& reads : miss_reads) {
+        for (int64_t prefetch : prefetch_experts) configs.push_back({slots, reads, dependent, static_cast<int>(prefetch)});
+      }
     }
   }
   std::vector<SummaryRow> summary;
-  for (const auto& [slots, reads, dependent] : configs) {
+  for (const auto& [slots, reads, dependent, prefetch] : configs) {
     strata::kernels::cuda::SetDependentLaunch(dependent == "on");
     // With every expert in VRAM the policy decides nothing: that size runs with the first policy only.
     for (size_t policy_index = 0; policy_index < (slots < 0 ? 1 : policies.size()); ++policy_index) {
@@ -296,6 +305,7 @@ int main(int argc, char** argv) {
       eo.device.cache_policy = cache_policy;
       eo.device.miss_path = miss_path;
       eo.device.stage_gpu_misses = reads == "staged";
+      eo.device.prefetch_experts = prefetch;
       strata::bench::Timer load;
       auto engine = Engine::Create(eo);
       if (!engine.ok()) {
@@ -315,7 +325,8 @@ int main(int argc, char** argv) {
                   info.backend.name.c_str(), info.backend.isa.c_str(), info.backend.memory_used / 1073741824.0,
                   info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
                   slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
-                  cache_policy.c_str(), slots < 0 ? "" : (", GPU misses " + reads).c_str(),
+                  cache_policy.c_str(),
+                  slots < 0 ? "" : absl::StrCat(", GPU misses ", reads, ", prefetch ", prefetch, " a layer").c_str(),
                   strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off");
       if (!info.device_note.empty()) std::printf("note: %s\n", info.device_note.c_str());
       // Batch 1: hits from HBM, misses by the miss paths; at a hit rate h the bound is
@@ -342,6 +353,14 @@ int main(int argc, char** argv) {
                           (info.config.n_layer * info.config.n_expert_used) / busy / 1e9,
                       100.0 * waited / requests);
         }
+        if (after.guessed > before.guessed) {
+          const double guessed = static_cast<double>(after.guessed - before.guessed);
+          const double copied = static_cast<double>(after.prefetched - before.prefetched);
+          std::printf("  guesses: %.0f missed experts named, %.1f%% routed; %.0f copied ahead, %.1f%% of them used\n",
+                      guessed, 100.0 * static_cast<double>(after.guessed_right - before.guessed_right) / guessed,
+                      copied,
+                      copied > 0 ? 100.0 * static_cast<double>(after.prefetch_used - before.prefetch_used) / copied : 0.0);
+        }
         const double h = r.hit_rate;
         const double t_hbm = (info.dense_bytes_per_token + h * info.expert_bytes_per_token) / (*hbm * 1e9);
         const double t_miss = (1 - h) * info.expert_bytes_per_token / (miss_gbps * 1e9);
@@ -351,8 +370,9 @@ int main(int argc, char** argv) {
                     "misses %.2f\n",
                     (long long)n, r.decode_tps, r.decode_tps / n, h, cache.host_share);
         if (n == 1) strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", bound, "HBM+miss bound");
-        summary.push_back({slots, reads, cache_policy, strata::kernels::cuda::DependentLaunchEnabled() ? "dependent" : "plain", n, h, r.decode_tps,
-                           bound});
+        summary.push_back({slots, reads, cache_policy,
+                           strata::kernels::cuda::DependentLaunchEnabled() ? "dependent" : "plain", prefetch, n, h,
+                           r.decode_tps, bound});
       }
       for (int64_t p : prefill) {
         RunConcurrent(**engine, 1, static_cast<int>(p), 1);  // warm up this prompt length
@@ -368,13 +388,13 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\ndecode by cache size and policy (router skew %g):\n", pack_skew);
-  std::printf("  %12s %-8s %-10s %-9s %5s %8s %10s %10s\n", "vram experts", "misses", "policy", "launches", "batch",
-              "hit rate", "tokens/s", "bound");
+  std::printf("  %12s %-8s %-10s %-9s %8s %5s %8s %10s %10s\n", "vram experts", "misses", "policy", "launches",
+              "prefetch", "batch", "hit rate", "tokens/s", "bound");
   for (const SummaryRow& row : summary) {
     // The bound is batch 1's (HBM + miss paths at that hit rate).
-    std::printf("  %12s %-8s %-10s %-9s %5lld %8.3f %10.1f %10s\n",
+    std::printf("  %12s %-8s %-10s %-9s %8d %5lld %8.3f %10.1f %10s\n",
                 row.slots < 0 ? "all" : std::to_string(row.slots).c_str(), row.slots < 0 ? "-" : row.reads.c_str(),
-                row.policy.c_str(), row.launches.c_str(), (long long)row.batch, row.hit_rate, row.tokens_per_second,
+                row.policy.c_str(), row.launches.c_str(), row.prefetch, (long long)row.batch, row.hit_rate, row.tokens_per_second,
                 row.batch == 1 ? absl::StrFormat("%.0f", row.bound).c_str() : "-");
   }
   return 0;

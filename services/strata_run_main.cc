@@ -16,6 +16,7 @@
 #include "engine/log.h"
 #include "engine/model/expert_cache_policy.h"
 #include "engine/model/miss_path.h"
+#include "engine/runtime/model_factory.h"
 #include "services/cli_flags.h"
 #include "services/run_cli.h"
 #include "services/sampling_flags.h"
@@ -41,6 +42,9 @@ ABSL_FLAG(int64_t, vram_experts, -1,
 ABSL_FLAG(std::string, cache_policy, "lfu-decay", "VRAM expert cache policy: lru, lfu-decay or static");
 ABSL_FLAG(std::string, miss_path, "both",
           "where experts not in VRAM are computed: gpu (read over PCIe), cpu (host threads) or both at once");
+ABSL_FLAG(int, prefetch_experts, strata::runtime::DeviceOptions().prefetch_experts,
+          "decode: experts not in VRAM copied ahead per layer, from a guess of its routing made one layer early "
+          "(0 = none; copies stop while the guesses are mostly wrong)");
 ABSL_FLAG(bool, pin_arena, true, "page-lock the expert arena for the GPU (--nopin-arena: as if locking were refused)");
 // Sampling defaults: the engine's one set (runtime::SamplingParams), as the server and strata use.
 ABSL_FLAG(int, max_tokens, strata::runtime::SamplingParams().max_tokens, "tokens to generate at most");
@@ -116,6 +120,7 @@ int main(int argc, char** argv) {
   o.engine.device.cache_policy = absl::GetFlag(FLAGS_cache_policy);
   o.engine.device.miss_path = absl::GetFlag(FLAGS_miss_path);
   o.engine.device.pin_arena = absl::GetFlag(FLAGS_pin_arena);
+  o.engine.device.prefetch_experts = absl::GetFlag(FLAGS_prefetch_experts);
   if (o.engine.device.device != "auto" && o.engine.device.device != "cpu" && o.engine.device.device != "cuda") {
     std::cerr << "strata-run: --device: '" << o.engine.device.device << "' is not auto, cpu or cuda\n";
     return 2;
@@ -126,6 +131,11 @@ int main(int argc, char** argv) {
   }
   if (o.engine.device.vram_experts < -1) {
     std::cerr << "strata-run: --vram-experts: must be -1 (auto) or a count\n";
+    return 2;
+  }
+  if (o.engine.device.prefetch_experts < 0 || o.engine.device.prefetch_experts > strata::runtime::kMaxPrefetchExperts) {
+    std::cerr << "strata-run: --prefetch-experts: must be a count from 0 to " << strata::runtime::kMaxPrefetchExperts
+              << "\n";
     return 2;
   }
   if (absl::StatusOr<strata::model::CachePolicy> p = strata::model::ParseCachePolicy(o.engine.device.cache_policy);

@@ -31,6 +31,7 @@
 #include "engine/log.h"
 #include "engine/model/expert_cache_policy.h"
 #include "engine/model/miss_path.h"
+#include "engine/runtime/model_factory.h"
 #include "engine/runtime/engine.h"
 #include "engine/exec/thread_pool.h"
 #include "services/cli_flags.h"
@@ -66,6 +67,9 @@ ABSL_FLAG(int64_t, vram_experts, -1,
 ABSL_FLAG(std::string, cache_policy, "lfu-decay", "VRAM expert cache policy: lru, lfu-decay or static");
 ABSL_FLAG(std::string, miss_path, "both",
           "where experts not in VRAM are computed: gpu (read over PCIe), cpu (host threads) or both at once");
+ABSL_FLAG(int, prefetch_experts, strata::runtime::DeviceOptions().prefetch_experts,
+          "decode: experts not in VRAM copied ahead per layer, from a guess of its routing made one layer early "
+          "(0 = none; copies stop while the guesses are mostly wrong)");
 ABSL_FLAG(bool, pin_arena, true, "page-lock the expert arena for the GPU (--nopin-arena: as if locking were refused)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
 ABSL_FLAG(std::string, chat_template_file, "",
@@ -269,6 +273,7 @@ int main(int argc, char** argv) {
   options.device.cache_policy = absl::GetFlag(FLAGS_cache_policy);
   options.device.miss_path = absl::GetFlag(FLAGS_miss_path);
   options.device.pin_arena = absl::GetFlag(FLAGS_pin_arena);
+  options.device.prefetch_experts = absl::GetFlag(FLAGS_prefetch_experts);
   // Loading a large pack shows in the log (nothing for one loaded within a second).
   options.experts.on_load_progress = [progress = std::make_shared<strata::services::CountProgress>(
                                           "loading experts", strata::services::CountProgress::Unit::kBytes,
@@ -289,6 +294,10 @@ int main(int argc, char** argv) {
   }
   if (!(options.device.vram_gib >= 0)) return UsageError("--vram-gib: must be a number >= 0");
   if (options.device.vram_experts < -1) return UsageError("--vram-experts: must be -1 (auto) or a count");
+  if (options.device.prefetch_experts < 0 || options.device.prefetch_experts > strata::runtime::kMaxPrefetchExperts) {
+    return UsageError("--prefetch-experts: must be a count from 0 to " +
+                      std::to_string(strata::runtime::kMaxPrefetchExperts));
+  }
   if (absl::StatusOr<strata::model::CachePolicy> policy = strata::model::ParseCachePolicy(options.device.cache_policy);
       !policy.ok()) {
     return UsageError("--cache-policy: " + std::string(policy.status().message()));

@@ -68,6 +68,11 @@ uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model:
   bytes += n * 4 * (4 * c.n_embd + 2 * q_dim + 2 * kv_dim + c.n_expert_used * (c.n_embd + 2) + c.n_vocab);
   bytes += n * 4 * c.n_layer * c.n_expert_used;
   bytes += n * 4 * 2 * static_cast<uint64_t>(std::max(c.shared_expert_ff, c.dense_ff));  // ffn_gate_, ffn_up_
+  // The routing guesses' buffers (decode steps), and both routers' workspaces.
+  const int guess_rows = std::max(1, max_batch);
+  bytes += static_cast<uint64_t>(guess_rows) * 4 * (c.n_embd + 2 * c.n_expert_used);
+  bytes += kernels::cuda::RouterWorkspaceBytes(static_cast<int>(n), static_cast<int>(c.n_expert)) +
+           kernels::cuda::RouterWorkspaceBytes(guess_rows, static_cast<int>(c.n_expert));
   return bytes;
 }
 
@@ -82,6 +87,9 @@ absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const
   b->max_batch_ = std::max(1, max_batch);
   b->max_tokens_ = std::max(b->max_batch_, std::max(1, max_prefill));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->guess_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->fork_, cudaEventDisableTiming), "cudaEventCreate");
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->guessed_, cudaEventDisableTiming), "cudaEventCreate");
   // The widening workspace holds the largest matrix, up to 64 Mi weights (larger ones go in row blocks).
   int64_t largest = weights.output.rows * weights.output.cols;
   for (const model::LayerWeights& L : weights.layers) {
@@ -106,6 +114,12 @@ absl::Status CudaDenseBackend::SleepWhileWaiting() {
 CudaDenseBackend::~CudaDenseBackend() {
   if (step_done_ != nullptr) cudaEventDestroy(step_done_);
   DropGraphs();
+  if (guess_stream_ != nullptr) {
+    cudaStreamSynchronize(guess_stream_);
+    cudaStreamDestroy(guess_stream_);
+  }
+  if (fork_ != nullptr) cudaEventDestroy(fork_);
+  if (guessed_ != nullptr) cudaEventDestroy(guessed_);
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     matmul_.reset();
@@ -234,6 +248,18 @@ absl::Status CudaDenseBackend::AllocateBuffers() {
   // On the compute stream: it does not wait for the legacy stream's work, cudaMemset's included.
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(router_ws_.data(), 0, router_ws_.bytes(), stream_),
                        "clearing the router workspace");
+  // Guesses are made for decode steps only (max_batch_ rows).
+  const uint64_t guess_rows = static_cast<uint64_t>(max_batch_);
+  const Need guess_needs[] = {{&guess_h_, guess_rows * c.n_embd * 4},
+                              {&guess_ids_, guess_rows * k * 4},
+                              {&guess_weights_, guess_rows * k * 4},
+                              {&guess_router_ws_, kernels::cuda::RouterWorkspaceBytes(max_batch_, c.n_expert)}};
+  for (const Need& need : guess_needs) {
+    ASSIGN_OR_RETURN(*need.buf, DeviceBuffer::Allocate(need.bytes));
+    memory_used_ += need.bytes;
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(guess_router_ws_.data(), 0, guess_router_ws_.bytes(), stream_),
+                       "clearing the guess router's workspace");
   ASSIGN_OR_RETURN(pad_cache_, DeviceBuffer::Allocate(2 * c.n_layer * kv_dim * sizeof(float)));
   ASSIGN_OR_RETURN(slots_host_, PinnedBuffer::Allocate(n * sizeof(TokenSlot)));
   ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::Allocate(n * c.n_vocab * 4));
@@ -385,20 +411,49 @@ absl::Status CudaDenseBackend::Router(int64_t l, model::MoeBatch* moe) {
     norm = {};
     router_in = h_.as<float>();
   }
-  kernels::cuda::RouterGate gate;
-  gate.sigmoid = c.router_gating == model::RouterGating::kSigmoid;
-  gate.choice_bias = c.router_score_bias ? L.router_bias : nullptr;
-  gate.renorm = c.router_renorm;
-  gate.scale = c.routed_scale;
-  RETURN_IF_ERROR(kernels::cuda::RouterTopK(L.router, static_cast<int>(c.n_expert), c.n_embd, router_in, norm, gate,
-                                            n_, k, ids, weights_.as<float>(), router_ws_.data(), router_ws_.bytes(),
-                                            stream_));
+  RETURN_IF_ERROR(kernels::cuda::RouterTopK(L.router, static_cast<int>(c.n_expert), c.n_embd, router_in, norm,
+                                            GateOf(L), n_, k, ids, weights_.as<float>(), router_ws_.data(),
+                                            router_ws_.bytes(), stream_));
   moe->n_tokens = n_;
   moe->k = k;
   moe->x_device = h_.as<float>();
   moe->ids_device = ids;
   moe->parts_device = parts_.as<float>();
   moe->stream = stream_;
+  return absl::OkStatus();
+}
+
+kernels::cuda::RouterGate CudaDenseBackend::GateOf(const DeviceLayer& L) const {
+  const model::ModelConfig& c = config_;
+  kernels::cuda::RouterGate gate;
+  gate.sigmoid = c.router_gating == model::RouterGating::kSigmoid;
+  gate.choice_bias = c.router_score_bias ? L.router_bias : nullptr;
+  gate.renorm = c.router_renorm;
+  gate.scale = c.routed_scale;
+  return gate;
+}
+
+absl::Status CudaDenseBackend::GuessRouting(int64_t next_layer, model::RoutingGuess* guess) {
+  const model::ModelConfig& c = config_;
+  if (next_layer < 0 || next_layer >= c.n_layer || layers_[next_layer].router == nullptr || n_ > max_batch_) {
+    return absl::InvalidArgumentError(absl::StrCat("GuessRouting: block ", next_layer, " is not a MoE block of ",
+                                                   c.n_layer, ", or the step's ", n_, " tokens exceed the ",
+                                                   max_batch_, " of a decode step"));
+  }
+  const DeviceLayer& L = layers_[next_layer];
+  const int k = static_cast<int>(c.n_expert_used);
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(fork_, stream_), "forking the guess stream");
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(guess_stream_, fork_, 0), "forking the guess stream");
+  const kernels::cuda::RouterNorm norm{L.ffn_norm, c.rms_norm_eps, guess_h_.as<float>()};
+  RETURN_IF_ERROR(kernels::cuda::RouterTopK(L.router, static_cast<int>(c.n_expert), c.n_embd, x_.as<float>(), norm,
+                                            GateOf(L), n_, k, guess_ids_.as<int32_t>(), guess_weights_.as<float>(),
+                                            guess_router_ws_.data(), guess_router_ws_.bytes(), guess_stream_));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(guessed_, guess_stream_), "cudaEventRecord");
+  guess_pending_ = true;
+  guess->n_tokens = n_;
+  guess->k = k;
+  guess->ids_device = guess_ids_.as<int32_t>();
+  guess->stream = guess_stream_;
   return absl::OkStatus();
 }
 
@@ -436,6 +491,10 @@ absl::Status CudaDenseBackend::DenseFfn(int64_t l) {
 
 absl::Status CudaDenseBackend::Combine(int64_t l, const model::MoeBatch& moe) {
   const model::ModelConfig& c = config_;
+  if (guess_pending_) {  // the guess reads x, which CombineAndNorm writes
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, guessed_, 0), "joining the guess stream");
+    guess_pending_ = false;
+  }
   // The shared expert first (of h, the MoE input), as the CPU adds it before the routed experts' parts.
   if (c.shared_expert_ff > 0) RETURN_IF_ERROR(AddFfn(layers_[l].shared, c.shared_expert_ff));
   // Fused with the next norm: the next layer's attention norm, or the output norm after the last layer.

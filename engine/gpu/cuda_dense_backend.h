@@ -94,6 +94,8 @@ class CudaDenseBackend : public model::DenseBackend {
   absl::Status Embed() override;
   absl::Status Attention(int64_t layer) override;
   absl::Status Router(int64_t layer, model::MoeBatch* moe) override;
+  // On guess_stream_, with buffers of its own (guess_h_, guess_ids_, ...); the next Combine waits for it.
+  absl::Status GuessRouting(int64_t next_layer, model::RoutingGuess* guess) override;
   absl::Status Combine(int64_t layer, const model::MoeBatch& moe) override;
   absl::Status DenseFfn(int64_t layer) override;
   absl::Status Head() override;
@@ -107,6 +109,7 @@ class CudaDenseBackend : public model::DenseBackend {
   absl::Status Upload(const model::ModelWeights& weights);
   absl::Status AllocateBuffers();
   absl::Status EnsureAttentionWorkspace(int max_positions);
+  kernels::cuda::RouterGate GateOf(const DeviceLayer& layer) const;
   // x += Ffn(h) of `ffn` (ff wide) for the batch's tokens, through ffn_gate_ and ffn_up_.
   absl::Status AddFfn(const DeviceFfn& ffn, int64_t ff);
   void DropGraphs();
@@ -131,6 +134,12 @@ class CudaDenseBackend : public model::DenseBackend {
   // The dense FFNs' gate and up products (max(shared_expert_ff, dense_ff) a row); empty without such FFNs.
   kernels::cuda::DeviceBuffer ffn_gate_, ffn_up_;
   kernels::cuda::DeviceBuffer slots_, router_ws_, attention_ws_;
+  // Routing guesses (GuessRouting): a side stream forked from stream_ (fork_) and joined by the next Combine
+  // (guessed_), its normed rows, ids, weights and router workspace.
+  cudaStream_t guess_stream_ = nullptr;
+  cudaEvent_t fork_ = nullptr, guessed_ = nullptr;
+  bool guess_pending_ = false;
+  kernels::cuda::DeviceBuffer guess_h_, guess_ids_, guess_weights_, guess_router_ws_;
   kernels::cuda::PinnedBuffer slots_host_, logits_host_, ids_host_;
   int attention_positions_ = 0;  // what attention_ws_ is sized for
   // A one-position cache for padding tokens.

@@ -70,7 +70,8 @@ absl::StatusOr<VramPlan> PlanVram(const pack::Pack& pack, const model::ModelConf
   plan.dense_bytes = CudaDenseBackend::DeviceBytes(config, weights, options.max_batch, options.max_prefill);
   plan.allowed = options.vram_bytes > 0 ? options.vram_bytes : (free_bytes > kMargin ? free_bytes - kMargin : 0);
   const uint64_t all = GpuMoeDispatch::DeviceBytes(pack, max_tokens);
-  const uint64_t fixed = OffloadMoeDispatch::FixedDeviceBytes(pack, max_tokens, MaxDecode(options));
+  const uint64_t fixed = OffloadMoeDispatch::FixedDeviceBytes(pack, max_tokens, MaxDecode(options),
+                                                                 options.prefetch_experts);
   if (plan.dense_bytes + fixed > plan.allowed) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the dense weights and buffers need ", Gib(plan.dense_bytes + fixed), " of device memory but ",
@@ -114,6 +115,7 @@ absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, cons
     offload.max_tokens = max_tokens;
     offload.max_decode = MaxDecode(options);
     offload.stage_gpu_misses = options.stage_gpu_misses;
+    offload.prefetch_experts = options.prefetch_experts;
     // The scheduler thread sleeps through a step (below), so the host's expert threads take every core.
     offload.host_threads = pool != nullptr ? pool->num_threads() : 1;
     ASSIGN_OR_RETURN(std::unique_ptr<OffloadMoeDispatch> dispatch, OffloadMoeDispatch::Create(pack, arena, offload));

@@ -34,6 +34,7 @@ struct CudaModelOptions {
   int64_t vram_experts = -1;  // expert slots in VRAM; -1: every expert when they fit, else as many as fit
   std::string miss_path = "both";          // where experts not in VRAM are computed (model/miss_path.h)
   bool stage_gpu_misses = true;  // OffloadOptions::stage_gpu_misses
+  int prefetch_experts = 0;      // OffloadOptions::prefetch_experts
   // The VRAM cache's options (the policy, and a routing profile's warm counts); its slots come from the plan.
   model::CacheOptions cache;
 };

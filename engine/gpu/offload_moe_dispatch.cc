@@ -59,6 +59,13 @@ int PlanMissSlots(const pack::Pack& pack, int max_decode, bool gpu_reads_misses)
                                              static_cast<int64_t>(kMissSlotBytes / blob_bytes)}));
 }
 
+// Prefetch slots a set: prefetch_experts, at most kMaxPrefetchSlots; 0 when the GPU cannot read the arena or
+// blobs are not whole 16-byte units (the copy kernel's).
+int PlanPrefetchSlots(const pack::Pack& pack, int prefetch_experts, bool pinned) {
+  if (!pinned || prefetch_experts < 1 || pack.manifest().blob_bytes() % 16 != 0) return 0;
+  return std::min(prefetch_experts, kernels::cuda::kMaxPrefetchSlots);
+}
+
 // host_state_: gpu ids, host ids (max_pairs int32 each), the request counter, the host's pair count, its
 // share.
 struct HostState {
@@ -77,7 +84,8 @@ HostState PlanHostState(int max_pairs) {
 
 }  // namespace
 
-uint64_t OffloadMoeDispatch::FixedDeviceBytes(const pack::Pack& pack, int max_tokens, int max_decode) {
+uint64_t OffloadMoeDispatch::FixedDeviceBytes(const pack::Pack& pack, int max_tokens, int max_decode,
+                                              int prefetch_experts) {
   const pack::v1::Geometry& g = pack.manifest().geometry();
   const int k = static_cast<int>(g.n_expert_used()), n_expert = static_cast<int>(g.n_expert());
   const StagingPlan staging = PlanStaging(pack, max_tokens);
@@ -87,7 +95,9 @@ uint64_t OffloadMoeDispatch::FixedDeviceBytes(const pack::Pack& pack, int max_to
          staged_blobs * pack.manifest().blob_bytes() + static_cast<uint64_t>(staging.ring) * n_expert * sizeof(void*) +
          static_cast<uint64_t>(max_tokens) * k * sizeof(int32_t) + PlanHostState(max_tokens * k).total +
          static_cast<uint64_t>(PlanMissSlots(pack, max_decode, true)) * pack.manifest().blob_bytes() +
-         static_cast<uint64_t>(n_expert) * sizeof(void*);
+         static_cast<uint64_t>(n_expert) * sizeof(void*) +
+         2 * (static_cast<uint64_t>(PlanPrefetchSlots(pack, prefetch_experts, true)) * pack.manifest().blob_bytes() +
+              static_cast<uint64_t>(n_expert) * sizeof(void*) + sizeof(int32_t));
 }
 
 absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(const pack::Pack& pack,
@@ -173,6 +183,27 @@ absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(c
                          "setting the host's share");
   }
 
+  d->n_prefetch_ = options.max_decode > 0 ? PlanPrefetchSlots(pack, options.prefetch_experts, d->pinned_) : 0;
+  if (d->n_prefetch_ > 0) {
+    const int64_t n_moe = static_cast<int64_t>(g.n_moe_layers());
+    ASSIGN_OR_RETURN(d->prefetch_slots_, DeviceBuffer::Allocate(2 * static_cast<size_t>(d->n_prefetch_) * blob_bytes));
+    ASSIGN_OR_RETURN(d->prefetch_tables_, DeviceBuffer::Allocate(2 * static_cast<size_t>(d->n_expert_) * sizeof(void*)));
+    ASSIGN_OR_RETURN(d->prefetch_control_, DeviceBuffer::Allocate(2 * sizeof(int32_t)));
+    CUDA_RETURN_IF_ERROR(cudaMemset(d->prefetch_control_.data(), 0, 2 * sizeof(int32_t)), "clearing the prefetch control");
+    ASSIGN_OR_RETURN(d->prefetch_control_host_, PinnedBuffer::Allocate(2 * sizeof(int32_t)));
+    const size_t record_bytes = static_cast<size_t>(n_moe) * (2 + d->n_prefetch_) * sizeof(int32_t);
+    ASSIGN_OR_RETURN(d->prefetch_records_, PinnedBuffer::Allocate(record_bytes));
+    std::fill_n(d->prefetch_records_.as<uint8_t>(), record_bytes, uint8_t{0});
+    CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d->prefetch_records_device_),
+                                                  d->prefetch_records_.data(), 0),
+                         "mapping the prefetch records");
+    for (cudaEvent_t& e : d->prefetch_done_) {
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    d->prefetch_set_.assign(static_cast<size_t>(n_moe), -1);
+    d->gate_ = model::PrefetchGate(d->n_prefetch_);
+  }
+
   const uint8_t** table = d->table_host_.as<const uint8_t*>();
   for (uint64_t b = 0; b < d->n_blobs_; ++b) table[b] = d->arena_ + b * blob_bytes;
   ASSIGN_OR_RETURN(const std::vector<uint64_t> warm, d->policy_->WarmStart(options.cache.warm_counts));
@@ -199,6 +230,9 @@ OffloadMoeDispatch::~OffloadMoeDispatch() {
   host_.reset();
   for (cudaEvent_t e : staged_) cudaEventDestroy(e);
   for (cudaEvent_t e : freed_) cudaEventDestroy(e);
+  for (cudaEvent_t e : prefetch_done_) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
   if (compute_done_ != nullptr) cudaEventDestroy(compute_done_);
   if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
 }
@@ -209,6 +243,13 @@ absl::Status OffloadMoeDispatch::Run(const model::MoeBatch& batch) {
   }
   stream_ = static_cast<cudaStream_t>(batch.stream);
   const auto* table = table_.as<const uint8_t* const>() + batch.moe_layer * n_expert_;
+  if (n_prefetch_ > 0 && prefetch_set_[batch.moe_layer] >= 0) {
+    // The layer's table with the experts copied ahead, once the copies have landed.
+    const int set = prefetch_set_[batch.moe_layer];
+    prefetch_set_[batch.moe_layer] = -1;
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, prefetch_done_[set], 0), "waiting for the experts copied ahead");
+    table = prefetch_tables_.as<const uint8_t* const>() + static_cast<int64_t>(set) * n_expert_;
+  }
   if (Streams(batch)) return RunStreamed(batch, table);
   if (host_ != nullptr && batch.n_tokens <= host_->max_tokens()) return RunWithHost(batch, table);
   if (!pinned_) return absl::InternalError("a step the unpinned arena's paths do not cover reached the GPU path");
@@ -237,12 +278,76 @@ absl::Status OffloadMoeDispatch::RunDecodeOnGpu(const model::MoeBatch& batch, co
                                   batch.x_device, batch.parts_device, workspace_.data(), workspace_.bytes(), stream_);
 }
 
-bool OffloadMoeDispatch::Streams(const model::MoeBatch& batch) const {
+bool OffloadMoeDispatch::StreamsPairs(int n_tokens, int k) const {
   if (ring_ == 0) return false;
   // Unpinned, every step the host path does not take streams.
-  const bool long_enough = int64_t{batch.n_tokens} * batch.k >= kStreamPairsPerExpert * n_expert_ ||
-                           (!pinned_ && (host_ == nullptr || batch.n_tokens > host_->max_tokens()));
-  if (!long_enough) return false;
+  return int64_t{n_tokens} * k >= kStreamPairsPerExpert * n_expert_ ||
+         (!pinned_ && (host_ == nullptr || n_tokens > host_->max_tokens()));
+}
+
+bool OffloadMoeDispatch::WantsRoutingGuess(int n_tokens) const {
+  const int k = static_cast<int>(pack_->manifest().geometry().n_expert_used());
+  return n_prefetch_ > 0 && n_tokens >= 1 && n_tokens <= options_.max_decode &&
+         int64_t{n_tokens} * k <= kernels::cuda::kMaxStagePairs && !StreamsPairs(n_tokens, k);
+}
+
+absl::Status OffloadMoeDispatch::Prefetch(const model::RoutingGuess& guess) {
+  if (n_prefetch_ == 0 || guess.moe_layer < 0 || guess.moe_layer >= static_cast<int64_t>(prefetch_set_.size()) ||
+      guess.ids_device == nullptr || guess.stream == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("Prefetch: a guess of moe layer ", guess.moe_layer,
+                                                   " the dispatch did not ask for (", prefetch_set_.size(),
+                                                   " layers, ", n_prefetch_, " prefetch slots)"));
+  }
+  const uint64_t blob_bytes = pack_->manifest().blob_bytes();
+  const int set = static_cast<int>(guess.moe_layer % 2);
+  kernels::cuda::PrefetchArgs a;
+  a.guess = guess.ids_device;
+  a.n_tokens = guess.n_tokens;
+  a.k = guess.k;
+  a.table = table_.as<const uint8_t* const>() + guess.moe_layer * n_expert_;
+  a.n_expert = static_cast<int>(n_expert_);
+  a.host_begin = arena_;
+  a.host_end = arena_end_;
+  a.control = prefetch_control_.as<int32_t>();
+  a.slots = prefetch_slots_.as<uint8_t>() + static_cast<uint64_t>(set) * n_prefetch_ * blob_bytes;
+  a.max_slots = n_prefetch_;
+  a.blob_bytes = blob_bytes;
+  a.out_table = prefetch_tables_.as<const uint8_t*>() + static_cast<int64_t>(set) * n_expert_;
+  a.record = prefetch_records_device_ + guess.moe_layer * (2 + n_prefetch_);
+  const auto side = static_cast<cudaStream_t>(guess.stream);
+  RETURN_IF_ERROR(kernels::cuda::PrefetchGuessed(a, side));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_done_[set], side), "cudaEventRecord");
+  prefetch_set_[guess.moe_layer] = set;
+  return absl::OkStatus();
+}
+
+void OffloadMoeDispatch::ObserveGuesses(int64_t n_moe_layers, const int32_t* const* ids, int n_tokens, int k) {
+  uint64_t guessed = 0, right = 0, copied = 0, used = 0;
+  const int32_t* records = prefetch_records_.as<int32_t>();
+  for (int64_t m = 0; m < n_moe_layers && m < static_cast<int64_t>(prefetch_set_.size()); ++m) {
+    const int32_t* record = records + m * (2 + n_prefetch_);
+    if (record[0] != step_stamp_) continue;  // no guess of this layer in this step
+    const int count = std::clamp(record[1], 0, n_prefetch_);
+    const int copies = std::min(step_limit_, count);
+    for (int j = 0; j < count; ++j) {
+      const bool routed = std::find(ids[m], ids[m] + n_tokens * k, record[2 + j]) != ids[m] + n_tokens * k;
+      right += routed;
+      used += routed && j < copies;
+    }
+    guessed += static_cast<uint64_t>(count);
+    copied += static_cast<uint64_t>(copies);
+  }
+  guessed_.fetch_add(guessed, std::memory_order_relaxed);
+  guessed_right_.fetch_add(right, std::memory_order_relaxed);
+  prefetched_.fetch_add(copied, std::memory_order_relaxed);
+  prefetch_used_.fetch_add(used, std::memory_order_relaxed);
+  // A used copy is a miss the step's accounting counts as read over PCIe; an unused one crossed it in vain.
+  pcie_bytes_.fetch_add((copied - used) * pack_->manifest().blob_bytes(), std::memory_order_relaxed);
+  gate_.Observe(guessed, right);
+}
+
+bool OffloadMoeDispatch::Streams(const model::MoeBatch& batch) const {
+  if (!StreamsPairs(batch.n_tokens, batch.k)) return false;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   // A graph holds a fixed set of copies; long prompts are never captured, so this only guards the rule.
   return cudaStreamIsCapturing(stream_, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusNone;
@@ -350,6 +455,10 @@ model::CacheReport OffloadMoeDispatch::cache() const {
   r.evictions = evictions_.load(std::memory_order_relaxed);
   r.pcie_bytes = pcie_bytes_.load(std::memory_order_relaxed);
   r.host_share = host_share_;
+  r.guessed = guessed_.load(std::memory_order_relaxed);
+  r.guessed_right = guessed_right_.load(std::memory_order_relaxed);
+  r.prefetched = prefetched_.load(std::memory_order_relaxed);
+  r.prefetch_used = prefetch_used_.load(std::memory_order_relaxed);
   if (host_ != nullptr) {
     const HostExpertServer::Stats h = host_->stats();
     r.host_experts = h.experts;
@@ -385,6 +494,17 @@ absl::Status OffloadMoeDispatch::BeforeStep() {
     pending_.pop_back();
   }
   streamed_step_ = false;
+  if (n_prefetch_ > 0 && stream_ != nullptr) {
+    // The last step's copy of the control has run: every step ends with a sync.
+    step_limit_ = gate_.limit();
+    ++step_stamp_;
+    int32_t* control = prefetch_control_host_.as<int32_t>();
+    control[0] = step_limit_;
+    control[1] = step_stamp_;
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(prefetch_control_.data(), control, 2 * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                         stream_),
+                         "setting the prefetch control");
+  }
   if (host_ != nullptr) {
     if (stream_ != nullptr) {
       *host_share_host_.as<float>() = host_share_;  // the last step's copy has run: every step ends with a sync
@@ -439,6 +559,7 @@ absl::Status OffloadMoeDispatch::AfterStep(int64_t n_moe_layers, const int32_t* 
     host_bytes = total - last_host_bytes_;
     last_host_bytes_ = total;
   }
+  if (n_prefetch_ > 0) ObserveGuesses(n_moe_layers, ids, n_tokens, k);
   const uint64_t blob_bytes = pack_->manifest().blob_bytes();
   std::vector<uint64_t> missed;
   const std::vector<model::ExpertCachePolicy::Admission> admissions =

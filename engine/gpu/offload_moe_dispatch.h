@@ -7,6 +7,8 @@
 //  - a long prompt (at least kStreamPairsPerExpert routed pairs per expert) streams the layer's misses
 //    through VRAM: chunks of blobs copied by the copy engine into a ring of staging slots, each chunk
 //    computed by the same kernel once its copy landed while the next chunks' copies run;
+//  - a decode step's likely misses may be copied into VRAM ahead, from a guess of the layer's routing made one
+//    layer early (Prefetch; OffloadOptions::prefetch_experts): those the layer does route are then hits;
 //  - a decode step's misses are read in place over PCIe by the same kernel (zero-copy; miss path gpu), or
 //    computed by host threads from the arena (cpu), or shared between both at once (both), the host's share
 //    balanced step by step so that neither waits long for the other (HostExpertServer; the split and the
@@ -36,6 +38,7 @@
 #include "engine/model/expert_cache_policy.h"
 #include "engine/model/miss_path.h"
 #include "engine/model/moe_dispatch.h"
+#include "engine/model/prefetch_gate.h"
 #include "engine/pack/expert_source.h"
 #include "engine/pack/pack.h"
 #include "kernels/cuda/device_buffer.h"
@@ -57,6 +60,11 @@ struct OffloadOptions {
   // (kernels/cuda StageMisses), then computed there; false reads them in place over PCIe inside the
   // grouped kernel (slower: kept for comparison in the benches).
   bool stage_gpu_misses = true;
+  // Decode steps: a layer's routing is guessed one layer early (model::RoutingGuess) and up to this many of
+  // the experts it names that are not in VRAM are copied into VRAM slots ahead, while the GPU works on the
+  // layer before; 0: no guesses. The copies stop while guesses are right less often than half the time
+  // (model::PrefetchGate; the guesses go on being counted).
+  int prefetch_experts = 0;
 };
 
 class OffloadMoeDispatch : public model::MoeDispatch {
@@ -74,12 +82,14 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   ~OffloadMoeDispatch() override;
 
   // Device bytes Create takes besides the slots, for steps of max_tokens tokens and decode steps of
-  // max_decode.
-  static uint64_t FixedDeviceBytes(const pack::Pack& pack, int max_tokens, int max_decode);
+  // max_decode, with prefetch_experts (OffloadOptions).
+  static uint64_t FixedDeviceBytes(const pack::Pack& pack, int max_tokens, int max_decode, int prefetch_experts);
 
   std::string_view device() const override { return "cuda"; }
   bool capturable() const override { return true; }
   absl::Status Run(const model::MoeBatch& batch) override;
+  bool WantsRoutingGuess(int n_tokens) const override;
+  absl::Status Prefetch(const model::RoutingGuess& guess) override;
   void Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k,
                model::DispatchStats* stats) const override;
   absl::Status BeforeStep() override;
@@ -88,7 +98,8 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   model::CacheReport cache() const override;
   uint64_t device_bytes() const {
     return slots_.bytes() + table_.bytes() + workspace_.bytes() + staging_.bytes() + stage_tables_.bytes() +
-           select_ids_.bytes() + host_state_.bytes() + miss_slots_.bytes() + miss_table_.bytes();
+           select_ids_.bytes() + host_state_.bytes() + miss_slots_.bytes() + miss_table_.bytes() +
+           prefetch_slots_.bytes() + prefetch_tables_.bytes() + prefetch_control_.bytes();
   }
   int64_t n_slots() const { return n_slots_; }
   // Whether a blob is in VRAM for the next step (tests).
@@ -99,6 +110,10 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   void SetEntry(uint64_t blob, const uint8_t* ptr);  // mirror and enqueue the 8-byte update on stream_
   void Fill(const model::ExpertCachePolicy::Admission& admission);
   bool Streams(const model::MoeBatch& batch) const;
+  // Whether a step of n_tokens x k pairs streams its misses through VRAM (long prompts; unpinned arenas).
+  bool StreamsPairs(int n_tokens, int k) const;
+  // A step's guesses against its routing: counts, the gate, the bytes of unused copies.
+  void ObserveGuesses(int64_t n_moe_layers, const int32_t* const* ids, int n_tokens, int k);
   absl::Status RunStreamed(const model::MoeBatch& batch, const uint8_t* const* table);
   absl::Status RunWithHost(const model::MoeBatch& batch, const uint8_t* const* table);
   // ExpertFfn over `ids` (device, n_tokens x k) of a decode step, its misses staged in VRAM first when there
@@ -159,8 +174,24 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   float host_share_ = 0;
   int64_t last_posted_ = 0, last_waited_ = 0;
   uint64_t last_host_bytes_ = 0;
+  // Prefetch: two sets (by the guessed layer's parity, so that a layer's copies never overwrite the slots
+  // the layer before is reading) of n_prefetch_ slots and a table of the layer with them; the control the
+  // kernel reads ({experts to copy, the step's stamp}) and its pinned mirror; per MoE layer the guess's
+  // record (mapped: stamp, count, experts); which set a layer's Run reads (-1: none), and the event of
+  // that set's copies. A step's guesses are recognised by their stamp.
+  int n_prefetch_ = 0;
+  kernels::cuda::DeviceBuffer prefetch_slots_, prefetch_tables_, prefetch_control_;
+  kernels::cuda::PinnedBuffer prefetch_control_host_, prefetch_records_;
+  int32_t* prefetch_records_device_ = nullptr;
+  std::vector<int> prefetch_set_;
+  cudaEvent_t prefetch_done_[2] = {nullptr, nullptr};
+  int32_t step_stamp_ = 0;
+  int step_limit_ = 0;  // the copies a layer made this step
+  model::PrefetchGate gate_{0};
+
   // Read by cache() from any thread.
   std::atomic<uint64_t> admissions_{0}, evictions_{0}, pcie_bytes_{0};
+  std::atomic<uint64_t> guessed_{0}, guessed_right_{0}, prefetched_{0}, prefetch_used_{0};
 };
 
 }  // namespace strata::gpu

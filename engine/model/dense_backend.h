@@ -5,8 +5,10 @@
 // the head, over activations the backend keeps in its own memory. Model::Forward calls them in order:
 //
 //   BeginBatch(tokens)
-//   Run([] { Embed(); for each layer { Attention(l); Router(l, &moe); dispatch.Run(moe); Combine(l, moe); }
-//            Head(); })       (a dense leading block: Attention(l); DenseFfn(l))
+//   Run([] { Embed(); for each layer { Attention(l); Router(l, &moe); [GuessRouting(l + 1, &guess);
+//            dispatch.Prefetch(guess);] dispatch.Run(moe); Combine(l, moe); } Head(); })
+//   (a dense leading block: Attention(l); DenseFfn(l); the guess only when the dispatch wants it and block
+//   l + 1 is a MoE block)
 //   EndBatch(logits)
 //
 // CpuDenseBackend (today's CPU code) computes each block when called. CudaDenseBackend (engine/gpu)
@@ -63,6 +65,13 @@ class DenseBackend {
   // h = RmsNorm(x) for the MoE input, the router's top-k ids and weights; fills `moe` with views of h, the
   // ids and the parts buffer on this backend's side.
   virtual absl::Status Router(int64_t layer, MoeBatch* moe) = 0;
+  // A guess at the routing of MoE block next_layer, called after Router of the block before it
+  // (RoutingGuess): that block's FFN norm and router over x as it is now (after this block's attention),
+  // enqueued on a side stream whose work the step's blocks do not wait for, except that the next Combine
+  // waits for its reads of x. Fills `guess` but for moe_layer. Backends without a side stream refuse (Model asks only for dispatches that want it).
+  virtual absl::Status GuessRouting(int64_t next_layer, RoutingGuess* guess) {
+    return absl::UnimplementedError(absl::StrCat("the ", info().device, " backend does not guess routing"));
+  }
   // x += sum_j weight[t][j] * parts[t][j], plus the layer's shared expert of h where the model has one.
   virtual absl::Status Combine(int64_t layer, const MoeBatch& moe) = 0;
   // x += Ffn(RmsNorm(x)) of a dense leading block (no router, no experts); Model calls it instead of

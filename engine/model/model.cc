@@ -94,6 +94,13 @@ absl::Status Model::Blocks() {
     MoeBatch moe;
     moe.moe_layer = moe_index_[l];
     RETURN_IF_ERROR(b.Router(l, &moe));
+    // moe.n_tokens: the tokens the step computes, which a CUDA graph may pad beyond those given.
+    if (l + 1 < config_.n_layer && moe_index_[l + 1] != kDenseBlock && dispatch_->WantsRoutingGuess(moe.n_tokens)) {
+      RoutingGuess guess;
+      RETURN_IF_ERROR(b.GuessRouting(l + 1, &guess));
+      guess.moe_layer = moe_index_[l + 1];
+      RETURN_IF_ERROR(dispatch_->Prefetch(guess));
+    }
     RETURN_IF_ERROR(dispatch_->Run(moe));
     RETURN_IF_ERROR(b.Combine(l, moe));
   }

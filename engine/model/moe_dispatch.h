@@ -45,6 +45,18 @@ struct MoeBatch {
   void* stream = nullptr;  // cudaStream_t of the device views
 };
 
+// A guess at a MoE layer's routing made one layer early: that layer's router over the residual stream as the
+// layer before it leaves its attention (DenseBackend::GuessRouting), for a dispatch that copies the likely
+// misses ahead (Prefetch). ids: n_tokens x k in descending order of score, on the device, final once the
+// work enqueued so far on `stream` (a side stream of the backend, not the step's) has run.
+struct RoutingGuess {
+  int64_t moe_layer = 0;  // the layer guessed
+  int n_tokens = 0;
+  int k = 0;
+  const int32_t* ids_device = nullptr;
+  void* stream = nullptr;  // cudaStream_t
+};
+
 // What a VRAM expert cache has done so far (all zero without one).
 struct CacheReport {
   int64_t slots = 0;
@@ -56,6 +68,13 @@ struct CacheReport {
   uint64_t host_experts = 0;  // expert computations done by host threads so far
   uint64_t host_requests = 0;  // layers whose share the host computed
   double host_busy_seconds = 0;  // the host's time computing them
+  // Guesses of a layer's routing made one layer early (RoutingGuess): the missed experts they named (at most
+  // the prefetch limit a layer), how many of those the layer then routed, and of them the experts copied
+  // into VRAM ahead (when the guesses were right often enough to pay) and the copies used.
+  uint64_t guessed = 0;
+  uint64_t guessed_right = 0;
+  uint64_t prefetched = 0;
+  uint64_t prefetch_used = 0;
   // Of host_requests, the layers in which the GPU had finished its own part (the hits and its share of the
   // misses) before the host answered and waited for it: evidence that the two ran at the same time.
   uint64_t gpu_waited_for_host = 0;
@@ -74,6 +93,14 @@ class MoeDispatch {
   // Fills the batch's parts. Host views: computed when Run returns. Device views: enqueued on the stream.
   // On error nothing in parts may be used.
   virtual absl::Status Run(const MoeBatch& batch) = 0;
+
+  // Whether a step computing n_tokens tokens (MoeBatch::n_tokens, padding included) wants a RoutingGuess for
+  // each MoE layer that follows a MoE layer. Fixed for a given n_tokens over the dispatch's life (a captured
+  // step graph holds the guesses or not).
+  virtual bool WantsRoutingGuess(int n_tokens) const { return false; }
+  // Enqueues work on guess.stream that makes guess.moe_layer's Run faster if the guess was right; Run of that
+  // layer follows in the same step (after Run of the layer before it). Results never depend on the guess.
+  virtual absl::Status Prefetch(const RoutingGuess& guess) { return absl::OkStatus(); }
 
   // Adds what a layer's routing cost to `stats` (unique experts, routed pairs, bytes, hits and misses),
   // from the ids on the host once the step is done.

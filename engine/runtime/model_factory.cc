@@ -51,6 +51,11 @@ absl::Status CheckDeviceOptions(const DeviceOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("vram_experts: ", options.vram_experts, " is not a count (-1 = as many as fit)"));
   }
+  if (options.prefetch_experts < 0 || options.prefetch_experts > kMaxPrefetchExperts) {
+    return absl::InvalidArgumentError(absl::StrCat("prefetch_experts: ", options.prefetch_experts,
+                                                   " is not a count of experts a layer in [0, ", kMaxPrefetchExperts,
+                                                   "]"));
+  }
   if (absl::StatusOr<model::CachePolicy> policy = model::ParseCachePolicy(options.cache_policy); !policy.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cache_policy: ", policy.status().message()));
   }
@@ -114,6 +119,7 @@ absl::StatusOr<LoadedModel> LoadModel(
     o.vram_experts = options.vram_experts;
     o.miss_path = options.miss_path;
     o.stage_gpu_misses = options.stage_gpu_misses;
+    o.prefetch_experts = options.prefetch_experts;
     ASSIGN_OR_RETURN(const gpu::VramPlan plan, gpu::PlanVram(pack, m.config(), m.weights(), o));
     ASSIGN_OR_RETURN(o.cache, ExpertCacheOptions(pack, options, plan.slots));
     if (!plan.all_experts) {

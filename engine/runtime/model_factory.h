@@ -17,6 +17,8 @@
 
 namespace strata::runtime {
 
+inline constexpr int kMaxPrefetchExperts = 64;
+
 struct DeviceOptions {
   std::string device = "auto";  // "auto" (cuda when a CUDA device is present), "cpu" or "cuda"
   double vram_gib = 0;          // device memory the model may use; 0 = what is free, less a margin
@@ -29,10 +31,13 @@ struct DeviceOptions {
   // Decode misses the GPU computes are copied into VRAM first (false: read in place inside the expert
   // kernel, the earlier and slower way; for the benches' comparison).
   bool stage_gpu_misses = true;
+  // Decode experts not in VRAM copied ahead per layer from a guess of its routing made one layer early
+  // (gpu::OffloadOptions::prefetch_experts); 0: none. At most kMaxPrefetchExperts.
+  int prefetch_experts = 0;
 };
 
 // OK when the options name a known device, cache policy and miss path, vram_gib is a finite number >= 0 (at most
-// 2^20) and vram_experts is -1 or a count; otherwise INVALID_ARGUMENT naming the field. LoadModel checks
+// 2^20), vram_experts is -1 or a count and prefetch_experts in [0, 64]; otherwise INVALID_ARGUMENT naming the field. LoadModel checks
 // them first; the engine checks them before it opens the pack.
 absl::Status CheckDeviceOptions(const DeviceOptions& options);
 

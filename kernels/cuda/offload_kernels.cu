@@ -251,6 +251,71 @@ __global__ void __launch_bounds__(kStageThreads) StageMissesKernel(const StageMi
   }
 }
 
+constexpr int kPrefetchThreads = 256;
+constexpr int kPrefetchBlocks = 32;  // enough loads in flight for PCIe's rate, few SMs taken from the step
+
+// Every block finds the recorded experts; block 0 writes the table and the record; all blocks copy.
+__global__ void __launch_bounds__(kPrefetchThreads) PrefetchGuessedKernel(const PrefetchArgs a) {
+  WaitForPriorKernels();
+  __shared__ int32_t s_new[kMaxStagePairs];  // by rank-major index: the expert if it is a new miss there, else -1
+  __shared__ int32_t s_slot_expert[kMaxPrefetchSlots];
+  __shared__ int s_count, s_copy;
+  const int tid = threadIdx.x;
+  const int n_pairs = a.n_tokens * a.k;
+  // Rank-major index i: choice i / n_tokens of token i % n_tokens.
+  auto expert_at = [&](int i) { return a.guess[(i % a.n_tokens) * a.k + i / a.n_tokens]; };
+  for (int i = tid; i < n_pairs; i += kPrefetchThreads) {
+    const int32_t e = expert_at(i);
+    bool fresh = e >= 0 && e < a.n_expert && OnHost(a.table[e], a.host_begin, a.host_end);
+    for (int j = 0; j < i && fresh; ++j) fresh = expert_at(j) != e;
+    s_new[i] = fresh ? e : -1;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int count = 0;
+    for (int i = 0; i < n_pairs && count < a.max_slots; ++i) {
+      if (s_new[i] >= 0) s_slot_expert[count++] = s_new[i];
+    }
+    s_count = count;
+    s_copy = min(max(a.control[0], 0), count);
+  }
+  __syncthreads();
+  const int count = s_count, copy = s_copy;
+  if (blockIdx.x == 0) {
+    for (int e = tid; e < a.n_expert; e += kPrefetchThreads) a.out_table[e] = a.table[e];
+    for (int j = tid; j < a.max_slots; j += kPrefetchThreads) a.record[2 + j] = j < count ? s_slot_expert[j] : -1;
+    if (tid == 0) {
+      a.record[0] = a.control[1];
+      a.record[1] = count;
+    }
+    __syncthreads();
+    for (int j = tid; j < copy; j += kPrefetchThreads) {
+      a.out_table[s_slot_expert[j]] = a.slots + static_cast<uint64_t>(j) * a.blob_bytes;
+    }
+  }
+  const int64_t blob16 = static_cast<int64_t>(a.blob_bytes / 16);
+  const int64_t total = static_cast<int64_t>(copy) * blob16;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kPrefetchThreads;
+  int4* dst = reinterpret_cast<int4*>(a.slots);
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kPrefetchThreads + tid; base < total;
+       base += kStageInFlight * stride) {
+    int4 v[kStageInFlight];
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      const int64_t i = base + u * stride;
+      if (i < total) {
+        const int64_t slot = i / blob16;
+        v[u] = __ldg(reinterpret_cast<const int4*>(a.table[s_slot_expert[slot]]) + (i - slot * blob16));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      const int64_t i = base + u * stride;
+      if (i < total) dst[i] = v[u];
+    }
+  }
+}
+
 unsigned Blocks(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 }  // namespace
@@ -341,6 +406,26 @@ absl::Status StageMisses(const StageMissesArgs& a, cudaStream_t stream) {
   }
   if (a.n_pairs == 0) return absl::OkStatus();
   return LaunchKernel("StageMissesKernel", StageMissesKernel, kStageBlocks, kStageThreads, 0, stream, a);
+}
+
+absl::Status PrefetchGuessed(const PrefetchArgs& a, cudaStream_t stream) {
+  if (a.guess == nullptr || a.table == nullptr || a.control == nullptr || a.slots == nullptr ||
+      a.out_table == nullptr || a.record == nullptr) {
+    return absl::InvalidArgumentError(
+        "PrefetchGuessed: guess, table, control, slots, out_table and record must be device-visible pointers");
+  }
+  if (a.n_tokens < 0 || a.k < 1 || int64_t{a.n_tokens} * a.k > kMaxStagePairs || a.n_expert < 1 || a.max_slots < 1 ||
+      a.max_slots > kMaxPrefetchSlots) {
+    return absl::InvalidArgumentError(absl::StrCat("PrefetchGuessed: n_tokens ", a.n_tokens, " x k ", a.k, " (at most ",
+                                                   kMaxStagePairs, " pairs), n_expert ", a.n_expert,
+                                                   " (>= 1) or max_slots ", a.max_slots, " (1..", kMaxPrefetchSlots,
+                                                   ") out of range"));
+  }
+  if (a.blob_bytes == 0 || a.blob_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(a.slots) % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("PrefetchGuessed: blob_bytes ", a.blob_bytes,
+                                                   " must be a positive multiple of 16 and slots 16-byte aligned"));
+  }
+  return LaunchKernel("PrefetchGuessedKernel", PrefetchGuessedKernel, kPrefetchBlocks, kPrefetchThreads, 0, stream, a);
 }
 
 }  // namespace strata::kernels::cuda

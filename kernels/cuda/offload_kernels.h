@@ -62,6 +62,32 @@ inline constexpr int kMaxStagePairs = 2048;
 inline constexpr int kMaxStageSlots = 256;
 absl::Status StageMisses(const StageMissesArgs& args, cudaStream_t stream);
 
+// A guess of a decode layer's routing (made one layer early) acted on ahead: the distinct experts it names
+// whose table entry is on the host, taken rank by rank (every token's first choice, then every token's
+// second, ...; a token's choices are in descending score), the first max_slots of them, are recorded in
+// `record` (control[1] as the step's stamp, the count, then the experts, -1 past the count); the first
+// control[0] of those (clamped to [0, max_slots]) are copied into consecutive slots by the SMs, and out_table
+// receives the layer's table with those experts pointing at their slots. With control[0] == 0 the guess is
+// only recorded (out_table is still written). One launch of a small fixed grid, to leave the SMs to the
+// step's own kernels.
+struct PrefetchArgs {
+  const int32_t* guess = nullptr;  // n_tokens x k expert ids (-1 or out of range: skipped)
+  int n_tokens = 0;
+  int k = 0;                       // n_tokens * k <= kMaxStagePairs
+  const uint8_t* const* table = nullptr;  // the layer's n_expert entries
+  int n_expert = 0;
+  const uint8_t* host_begin = nullptr;
+  const uint8_t* host_end = nullptr;
+  const int32_t* control = nullptr;  // device: {experts to copy, the step's stamp}
+  uint8_t* slots = nullptr;          // max_slots x blob_bytes, 16-byte aligned
+  int max_slots = 0;                 // 1 .. kMaxPrefetchSlots
+  uint64_t blob_bytes = 0;           // a multiple of 16
+  const uint8_t** out_table = nullptr;  // n_expert entries
+  int32_t* record = nullptr;         // 2 + max_slots int32 (mapped host memory or device)
+};
+inline constexpr int kMaxPrefetchSlots = 64;
+absl::Status PrefetchGuessed(const PrefetchArgs& args, cudaStream_t stream);
+
 // The mailbox header, in mapped page-locked host memory. The GPU writes a request's fields and arrays, then
 // (after a system-wide fence) `request`; the host computes the pairs and stores their rows, then `done` =
 // request. Every counter only grows. `waited` and `posted` count, over the mailbox's life, the requests

@@ -80,6 +80,7 @@ struct Offload {
   std::string miss_path = "gpu";
   bool pin_arena = true;
   bool stage_gpu_misses = true;
+  int prefetch_experts = 0;
 };
 
 EngineOptions Options(const std::string& pack, const std::string& device, int max_seqs, const Offload& offload = {}) {
@@ -94,6 +95,7 @@ EngineOptions Options(const std::string& pack, const std::string& device, int ma
   o.device.miss_path = offload.miss_path;
   o.device.pin_arena = offload.pin_arena;
   o.device.stage_gpu_misses = offload.stage_gpu_misses;
+  o.device.prefetch_experts = offload.prefetch_experts;
   return o;
 }
 
@@ -407,10 +409,13 @@ TEST_P(GpuOffloadTest, EveryCacheSizeAndPolicyGivesTheSameBitsAsAllInVram) {
         }
       }
     }
-    // Misses read in place by the expert kernel instead of staged in VRAM first: the same bits too.
+    // Misses read in place by the expert kernel instead of staged in VRAM first, and misses copied ahead from
+    // a guess of the layer's routing: the same bits too.
     for (int64_t slots : {int64_t{0}, n_blobs / 2}) {
       const Agreement a = CheckAgainstCpu(pack, n_seqs, 8, 10, bound, {slots, "lru", "gpu", true, false});
       EXPECT_EQ(a.gpu_logits, all.gpu_logits) << "in place with " << slots << " slots, " << n_seqs << " sequences";
+      const Agreement p = CheckAgainstCpu(pack, n_seqs, 8, 10, bound, {slots, "lru", "gpu", true, true, 2});
+      EXPECT_EQ(p.gpu_logits, all.gpu_logits) << "prefetch with " << slots << " slots, " << n_seqs << " sequences";
     }
   }
 }
@@ -480,6 +485,44 @@ TEST_P(GpuOffloadTest, HostMissPathsAgreeWithTheCpu) {
           EXPECT_EQ(a.hit_rate, 0.0) << path;
         }
       }
+    }
+  }
+}
+
+// Misses copied into VRAM ahead from a guess of each layer's routing made one layer early: with the GPU
+// computing every miss the logits are the bits of every expert in VRAM; with the host's share they agree
+// with the CPU; the engine counts the guesses, the copies and the copies used.
+TEST(GpuOffloadPrefetchTest, CopiesAheadChangeNoResultAndAreCounted) {
+  for (const char* arch : {"qwen3moe", "glm4moe"}) {
+    SCOPED_TRACE(arch);
+    const std::string pack = Packs::Get().Pack(arch, "small", kernels::Scheme::kS4);
+    const Agreement all = CheckAgainstCpu(pack, 4, 9, 12, 5e-3);
+    for (const char* path : {"gpu", "both"}) {
+      const Offload offload{0, "lru", path, true, true, 4};
+      const Agreement a = CheckAgainstCpu(pack, 4, 9, 12, 5e-3, offload);
+      if (std::string(path) == "gpu") {
+        EXPECT_EQ(a.gpu_logits, all.gpu_logits);
+      }
+      auto engine = Engine::Create(Options(pack, "cuda", 4, offload));
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      const int64_t n_vocab = (*engine)->info().config.n_vocab;
+      const model::CacheReport before = (*engine)->stats().cache;
+      for (int s = 0; s < 4; ++s) {
+        const std::vector<GenerationResult> r = RunAll(**engine, {Prompt(s + 7, 6, n_vocab)}, 24, false);
+        ASSERT_TRUE(r[0].status.ok()) << r[0].status;
+      }
+      const model::CacheReport after = (*engine)->stats().cache;
+      const uint64_t guessed = after.guessed - before.guessed, right = after.guessed_right - before.guessed_right;
+      const uint64_t copied = after.prefetched - before.prefetched, used = after.prefetch_used - before.prefetch_used;
+      std::printf("%s %s: %llu missed experts guessed, %llu routed; %llu copied ahead, %llu used\n", arch, path,
+                  (unsigned long long)guessed, (unsigned long long)right, (unsigned long long)copied,
+                  (unsigned long long)used);
+      EXPECT_GT(guessed, 0u) << path;
+      EXPECT_LE(right, guessed);
+      EXPECT_GT(copied, 0u) << "the gate starts open";
+      EXPECT_LE(copied, guessed);
+      EXPECT_LE(used, copied);
+      EXPECT_LE(used, right);
     }
   }
 }

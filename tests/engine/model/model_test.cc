@@ -1,13 +1,19 @@
-// Model::Forward's batch checks (engine/model/model.cc) for sliding-window caches: a step may write at most
-// the positions of a sequence its windowed blocks' rings were sized for.
+// Model::Forward (engine/model/model.cc): the batch checks for sliding-window caches (a step may write at most
+// the positions of a sequence its windowed blocks' rings were sized for) and the order of the blocks with
+// routing guesses.
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "engine/exec/thread_pool.h"
+#include "engine/model/cpu_dense_backend.h"
+#include "engine/model/cpu_moe_dispatch.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/model.h"
+#include "engine/pack/expert_source.h"
 #include "engine/pack/pack.h"
 #include "engine/runtime/model_factory.h"
 #include "gmock/gmock.h"
@@ -76,6 +82,127 @@ TEST(ModelTest, CachesWithoutWindowsTakeAnyStep) {
   std::unique_ptr<KvCache> cache = tiny.NewCache();
   EXPECT_FALSE(cache->windowed());
   EXPECT_TRUE(tiny.Step({cache.get()}, 0, 64).ok());
+}
+
+// Records the blocks a step runs, in order, around the CPU backend and dispatch; the dispatch wants routing
+// guesses for steps of up to max_guess_tokens tokens.
+class RecordingBackend : public DenseBackend {
+ public:
+  RecordingBackend(std::unique_ptr<DenseBackend> inner, std::vector<std::string>* log)
+      : inner_(std::move(inner)), log_(log) {}
+  BackendInfo info() const override { return inner_->info(); }
+  KvMemory* kv_memory() override { return inner_->kv_memory(); }
+  absl::Status BeginBatch(std::span<const ForwardToken> tokens) override {
+    n_tokens_ = static_cast<int>(tokens.size());
+    return inner_->BeginBatch(tokens);
+  }
+  absl::Status Run(absl::FunctionRef<absl::Status()> blocks) override { return inner_->Run(blocks); }
+  absl::Status Embed() override { return inner_->Embed(); }
+  absl::Status Attention(int64_t l) override { return inner_->Attention(l); }
+  absl::Status Router(int64_t l, MoeBatch* moe) override {
+    log_->push_back(absl::StrCat("router ", l));
+    return inner_->Router(l, moe);
+  }
+  absl::Status GuessRouting(int64_t next_layer, RoutingGuess* guess) override {
+    log_->push_back(absl::StrCat("guess ", next_layer));
+    guess->n_tokens = n_tokens_;
+    return absl::OkStatus();
+  }
+  absl::Status Combine(int64_t l, const MoeBatch& moe) override {
+    log_->push_back(absl::StrCat("combine ", l));
+    return inner_->Combine(l, moe);
+  }
+  absl::Status DenseFfn(int64_t l) override {
+    log_->push_back(absl::StrCat("dense ", l));
+    return inner_->DenseFfn(l);
+  }
+  absl::Status Head() override { return inner_->Head(); }
+  absl::Status EndBatch(float* logits) override { return inner_->EndBatch(logits); }
+  const int32_t* routing(int64_t l) const override { return inner_->routing(l); }
+
+ private:
+  std::unique_ptr<DenseBackend> inner_;
+  std::vector<std::string>* log_;
+  int n_tokens_ = 0;
+};
+
+class GuessingDispatch : public MoeDispatch {
+ public:
+  GuessingDispatch(std::unique_ptr<MoeDispatch> inner, int max_guess_tokens, std::vector<std::string>* log)
+      : inner_(std::move(inner)), max_guess_tokens_(max_guess_tokens), log_(log) {}
+  std::string_view device() const override { return inner_->device(); }
+  bool WantsRoutingGuess(int n_tokens) const override { return n_tokens <= max_guess_tokens_; }
+  absl::Status Prefetch(const RoutingGuess& guess) override {
+    log_->push_back(absl::StrCat("prefetch moe ", guess.moe_layer, " of ", guess.n_tokens, " tokens"));
+    return absl::OkStatus();
+  }
+  absl::Status Run(const MoeBatch& batch) override {
+    log_->push_back(absl::StrCat("run moe ", batch.moe_layer));
+    return inner_->Run(batch);
+  }
+  void Account(int64_t moe_layer, const int32_t* ids, int n_tokens, int k, DispatchStats* stats) const override {
+    inner_->Account(moe_layer, ids, n_tokens, k, stats);
+  }
+
+ private:
+  std::unique_ptr<MoeDispatch> inner_;
+  int max_guess_tokens_;
+  std::vector<std::string>* log_;
+};
+
+// A dispatch that wants guesses gets, after each MoE block's router, the guess of the next block's routing,
+// when that block is a MoE block, before the current block's Run; dense leading blocks get none, and steps
+// longer than the dispatch wants get none either.
+TEST(ModelTest, RoutingGuessesComeOneMoeBlockEarlyForTheStepsThatWantThem) {
+  runtime::TinyModel synth("deepseek2");  // a dense leading block, then two MoE blocks
+  auto pack = pack::Pack::Open(synth.Pack(kernels::Scheme::kF16));
+  ASSERT_TRUE(pack.ok()) << pack.status();
+  auto source = pack::OpenExpertSource(**pack, {}, nullptr);
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto pool = exec::ThreadPool::Create(2);
+  ASSERT_TRUE(pool.ok());
+  auto model = Model::Create(**pack);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Model& m = **model;
+  const ModelConfig& c = m.config();
+  ASSERT_GE(c.n_dense_lead, 1);
+  ASSERT_GE(c.n_layer - c.n_dense_lead, 2);
+  std::vector<std::string> log;
+  m.Attach(std::make_unique<RecordingBackend>(std::make_unique<CpuDenseBackend>(c, m.weights(), pool->get()), &log),
+           std::make_unique<GuessingDispatch>(
+               std::make_unique<CpuMoeDispatch>(source->get(), (*pack)->layout(), c.n_expert, pool->get(),
+                                                ExpertExtrasOf(c, m.weights())),
+               2, &log));
+  KvCachePool kv(CacheShape(c, 4), uint64_t{1} << 26, m.backend().kv_memory());
+  std::unique_ptr<KvCache> a = *kv.Allocate(64), b = *kv.Allocate(64);
+  std::vector<float> logits(static_cast<size_t>(c.n_vocab));
+
+  std::vector<ForwardToken> step = {{5, 0, a.get(), false}, {6, 0, b.get(), true}};
+  ASSERT_TRUE(m.Forward(step, logits.data(), nullptr).ok());
+  std::vector<std::string> want;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (l < c.n_dense_lead) {
+      want.push_back(absl::StrCat("dense ", l));
+      continue;
+    }
+    want.push_back(absl::StrCat("router ", l));
+    if (l + 1 < c.n_layer) {
+      want.push_back(absl::StrCat("guess ", l + 1));
+      want.push_back(absl::StrCat("prefetch moe ", l + 1 - c.n_dense_lead, " of 2 tokens"));
+    }
+    want.push_back(absl::StrCat("run moe ", l - c.n_dense_lead));
+    want.push_back(absl::StrCat("combine ", l));
+  }
+  EXPECT_EQ(log, want);
+
+  // Three tokens: more than the dispatch guesses for.
+  log.clear();
+  step = {{7, 1, a.get(), false}, {8, 2, a.get(), false}, {9, 1, b.get(), true}};
+  ASSERT_TRUE(m.Forward(step, logits.data(), nullptr).ok());
+  for (const std::string& call : log) {
+    EXPECT_FALSE(absl::StartsWith(call, "guess") || absl::StartsWith(call, "prefetch")) << call;
+  }
+  EXPECT_FALSE(log.empty());
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -186,7 +187,9 @@ TEST(StageMissesTest, CopiesTheRoutedMissesInExpertOrderAndPointsTheTableAtThem)
     for (int e : {2, 5}) EXPECT_EQ(out[e], layer.entry(e)) << "hit " << e;
     for (int e = 0; e < kExperts; ++e) {
       const bool routed = e == 2 || e == 5 || e == 7 || e == 9 || e == 13 || e == 20;
-      if (!routed) EXPECT_EQ(out[e], kUntouched) << "expert " << e << " is not routed";
+      if (!routed) {
+        EXPECT_EQ(out[e], kUntouched) << "expert " << e << " is not routed";
+      }
     }
   }
   Check(cudaStreamDestroy(stream), "stream");
@@ -211,6 +214,126 @@ TEST(StageMissesTest, RefusesBadArguments) {
   a.max_slots = 1;
   a.n_pairs = kMaxStagePairs + 1;
   EXPECT_EQ(StageMisses(a, nullptr).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// PrefetchGuessed records the guess's missed experts rank by rank (first choices of every token, then second
+// choices, ...) with the step's stamp, copies the first `limit` of them and points the layer's table copy at
+// their slots; with a limit of 0 it records the guess and copies nothing.
+TEST(PrefetchGuessedTest, RecordsMissesRankByRankAndCopiesUpToTheLimit) {
+  constexpr int kExperts = 24, kResident = 6, kTokens = 2, kK = 3, kSlots = 4;
+  constexpr uint64_t kBlobBytes = 4096 + 48;
+  Layer layer(kExperts, kResident, kBlobBytes);
+  // Token 0 chose 20, 2, 9; token 1 chose 13, 20, 7. Rank by rank: 20, 13 | 2 (hit), 20 (again) | 9, 7.
+  const std::vector<int32_t> guess = {20, 2, 9, 13, 20, 7};
+  const std::vector<int32_t> recorded = {20, 13, 9, 7};
+  cudaStream_t stream;
+  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  DeviceBuffer d_guess = Unwrap(DeviceBuffer::Allocate(guess.size() * sizeof(int32_t)));
+  Check(cudaMemcpy(d_guess.data(), guess.data(), guess.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "guess");
+  DeviceBuffer d_control = Unwrap(DeviceBuffer::Allocate(2 * sizeof(int32_t)));
+  PinnedBuffer record = Unwrap(PinnedBuffer::Allocate((2 + kSlots) * sizeof(int32_t)));
+  int32_t* device_record = nullptr;
+  Check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_record), record.data(), 0), "mapped record");
+  for (int limit : {kSlots, 2, 0, 99, -3}) {
+    SCOPED_TRACE(absl::StrCat("limit ", limit));
+    const int copied = std::clamp(limit, 0, static_cast<int>(recorded.size()));
+    const int32_t control[2] = {limit, 40 + limit};  // the limit and a stamp
+    Check(cudaMemcpy(d_control.data(), control, sizeof(control), cudaMemcpyHostToDevice), "control");
+    DeviceBuffer slots = Unwrap(DeviceBuffer::Allocate(kSlots * kBlobBytes));
+    Check(cudaMemset(slots.data(), 0, kSlots * kBlobBytes), "clear slots");
+    DeviceBuffer d_out = Unwrap(DeviceBuffer::Allocate(kExperts * sizeof(void*)));
+    Check(cudaMemset(d_out.data(), 0x5a, kExperts * sizeof(void*)), "out table");
+    std::fill(record.as<int32_t>(), record.as<int32_t>() + 2 + kSlots, 77);
+    PrefetchArgs a;
+    a.guess = d_guess.as<int32_t>();
+    a.n_tokens = kTokens;
+    a.k = kK;
+    a.table = layer.device_table();
+    a.n_expert = kExperts;
+    a.host_begin = layer.host_begin();
+    a.host_end = layer.host_end();
+    a.control = d_control.as<int32_t>();
+    a.slots = slots.as<uint8_t>();
+    a.max_slots = kSlots;
+    a.blob_bytes = kBlobBytes;
+    a.out_table = d_out.as<const uint8_t*>();
+    a.record = device_record;
+    ASSERT_TRUE(PrefetchGuessed(a, stream).ok());
+    Check(cudaStreamSynchronize(stream), "sync");
+    const int32_t* r = record.as<int32_t>();
+    EXPECT_EQ(r[0], 40 + limit);
+    EXPECT_EQ(r[1], static_cast<int32_t>(recorded.size()));
+    for (int j = 0; j < kSlots; ++j) EXPECT_EQ(r[2 + j], recorded[j]) << "record " << j;
+    std::vector<const uint8_t*> out(kExperts);
+    Check(cudaMemcpy(out.data(), d_out.data(), kExperts * sizeof(void*), cudaMemcpyDeviceToHost), "read table");
+    std::vector<uint8_t> copies(kSlots * kBlobBytes);
+    Check(cudaMemcpy(copies.data(), slots.data(), copies.size(), cudaMemcpyDeviceToHost), "read slots");
+    for (int e = 0; e < kExperts; ++e) {
+      const auto at = std::find(recorded.begin(), recorded.end(), e);
+      const int slot = at == recorded.end() ? -1 : static_cast<int>(at - recorded.begin());
+      if (slot >= 0 && slot < copied) {
+        EXPECT_EQ(out[e], slots.as<uint8_t>() + slot * kBlobBytes) << "expert " << e;
+        EXPECT_EQ(std::vector<uint8_t>(copies.begin() + slot * kBlobBytes, copies.begin() + (slot + 1) * kBlobBytes),
+                  layer.blob(e))
+            << "slot " << slot;
+      } else {
+        EXPECT_EQ(out[e], layer.entry(e)) << "expert " << e << " keeps its table entry";
+      }
+    }
+    for (int slot = copied; slot < kSlots; ++slot) {
+      EXPECT_EQ(std::count(copies.begin() + slot * kBlobBytes, copies.begin() + (slot + 1) * kBlobBytes, 0),
+                static_cast<std::ptrdiff_t>(kBlobBytes))
+          << "slot " << slot << " is not written";
+    }
+  }
+  // More misses than slots: the first max_slots are recorded.
+  const std::vector<int32_t> many = {6, 7, 8, 9, 10, 11};
+  Check(cudaMemcpy(d_guess.data(), many.data(), many.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "guess");
+  DeviceBuffer slots = Unwrap(DeviceBuffer::Allocate(kSlots * kBlobBytes));
+  DeviceBuffer d_out = Unwrap(DeviceBuffer::Allocate(kExperts * sizeof(void*)));
+  PrefetchArgs a;
+  a.guess = d_guess.as<int32_t>();
+  a.n_tokens = 1;
+  a.k = 6;
+  a.table = layer.device_table();
+  a.n_expert = kExperts;
+  a.host_begin = layer.host_begin();
+  a.host_end = layer.host_end();
+  a.control = d_control.as<int32_t>();
+  a.slots = slots.as<uint8_t>();
+  a.max_slots = kSlots;
+  a.blob_bytes = kBlobBytes;
+  a.out_table = d_out.as<const uint8_t*>();
+  a.record = device_record;
+  ASSERT_TRUE(PrefetchGuessed(a, stream).ok());
+  Check(cudaStreamSynchronize(stream), "sync");
+  EXPECT_EQ(record.as<int32_t>()[1], kSlots);
+  for (int j = 0; j < kSlots; ++j) EXPECT_EQ(record.as<int32_t>()[2 + j], 6 + j);
+  Check(cudaStreamDestroy(stream), "stream");
+}
+
+TEST(PrefetchGuessedTest, RefusesBadArguments) {
+  PrefetchArgs a;
+  EXPECT_EQ(PrefetchGuessed(a, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  DeviceBuffer buf = Unwrap(DeviceBuffer::Allocate(1 << 16));
+  a.guess = buf.as<int32_t>();
+  a.table = buf.as<const uint8_t* const>();
+  a.control = buf.as<int32_t>();
+  a.slots = buf.as<uint8_t>();
+  a.out_table = buf.as<const uint8_t*>();
+  a.record = buf.as<int32_t>();
+  a.n_tokens = 1;
+  a.k = 2;
+  a.n_expert = 4;
+  a.max_slots = 1;
+  a.blob_bytes = 100;  // not a multiple of 16
+  EXPECT_EQ(PrefetchGuessed(a, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  a.blob_bytes = 128;
+  a.max_slots = kMaxPrefetchSlots + 1;
+  EXPECT_EQ(PrefetchGuessed(a, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  a.max_slots = 1;
+  a.n_tokens = kMaxStagePairs;  // x 2 pairs
+  EXPECT_EQ(PrefetchGuessed(a, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
