@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
                              "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
                              "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
-                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--prefetch-experts 0,4] "
+                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--prefetch-experts 0,4] [--prefetch-start after-layer|with-guess] "
                              "[--preset seed --scheme s2 --router-skew S (to make --pack when it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
@@ -164,6 +164,11 @@ int main(int argc, char** argv) {
   // each cache size with misses runs once per item.
   const std::vector<int64_t> prefetch_experts =
       flags.IntList("prefetch-experts", {strata::runtime::DeviceOptions().prefetch_experts});
+  const std::string prefetch_start = flags.String("prefetch-start", "after-layer");
+  if (prefetch_start != "after-layer" && prefetch_start != "with-guess") {
+    std::fprintf(stderr, "--prefetch-start: '%s' is not after-layer or with-guess\n", prefetch_start.c_str());
+    return 2;
+  }
   const std::string flags_preset = flags.String("preset", "seed");
   const std::string flags_scheme = flags.String("scheme", "s2");
   // -1: not given (a missing pack is made uniform; an existing one is taken as it is).
@@ -306,6 +311,7 @@ int main(int argc, char** argv) {
       eo.device.miss_path = miss_path;
       eo.device.stage_gpu_misses = reads == "staged";
       eo.device.prefetch_experts = prefetch;
+      eo.device.prefetch_after_layer = prefetch_start == "after-layer";
       strata::bench::Timer load;
       auto engine = Engine::Create(eo);
       if (!engine.ok()) {
@@ -326,7 +332,7 @@ int main(int argc, char** argv) {
                   info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
                   slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
                   cache_policy.c_str(),
-                  slots < 0 ? "" : absl::StrCat(", GPU misses ", reads, ", prefetch ", prefetch, " a layer").c_str(),
+                  slots < 0 ? "" : absl::StrCat(", GPU misses ", reads, ", prefetch ", prefetch, " a layer (", prefetch_start, ")").c_str(),
                   strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off");
       if (!info.device_note.empty()) std::printf("note: %s\n", info.device_note.c_str());
       // Batch 1: hits from HBM, misses by the miss paths; at a hit rate h the bound is

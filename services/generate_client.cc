@@ -296,6 +296,11 @@ int Stats(const ClientOptions& options, v1::Inference::Stub& stub, const std::sh
                            FormatBytes(s.pcie_bytes()));
     out << absl::StrFormat("host misses        %.0f%% of a decode step's misses now, %d expert computations so far\n",
                            100.0 * s.host_share(), s.host_experts());
+    if (s.guessed_experts() > 0) {
+      out << absl::StrFormat("guessed misses     %d, %.1f%% routed; %d copied ahead, %d used\n", s.guessed_experts(),
+                             100.0 * s.guessed_right() / s.guessed_experts(), s.prefetched_experts(),
+                             s.prefetch_used());
+    }
   }
   return kExitOk;
 }

@@ -75,6 +75,15 @@ InferenceMetrics::InferenceMetrics(MetricsRegistry* registry, std::function<cons
   registry->AddCounterFunction("strata_host_expert_computations_total",
                                "Expert computations the host's threads did for the GPU (offload misses)",
                                stat([](const Stats& s) { return static_cast<double>(s.cache.host_experts); }));
+  registry->AddCounterFunction("strata_guessed_experts_total",
+                               "Decode misses guessed one layer early (--prefetch-experts)",
+                               stat([](const Stats& s) { return static_cast<double>(s.cache.guessed); }));
+  registry->AddCounterFunction("strata_guessed_experts_right_total", "Guessed misses their layer then routed",
+                               stat([](const Stats& s) { return static_cast<double>(s.cache.guessed_right); }));
+  registry->AddCounterFunction("strata_prefetched_experts_total", "Guessed misses copied into VRAM ahead",
+                               stat([](const Stats& s) { return static_cast<double>(s.cache.prefetched); }));
+  registry->AddCounterFunction("strata_prefetched_experts_used_total", "Copies ahead their layer then used",
+                               stat([](const Stats& s) { return static_cast<double>(s.cache.prefetch_used); }));
   registry->AddGaugeFunction("strata_kv_cache_bytes", "KV cache bytes in use",
                              stat([](const Stats& s) { return static_cast<double>(s.kv_bytes_in_use); }));
   registry->AddGaugeFunction("strata_kv_cache_budget_bytes", "KV cache bytes available in all",

@@ -200,6 +200,10 @@ v1::EngineStats EngineStatsToProto(const runtime::EngineStats& stats) {
   proto.set_pcie_bytes(stats.cache.pcie_bytes);
   proto.set_host_share(stats.cache.host_share);
   proto.set_host_experts(stats.cache.host_experts);
+  proto.set_guessed_experts(stats.cache.guessed);
+  proto.set_guessed_right(stats.cache.guessed_right);
+  proto.set_prefetched_experts(stats.cache.prefetched);
+  proto.set_prefetch_used(stats.cache.prefetch_used);
   return proto;
 }
 

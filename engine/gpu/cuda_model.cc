@@ -116,6 +116,7 @@ absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, cons
     offload.max_decode = MaxDecode(options);
     offload.stage_gpu_misses = options.stage_gpu_misses;
     offload.prefetch_experts = options.prefetch_experts;
+    offload.prefetch_after_layer = options.prefetch_after_layer;
     // The scheduler thread sleeps through a step (below), so the host's expert threads take every core.
     offload.host_threads = pool != nullptr ? pool->num_threads() : 1;
     ASSIGN_OR_RETURN(std::unique_ptr<OffloadMoeDispatch> dispatch, OffloadMoeDispatch::Create(pack, arena, offload));

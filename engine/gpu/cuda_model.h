@@ -35,6 +35,7 @@ struct CudaModelOptions {
   std::string miss_path = "both";          // where experts not in VRAM are computed (model/miss_path.h)
   bool stage_gpu_misses = true;  // OffloadOptions::stage_gpu_misses
   int prefetch_experts = 0;      // OffloadOptions::prefetch_experts
+  bool prefetch_after_layer = true;  // OffloadOptions::prefetch_after_layer
   // The VRAM cache's options (the policy, and a routing profile's warm counts); its slots come from the plan.
   model::CacheOptions cache;
 };

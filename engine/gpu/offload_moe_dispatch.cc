@@ -197,8 +197,8 @@ absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(c
     CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d->prefetch_records_device_),
                                                   d->prefetch_records_.data(), 0),
                          "mapping the prefetch records");
-    for (cudaEvent_t& e : d->prefetch_done_) {
-      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    for (cudaEvent_t* e : {&d->prefetch_done_[0], &d->prefetch_done_[1], &d->layer_done_}) {
+      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate");
     }
     d->prefetch_set_.assign(static_cast<size_t>(n_moe), -1);
     d->gate_ = model::PrefetchGate(d->n_prefetch_);
@@ -230,7 +230,7 @@ OffloadMoeDispatch::~OffloadMoeDispatch() {
   host_.reset();
   for (cudaEvent_t e : staged_) cudaEventDestroy(e);
   for (cudaEvent_t e : freed_) cudaEventDestroy(e);
-  for (cudaEvent_t e : prefetch_done_) {
+  for (cudaEvent_t e : {prefetch_done_[0], prefetch_done_[1], layer_done_}) {
     if (e != nullptr) cudaEventDestroy(e);
   }
   if (compute_done_ != nullptr) cudaEventDestroy(compute_done_);
@@ -251,9 +251,13 @@ absl::Status OffloadMoeDispatch::Run(const model::MoeBatch& batch) {
     table = prefetch_tables_.as<const uint8_t* const>() + static_cast<int64_t>(set) * n_expert_;
   }
   if (Streams(batch)) return RunStreamed(batch, table);
-  if (host_ != nullptr && batch.n_tokens <= host_->max_tokens()) return RunWithHost(batch, table);
-  if (!pinned_) return absl::InternalError("a step the unpinned arena's paths do not cover reached the GPU path");
-  return RunDecodeOnGpu(batch, table, batch.ids_device);
+  if (host_ != nullptr && batch.n_tokens <= host_->max_tokens()) {
+    RETURN_IF_ERROR(RunWithHost(batch, table));
+  } else {
+    if (!pinned_) return absl::InternalError("a step the unpinned arena's paths do not cover reached the GPU path");
+    RETURN_IF_ERROR(RunDecodeOnGpu(batch, table, batch.ids_device));
+  }
+  return LaunchPrefetch(/*after_layer=*/true);
 }
 
 absl::Status OffloadMoeDispatch::RunDecodeOnGpu(const model::MoeBatch& batch, const uint8_t* const* table,
@@ -314,10 +318,25 @@ absl::Status OffloadMoeDispatch::Prefetch(const model::RoutingGuess& guess) {
   a.blob_bytes = blob_bytes;
   a.out_table = prefetch_tables_.as<const uint8_t*>() + static_cast<int64_t>(set) * n_expert_;
   a.record = prefetch_records_device_ + guess.moe_layer * (2 + n_prefetch_);
-  const auto side = static_cast<cudaStream_t>(guess.stream);
-  RETURN_IF_ERROR(kernels::cuda::PrefetchGuessed(a, side));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_done_[set], side), "cudaEventRecord");
+  pending_prefetch_ = a;
+  pending_stream_ = static_cast<cudaStream_t>(guess.stream);
+  pending_set_ = set;
   prefetch_set_[guess.moe_layer] = set;
+  return LaunchPrefetch(/*after_layer=*/false);
+}
+
+absl::Status OffloadMoeDispatch::LaunchPrefetch(bool after_layer) {
+  if (pending_stream_ == nullptr || after_layer != options_.prefetch_after_layer) return absl::OkStatus();
+  const cudaStream_t side = pending_stream_;
+  pending_stream_ = nullptr;
+  if (after_layer) {
+    // The copies start once the layer before is done with the host's memory and PCIe, which then idle
+    // through the dense part of the step until the guessed layer's Run.
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(layer_done_, stream_), "cudaEventRecord");
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, layer_done_, 0), "ordering the copies ahead");
+  }
+  RETURN_IF_ERROR(kernels::cuda::PrefetchGuessed(pending_prefetch_, side));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_done_[pending_set_], side), "cudaEventRecord");
   return absl::OkStatus();
 }
 

@@ -42,6 +42,7 @@
 #include "engine/pack/expert_source.h"
 #include "engine/pack/pack.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/offload_kernels.h"
 #include "kernels/format/expert_layout.h"
 
 namespace strata::gpu {
@@ -65,6 +66,10 @@ struct OffloadOptions {
   // layer before; 0: no guesses. The copies stop while guesses are right less often than half the time
   // (model::PrefetchGate; the guesses go on being counted).
   int prefetch_experts = 0;
+  // When the copies ahead start: once the layer before the guessed one has finished its experts (true: they
+  // take PCIe and DRAM time that would otherwise idle through the dense blocks), or as soon as the guess
+  // is made, during that layer's experts (false).
+  bool prefetch_after_layer = true;
 };
 
 class OffloadMoeDispatch : public model::MoeDispatch {
@@ -113,6 +118,8 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   // Whether a step of n_tokens x k pairs streams its misses through VRAM (long prompts; unpinned arenas).
   bool StreamsPairs(int n_tokens, int k) const;
   // A step's guesses against its routing: counts, the gate, the bytes of unused copies.
+  // Enqueues the pending guess's copies if they start at this point (after_layer: the end of a Run).
+  absl::Status LaunchPrefetch(bool after_layer);
   void ObserveGuesses(int64_t n_moe_layers, const int32_t* const* ids, int n_tokens, int k);
   absl::Status RunStreamed(const model::MoeBatch& batch, const uint8_t* const* table);
   absl::Status RunWithHost(const model::MoeBatch& batch, const uint8_t* const* table);
@@ -185,6 +192,11 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   int32_t* prefetch_records_device_ = nullptr;
   std::vector<int> prefetch_set_;
   cudaEvent_t prefetch_done_[2] = {nullptr, nullptr};
+  cudaEvent_t layer_done_ = nullptr;
+  // The guess whose copies are not enqueued yet, on pending_stream_ (null: none).
+  kernels::cuda::PrefetchArgs pending_prefetch_;
+  cudaStream_t pending_stream_ = nullptr;
+  int pending_set_ = 0;
   int32_t step_stamp_ = 0;
   int step_limit_ = 0;  // the copies a layer made this step
   model::PrefetchGate gate_{0};

@@ -120,6 +120,7 @@ absl::StatusOr<LoadedModel> LoadModel(
     o.miss_path = options.miss_path;
     o.stage_gpu_misses = options.stage_gpu_misses;
     o.prefetch_experts = options.prefetch_experts;
+    o.prefetch_after_layer = options.prefetch_after_layer;
     ASSIGN_OR_RETURN(const gpu::VramPlan plan, gpu::PlanVram(pack, m.config(), m.weights(), o));
     ASSIGN_OR_RETURN(o.cache, ExpertCacheOptions(pack, options, plan.slots));
     if (!plan.all_experts) {

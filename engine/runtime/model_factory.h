@@ -34,6 +34,7 @@ struct DeviceOptions {
   // Decode experts not in VRAM copied ahead per layer from a guess of its routing made one layer early
   // (gpu::OffloadOptions::prefetch_experts); 0: none. At most kMaxPrefetchExperts.
   int prefetch_experts = 0;
+  bool prefetch_after_layer = true;  // gpu::OffloadOptions::prefetch_after_layer
 };
 
 // OK when the options name a known device, cache policy and miss path, vram_gib is a finite number >= 0 (at most

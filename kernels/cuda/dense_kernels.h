@@ -54,7 +54,7 @@ class MatmulContext {
   // row, non-F32 products with more than kMaxGemvTokens tokens run the GEMV once per 32 tokens instead.
   // `stream` is the stream the handle is first bound to (launchers rebind it when given another).
   // INVALID_ARGUMENT for a negative size; RESOURCE_EXHAUSTED when the workspaces do not fit; INTERNAL or
-  // UNAVAILABLE when cuBLAS cannot start.
+  // UNAVAILABLE when cuBLAS cannot start or the device's occupancy cannot be read.
   static absl::StatusOr<std::unique_ptr<MatmulContext>> Create(cudaStream_t stream, int64_t max_dequant_elements);
   ~MatmulContext();
   MatmulContext(const MatmulContext&) = delete;
@@ -64,6 +64,12 @@ class MatmulContext {
   absl::StatusOr<cublasContext*> CublasFor(cudaStream_t stream);
   float* dequant_workspace() const { return dequant_.as<float>(); }
   int64_t dequant_elements() const { return dequant_elements_; }
+  // Blocks of the GEMV kernel for `type` and a token bucket (bucket b: up to 1 << b tokens, b in
+  // [0, kGemvBuckets)) the device holds at once: the persistent GEMV's grid. Measured by Create.
+  static constexpr int kGemvBuckets = 6;
+  int gemv_resident_blocks(DenseType type, int bucket) const {
+    return gemv_resident_blocks_[static_cast<int>(type)][bucket];
+  }
 
  private:
   MatmulContext() = default;
@@ -74,6 +80,7 @@ class MatmulContext {
   DeviceBuffer cublas_workspace_;
   DeviceBuffer dequant_;
   int64_t dequant_elements_ = 0;
+  int gemv_resident_blocks_[4][kGemvBuckets] = {};  // [DenseType][bucket]
 };
 
 // y[t*y_stride + r] = (accumulate ? y[t*y_stride + r] : 0) + sum_c W[r][c] * x[t*x_stride + c]

@@ -250,67 +250,64 @@ __global__ void __launch_bounds__(kGemvThreads) GemvKernel(const GemvParams p, i
   }
 }
 
-// Blocks of GemvKernel<kType, kTokens> the device holds at once (the persistent grid's size).
-template <DenseType kType, int kTokens>
-int GemvResidentBlocks() {
-  static const int resident = [] {
-    int device = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, GemvKernel<kType, kTokens>, kGemvThreads, 0) !=
-            cudaSuccess) {
-      cudaGetLastError();
-      return 1024;  // a grid that still covers any matrix, in several rounds
-    }
-    return std::max(1, sms * per_sm);
-  }();
-  return resident;
-}
+// The GEMV's token buckets: bucket b computes up to 1 << b tokens a launch.
+static_assert(1 << (MatmulContext::kGemvBuckets - 1) == kMaxGemvTokens);
 
 template <DenseType kType, int kTokens>
-absl::Status LaunchGemvFor(GemvParams p, cudaStream_t stream) {
+absl::Status LaunchGemvFor(GemvParams p, int resident_blocks, cudaStream_t stream) {
   int64_t blocks = 0;
   for (int i = 0; i < p.n_outputs; ++i) {
     p.outputs[i].block_begin = blocks;
     blocks += (p.outputs[i].rows + GemvShape<kTokens>::kRowsPerBlock - 1) / GemvShape<kTokens>::kRowsPerBlock;
   }
-  const int64_t grid = std::min<int64_t>(blocks, GemvResidentBlocks<kType, kTokens>());
+  // A persistent grid: the blocks the device holds at once, each looping over row blocks.
+  const int64_t grid = std::min<int64_t>(blocks, resident_blocks);
   return LaunchKernel("GemvKernel", GemvKernel<kType, kTokens>, static_cast<unsigned>(grid), kGemvThreads, 0, stream,
                       p, blocks);
 }
 
-template <DenseType kType>
-absl::Status LaunchGemvTyped(const GemvParams& p, cudaStream_t stream) {
-  if (p.n_tokens <= 1) return LaunchGemvFor<kType, 1>(p, stream);
-  if (p.n_tokens <= 2) return LaunchGemvFor<kType, 2>(p, stream);
-  if (p.n_tokens <= 4) return LaunchGemvFor<kType, 4>(p, stream);
-  if (p.n_tokens <= 8) return LaunchGemvFor<kType, 8>(p, stream);
-  if (p.n_tokens <= 16) return LaunchGemvFor<kType, 16>(p, stream);
-  return LaunchGemvFor<kType, 32>(p, stream);
+// Calls f.template operator()<kTokens>() for the bucket of n_tokens (<= kMaxGemvTokens).
+template <typename F>
+auto ForTokenBucket(int n_tokens, F&& f) {
+  if (n_tokens <= 1) return f.template operator()<1>();
+  if (n_tokens <= 2) return f.template operator()<2>();
+  if (n_tokens <= 4) return f.template operator()<4>();
+  if (n_tokens <= 8) return f.template operator()<8>();
+  if (n_tokens <= 16) return f.template operator()<16>();
+  return f.template operator()<32>();
 }
 
-absl::Status LaunchGemvChunk(DenseType type, const GemvParams& p, cudaStream_t stream) {
+// Calls f.template operator()<kType>() for `type`; INVALID_ARGUMENT for an unknown one.
+template <typename F>
+absl::Status ForDenseType(DenseType type, F&& f) {
   switch (type) {
     case DenseType::kF32:
-      return LaunchGemvTyped<DenseType::kF32>(p, stream);
+      return f.template operator()<DenseType::kF32>();
     case DenseType::kF16:
-      return LaunchGemvTyped<DenseType::kF16>(p, stream);
+      return f.template operator()<DenseType::kF16>();
     case DenseType::kBF16:
-      return LaunchGemvTyped<DenseType::kBF16>(p, stream);
+      return f.template operator()<DenseType::kBF16>();
     case DenseType::kQ8_0:
-      return LaunchGemvTyped<DenseType::kQ8_0>(p, stream);
+      return f.template operator()<DenseType::kQ8_0>();
   }
   return absl::InvalidArgumentError("DenseMatmul: unknown DenseType");
 }
 
+constexpr int BucketOf(int tokens) { return tokens <= 1 ? 0 : 1 + BucketOf((tokens + 1) / 2); }
+
 // Any n_tokens: one launch per kMaxGemvTokens tokens.
-absl::Status LaunchGemv(DenseType type, const GemvParams& p, cudaStream_t stream) {
+absl::Status LaunchGemv(const MatmulContext& ctx, DenseType type, const GemvParams& p, cudaStream_t stream) {
   for (int t0 = 0; t0 < p.n_tokens; t0 += kMaxGemvTokens) {
     GemvParams chunk = p;
     chunk.n_tokens = std::min(kMaxGemvTokens, p.n_tokens - t0);
     chunk.x = p.x + t0 * p.x_stride;
     for (int i = 0; i < p.n_outputs; ++i) chunk.outputs[i].y = p.outputs[i].y + t0 * p.outputs[i].y_stride;
-    if (absl::Status s = LaunchGemvChunk(type, chunk, stream); !s.ok()) return s;
+    absl::Status s = ForDenseType(type, [&]<DenseType kType>() {
+      return ForTokenBucket(chunk.n_tokens, [&]<int kTokens>() {
+        return LaunchGemvFor<kType, kTokens>(chunk, ctx.gemv_resident_blocks(type, BucketOf(kTokens)), stream);
+      });
+    });
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -479,6 +476,25 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
     return s;
   }
   if (absl::StatusOr<cublasContext*> bound = ctx->CublasFor(stream); !bound.ok()) return bound.status();
+  int device = 0, sms = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                       "reading the device's multiprocessor count");
+  for (DenseType type : {DenseType::kF32, DenseType::kF16, DenseType::kBF16, DenseType::kQ8_0}) {
+    for (int bucket = 0; bucket < kGemvBuckets; ++bucket) {
+      absl::Status s = ForDenseType(type, [&]<DenseType kType>() {
+        return ForTokenBucket(1 << bucket, [&]<int kTokens>() -> absl::Status {
+          int per_sm = 0;
+          CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, GemvKernel<kType, kTokens>,
+                                                                             kGemvThreads, 0),
+                               "reading the GEMV kernel's occupancy");
+          ctx->gemv_resident_blocks_[static_cast<int>(type)][bucket] = std::max(1, sms * per_sm);
+          return absl::OkStatus();
+        });
+      });
+      if (!s.ok()) return s;
+    }
+  }
   return ctx;
 }
 
@@ -519,7 +535,7 @@ absl::Status DenseMatmul(MatmulContext& ctx, DenseType type, const uint8_t* w, i
   p.x = x;
   p.x_stride = x_stride;
   p.n_tokens = n_tokens;
-  return LaunchGemv(type, p, stream);
+  return LaunchGemv(ctx, type, p, stream);
 }
 
 absl::Status DenseMatmulGroup(MatmulContext& ctx, DenseType type, int64_t cols, std::span<const MatmulOutput> outputs,
@@ -549,7 +565,7 @@ absl::Status DenseMatmulGroup(MatmulContext& ctx, DenseType type, int64_t cols, 
   p.x = x;
   p.x_stride = x_stride;
   p.n_tokens = n_tokens;
-  return LaunchGemv(type, p, stream);
+  return LaunchGemv(ctx, type, p, stream);
 }
 
 absl::Status EmbedRows(DenseType type, const uint8_t* table, int64_t n, const TokenSlot* slots, int n_tokens, float* x,

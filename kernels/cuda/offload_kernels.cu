@@ -252,7 +252,9 @@ __global__ void __launch_bounds__(kStageThreads) StageMissesKernel(const StageMi
 }
 
 constexpr int kPrefetchThreads = 256;
-constexpr int kPrefetchBlocks = 32;  // enough loads in flight for PCIe's rate, few SMs taken from the step
+// Few blocks: the copies run beside the step's own latency-bound kernels, and more blocks slowed those more
+// than they sped the copies (132, 264 and 528 blocks measured slower decoding than 32; bench/RESULTS.md).
+constexpr int kPrefetchBlocks = 32;
 
 // Every block finds the recorded experts; block 0 writes the table and the record; all blocks copy.
 __global__ void __launch_bounds__(kPrefetchThreads) PrefetchGuessedKernel(const PrefetchArgs a) {

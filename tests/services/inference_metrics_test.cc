@@ -63,6 +63,8 @@ TEST(InferenceMetricsTest, ObservedRequestsAreTimedAndCountedByStatus) {
   EXPECT_EQ(parsed.Value("strata_expert_hit_ratio"), 0);  // no VRAM cache on the CPU
   EXPECT_EQ(parsed.Value("strata_host_miss_share"), 0);    // nor a GPU to share the misses with
   EXPECT_EQ(parsed.Value("strata_host_expert_computations_total"), 0);
+  EXPECT_EQ(parsed.Value("strata_guessed_experts_total"), 0);  // no copies ahead without a GPU
+  EXPECT_EQ(parsed.Value("strata_prefetched_experts_used_total"), 0);
   EXPECT_GT(parsed.ValueOr0("strata_expert_misses_total") + parsed.ValueOr0("strata_expert_read_bytes_total"), 0);
 }
 
