@@ -1,6 +1,6 @@
 // The MoE router in one launch: logits, softmax, top-k and the renormalised weights (or another RouterGate:
 // sigmoid scores, a choice bias, no renormalisation, a scale, in a second instantiation of the kernel so that
-// the default's path is unchanged).
+// the default's path is unchanged; gpt-oss's logit bias and softmax over the chosen k are in that one too).
 //
 // Grid (expert blocks, token blocks). Block (e, t) computes the logits of experts [2e, 2e + 2) for tokens
 // [8t, 8t + 8): four warps per expert, each taking every fourth run of 32 float4s of the row, their sums
@@ -140,9 +140,10 @@ __device__ __forceinline__ unsigned OrderedKey(float f) {
   return max(1u, (bits & 0x80000000u) ? ~bits : bits | 0x80000000u);
 }
 
-// WarpTopK for the other gatings (RouterGate): probs by softmax or sigmoid, the choice on probs plus an
-// optional bias (any sign, hence OrderedKey), and the weights from the chosen experts' probs, renormalised
-// or not, times the scale, as strata::model's CPU router computes them.
+// WarpTopK for the other gatings (RouterGate): logits plus an optional bias; probs by softmax or sigmoid,
+// the choice on probs plus an optional bias (any sign, hence OrderedKey), and the weights from the chosen
+// experts' probs, renormalised or not, times the scale; or (softmax_top_k) the choice on the logits and a
+// softmax over the chosen ones; as strata::model's CPU router computes them.
 __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const RouterGate& gate, int32_t* ids,
                               float* weights) {
   const int lane = threadIdx.x % 32;
@@ -152,9 +153,12 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
   for (int i = 0; i < kExpertsPerLane; ++i) {
     const int e = lane + 32 * i;
     v[i] = e < n_expert ? __ldcg(logits + e) : -INFINITY;  // from L2: written by other blocks
+    if (gate.logit_bias != nullptr && e < n_expert) v[i] = __fadd_rn(v[i], __ldg(gate.logit_bias + e));
     local_max = fmaxf(local_max, v[i]);
   }
-  if (gate.sigmoid) {
+  if (gate.softmax_top_k) {
+    // The choice is on the logits themselves.
+  } else if (gate.sigmoid) {
 #pragma unroll
     for (int i = 0; i < kExpertsPerLane; ++i) v[i] = 1.0f / (1.0f + expf(-v[i]));
   } else {
@@ -177,8 +181,9 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
 #pragma unroll
   for (int i = 0; i < kExpertsPerLane; ++i) {
     const int e = lane + 32 * i;
-    const float choice =
-        gate.choice_bias != nullptr && e < n_expert ? __fadd_rn(v[i], __ldg(gate.choice_bias + e)) : v[i];
+    const float choice = gate.choice_bias != nullptr && !gate.softmax_top_k && e < n_expert
+                             ? __fadd_rn(v[i], __ldg(gate.choice_bias + e))
+                             : v[i];
     key[i] = e >= n_expert ? 0u : OrderedKey(choice);
     if (key[i] > best) {  // entries rise in id: equal keys keep the lower id
       best = key[i];
@@ -214,6 +219,19 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
         }
       }
     }
+  }
+  if (gate.softmax_top_k) {
+    // strata::model::Softmax over the k chosen logits, in choice order: the first is their maximum.
+    const float top = __shfl_sync(kFullMask, my_p, 0);
+    const float e = lane < k ? expf(my_p - top) : 0.0f;
+    double sum = 0;
+    for (int j = 0; j < k; ++j) sum += __shfl_sync(kFullMask, e, j);
+    const float inv = static_cast<float>(1.0 / sum);
+    if (lane < k) {
+      ids[lane] = my_id;
+      weights[lane] = __fmul_rn(__fmul_rn(e, inv), gate.scale);
+    }
+    return;
   }
   double total = 1.0;
   if (gate.renorm) {
