@@ -155,7 +155,7 @@ Row BenchScheme(Scheme scheme, int64_t n_embd, int64_t ff, int repeats, double c
 
   auto call = [&](const int32_t* ids, int n_tokens, int k) {
     Check(kernels::cuda::ExpertFfn(l, blobs, kExperts, ids, n_tokens, k, d_x.as<float>(), parts.as<float>(),
-                                   ws.data(), ws_bytes, stream),
+                                   kernels::cuda::ExpertFfnExtras{}, ws.data(), ws_bytes, stream),
           "ExpertFfn");
   };
 

@@ -148,7 +148,7 @@ void Overlap(strata::kernels::Scheme scheme, int64_t n_embd, int64_t ff, int n_e
   auto compute_chunk = [&](int b, cudaStream_t s) {
     const absl::Status st = strata::kernels::cuda::ExpertFfn(
         layout, table[b].as<const uint8_t* const>(), chunk, d_ids.as<int32_t>(), n_tokens, k, x.as<float>(),
-        parts.as<float>(), ws.data(), ws_bytes, s);
+        parts.as<float>(), strata::kernels::cuda::ExpertFfnExtras{}, ws.data(), ws_bytes, s);
     if (!st.ok()) {
       std::fprintf(stderr, "ExpertFfn: %s\n", std::string(st.message()).c_str());
       std::exit(1);

@@ -59,7 +59,8 @@ uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model:
   for (const model::LayerWeights& L : w.layers) {
     bytes += AlignUp(L.wq.bytes()) + AlignUp(L.wk.bytes()) + AlignUp(L.wv.bytes()) + AlignUp(L.wo.bytes()) +
              AlignUp(L.router.bytes()) + 4 * AlignUp(c.n_embd * 4) + floats(L.q_norm) + floats(L.k_norm) +
-             floats(L.bq) + floats(L.bk) + floats(L.bv) + floats(L.router_bias) + ffn(L.shared) + ffn(L.dense_ffn);
+             floats(L.bq) + floats(L.bk) + floats(L.bv) + floats(L.router_bias) + floats(L.router_logit_bias) +
+             floats(L.bo) + floats(L.attn_sinks) + ffn(L.shared) + ffn(L.dense_ffn);
   }
   bytes += AlignUp(w.output.bytes()) + AlignUp(c.n_embd * 4);
   bytes += static_cast<uint64_t>(c.n_vocab) * c.n_embd * 4;  // the embedding, at most widened to F32
@@ -194,6 +195,9 @@ absl::Status CudaDenseBackend::Upload(const model::ModelWeights& w) {
       items.push_back({L.router.data, L.router.bytes(), reinterpret_cast<const void**>(&D.router)});
     }
     if (c.router_score_bias) vec(L.router_bias, &D.router_bias);
+    if (c.router_logit_bias) vec(L.router_logit_bias, &D.router_logit_bias);
+    if (c.attn_output_bias) vec(L.bo, &D.bo);
+    if (c.attn_sinks) vec(L.attn_sinks, &D.attn_sinks);
     ffn(L.shared, &D.shared);
     ffn(L.dense_ffn, &D.dense_ffn);
   }
@@ -213,7 +217,9 @@ absl::Status CudaDenseBackend::Upload(const model::ModelWeights& w) {
   }
   memory_used_ += total;
 
-  const std::vector<double> freq = model::RopeFrequencies(c.rope_dim, c.rope_freq_base);
+  const std::vector<double> freq = c.rope_yarn ? model::YarnFrequencies(c.rope_dim, c.rope_freq_base, c.yarn)
+                                               : model::RopeFrequencies(c.rope_dim, c.rope_freq_base);
+  rope_magnitude_ = c.rope_yarn ? model::YarnMagnitude(c.yarn) : 1.0f;
   ASSIGN_OR_RETURN(freq_, DeviceBuffer::Allocate(freq.size() * sizeof(double)));
   CUDA_RETURN_IF_ERROR(cudaMemcpy(freq_.data(), freq.data(), freq.size() * sizeof(double), cudaMemcpyHostToDevice),
                        "uploading RoPE frequencies");
@@ -324,6 +330,11 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
   TokenSlot* host = slots_host_.as<TokenSlot>();
   for (int t = 0; t < n; ++t) {
     const model::ForwardToken& tok = tokens[t];
+    if (tok.cache->windowed()) {
+      return absl::InvalidArgumentError(
+          "a KV cache with sliding-window rings reached the CUDA backend, which indexes full-length caches "
+          "(make its KvShape without windows)");
+    }
     host[t] = TokenSlot{tok.cache->keys(), tok.cache->values(), tok.cache->capacity(), static_cast<int32_t>(tok.pos),
                         tok.token};
   }
@@ -386,14 +397,18 @@ absl::Status CudaDenseBackend::Attention(int64_t l) {
       q_.as<float>(), k_.as<float>(), v_.as<float>(), slots_.as<TokenSlot>(), n_, l, static_cast<int>(c.n_head),
       static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim), static_cast<int>(c.rope_dim),
       c.qk_norm ? L.q_norm : nullptr, c.qk_norm ? L.k_norm : nullptr, c.rms_norm_eps, freq_.as<double>(),
-      c.rope_style == model::RopeStyle::kNeox ? 1 : 0, stream_));
+      rope_magnitude_, c.rope_style == model::RopeStyle::kNeox ? 1 : 0, stream_));
   const float scale = c.attention_scale;
+  const kernels::cuda::AttentionSinkWindow sink_window{L.attn_sinks, static_cast<int>(model::AttentionWindow(c, l))};
   RETURN_IF_ERROR(kernels::cuda::Attention(q_.as<float>(), slots_.as<TokenSlot>(), n_, l, static_cast<int>(c.n_head),
                                            static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim), scale,
-                                           max_positions_, attn_.as<float>(), attention_ws_.data(),
+                                           sink_window, max_positions_, attn_.as<float>(), attention_ws_.data(),
                                            attention_ws_.bytes(), stream_));
-  return kernels::cuda::DenseMatmul(*matmul_, L.wo.type, L.wo.data, L.wo.rows, L.wo.cols, attn_.as<float>(), q_dim,
-                                    n_, x_.as<float>(), c.n_embd, /*accumulate=*/true, stream_);
+  RETURN_IF_ERROR(kernels::cuda::DenseMatmul(*matmul_, L.wo.type, L.wo.data, L.wo.rows, L.wo.cols, attn_.as<float>(),
+                                             q_dim, n_, x_.as<float>(), c.n_embd, /*accumulate=*/true, stream_));
+  // As the CPU: x += o, then x += bo.
+  if (L.bo == nullptr) return absl::OkStatus();
+  return kernels::cuda::AddRowBias(x_.as<float>(), L.bo, c.n_embd, n_, stream_);
 }
 
 absl::Status CudaDenseBackend::Router(int64_t l, model::MoeBatch* moe) {
@@ -430,6 +445,8 @@ kernels::cuda::RouterGate CudaDenseBackend::GateOf(const DeviceLayer& L) const {
   gate.choice_bias = c.router_score_bias ? L.router_bias : nullptr;
   gate.renorm = c.router_renorm;
   gate.scale = c.routed_scale;
+  gate.logit_bias = L.router_logit_bias;
+  gate.softmax_top_k = c.router_gating == model::RouterGating::kSoftmaxTopK;
   return gate;
 }
 

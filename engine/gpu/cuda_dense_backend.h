@@ -8,8 +8,11 @@
 // caches reach the graph through a device table uploaded before each launch. Padding tokens run on a
 // private one-position cache and their results are dropped. Used by one thread at a time (the scheduler).
 // Beyond the base blocks it runs q/k/v biases, the q/k norm over the whole projection (OLMoE), partial RoPE,
-// the router's other gatings (kernels::cuda::RouterGate), shared experts gated or not (in Combine) and dense
-// leading blocks (DenseFfn): the blocks runtime/model_factory.cc's CheckDeviceBlocks lists for "CUDA".
+// the router's other gatings (kernels::cuda::RouterGate, gpt-oss's softmax over the top k with its logit bias
+// included), shared experts gated or not (in Combine), dense leading blocks (DenseFfn), YaRN RoPE, and
+// gpt-oss's attention sinks, sliding-window layers (masked by position over the full-length KV cache: the
+// CPU's rings for windowed layers are a memory saving not made here) and attention output bias: the blocks
+// runtime/model_factory.cc's CheckDeviceBlocks lists for "CUDA".
 
 #include <cuda_runtime.h>
 
@@ -55,6 +58,9 @@ struct DeviceLayer {
   const float* ffn_norm = nullptr;
   const float* router = nullptr;       // n_expert x n_embd, F32; null in a dense leading block
   const float* router_bias = nullptr;  // n_expert, the choice's score-correction bias; null without one
+  const float* router_logit_bias = nullptr;  // n_expert, added to the router logits (gpt-oss); null without one
+  const float* bo = nullptr;          // n_embd, the attention output bias (gpt-oss); null without one
+  const float* attn_sinks = nullptr;  // n_head sink logits (gpt-oss); null without them
   DeviceFfn shared;                    // the shared expert
   DeviceFfn dense_ffn;                 // a dense leading block's FFN
 };
@@ -127,7 +133,8 @@ class CudaDenseBackend : public model::DenseBackend {
   std::vector<DeviceLayer> layers_;
   DeviceMatrix embedding_, output_;
   const float* output_norm_ = nullptr;
-  kernels::cuda::DeviceBuffer freq_;  // head_dim / 2 doubles
+  kernels::cuda::DeviceBuffer freq_;  // rope_dim / 2 doubles (YaRN-scaled with rope_yarn)
+  float rope_magnitude_ = 1.0f;       // YaRN's cos and sin factor (model::YarnMagnitude); 1 without YaRN
 
   // Step buffers, max_tokens_ rows each.
   kernels::cuda::DeviceBuffer x_, h_, q_, k_, v_, attn_, parts_, weights_, ids_, logits_, final_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/gpu/cuda_dense_backend.h"
+#include "engine/gpu/device_expert_extras.h"
 #include "engine/gpu/gpu_moe_dispatch.h"
 #include "engine/gpu/offload_moe_dispatch.h"
 #include "engine/status_macros.h"
@@ -67,7 +68,8 @@ absl::StatusOr<VramPlan> PlanVram(const pack::Pack& pack, const model::ModelConf
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's free memory");
   const int max_tokens = std::max(options.max_batch, options.max_prefill);
   VramPlan plan;
-  plan.dense_bytes = CudaDenseBackend::DeviceBytes(config, weights, options.max_batch, options.max_prefill);
+  plan.dense_bytes = CudaDenseBackend::DeviceBytes(config, weights, options.max_batch, options.max_prefill) +
+                     DeviceExpertExtras::DeviceBytes(model::ExpertExtrasOf(config, weights));
   plan.allowed = options.vram_bytes > 0 ? options.vram_bytes : (free_bytes > kMargin ? free_bytes - kMargin : 0);
   const uint64_t all = GpuMoeDispatch::DeviceBytes(pack, max_tokens);
   const uint64_t fixed = OffloadMoeDispatch::FixedDeviceBytes(pack, max_tokens, MaxDecode(options),
@@ -100,10 +102,15 @@ absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, cons
   const int max_tokens = std::max(options.max_batch, options.max_prefill);
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDenseBackend> backend,
                    CudaDenseBackend::Create(config, weights, options.max_batch, options.max_prefill));
+  // gpt-oss's expert biases and clamped activation, for the experts on the GPU and on the host alike.
+  const model::ExpertExtras extras = model::ExpertExtrasOf(config, weights);
+  ASSIGN_OR_RETURN(std::shared_ptr<const DeviceExpertExtras> device_extras,
+                   DeviceExpertExtras::Upload(extras, pack.layout(), pack.manifest().geometry().n_expert()));
+  backend->add_memory_used(device_extras->device_bytes());
   CudaModelParts parts;
   if (plan.all_experts) {
     ASSIGN_OR_RETURN(std::unique_ptr<GpuMoeDispatch> dispatch,
-                     GpuMoeDispatch::Create(pack, max_tokens, options.verify, pool));
+                     GpuMoeDispatch::Create(pack, max_tokens, options.verify, pool, device_extras));
     backend->add_memory_used(dispatch->device_bytes());
     backend->set_graphs(dispatch->capturable());
     parts.dispatch = std::move(dispatch);
@@ -117,6 +124,8 @@ absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, cons
     offload.stage_gpu_misses = options.stage_gpu_misses;
     offload.prefetch_experts = options.prefetch_experts;
     offload.prefetch_after_layer = options.prefetch_after_layer;
+    offload.extras = extras;
+    offload.device_extras = device_extras;
     // The scheduler thread sleeps through a step (below), so the host's expert threads take every core.
     offload.host_threads = pool != nullptr ? pool->num_threads() : 1;
     ASSIGN_OR_RETURN(std::unique_ptr<OffloadMoeDispatch> dispatch, OffloadMoeDispatch::Create(pack, arena, offload));

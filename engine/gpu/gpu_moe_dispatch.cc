@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -58,12 +59,14 @@ uint64_t GpuMoeDispatch::DeviceBytes(const pack::Pack& pack, int max_tokens) {
          kernels::cuda::ExpertFfnWorkspaceBytes(pack.layout(), max_tokens, k, static_cast<int>(m.geometry().n_expert()));
 }
 
-absl::StatusOr<std::unique_ptr<GpuMoeDispatch>> GpuMoeDispatch::Create(const pack::Pack& pack, int max_tokens,
-                                                                       bool verify, exec::ThreadPool* pool) {
+absl::StatusOr<std::unique_ptr<GpuMoeDispatch>> GpuMoeDispatch::Create(
+    const pack::Pack& pack, int max_tokens, bool verify, exec::ThreadPool* pool,
+    std::shared_ptr<const DeviceExpertExtras> extras) {
   const auto start = std::chrono::steady_clock::now();
   const pack::v1::Manifest& m = pack.manifest();
   const int64_t n_expert = m.geometry().n_expert();
   std::unique_ptr<GpuMoeDispatch> d(new GpuMoeDispatch(pack.layout(), n_expert));
+  d->extras_ = std::move(extras);
   const uint64_t total = m.experts_bytes();
   const uint64_t blob_bytes = m.blob_bytes();
   ASSIGN_OR_RETURN(d->experts_, DeviceBuffer::Allocate(total));
@@ -134,7 +137,8 @@ absl::Status GpuMoeDispatch::Run(const model::MoeBatch& batch) {
   }
   const auto* table = table_.as<const uint8_t* const>() + batch.moe_layer * n_expert_;
   return kernels::cuda::ExpertFfn(layout_, table, static_cast<int>(n_expert_), batch.ids_device, batch.n_tokens,
-                                  batch.k, batch.x_device, batch.parts_device, workspace_.data(), workspace_.bytes(),
+                                  batch.k, batch.x_device, batch.parts_device,
+                                  ExtrasForLayer(extras_.get(), batch.moe_layer), workspace_.data(), workspace_.bytes(),
                                   static_cast<cudaStream_t>(batch.stream));
 }
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
@@ -22,7 +23,7 @@ constexpr std::chrono::microseconds kIdlePoll{50};
 absl::StatusOr<std::unique_ptr<HostExpertServer>> HostExpertServer::Create(pack::ExpertSource* arena,
                                                                            const kernels::ExpertLayout& layout,
                                                                            int64_t n_expert, int max_tokens, int k,
-                                                                           int threads) {
+                                                                           int threads, model::ExpertExtras extras) {
   if (arena == nullptr || max_tokens < 1 || k < 1 || threads < 1) {
     return absl::InvalidArgumentError(absl::StrCat("HostExpertServer: needs an arena, max_tokens ", max_tokens,
                                                    " >= 1, k ", k, " >= 1 and threads ", threads, " >= 1"));
@@ -48,10 +49,8 @@ absl::StatusOr<std::unique_ptr<HostExpertServer>> HostExpertServer::Create(pack:
   s->x_ = reinterpret_cast<float*>(base + header + ids_bytes);
   s->parts_ = reinterpret_cast<float*>(base + header + ids_bytes + x_bytes);
   ASSIGN_OR_RETURN(s->pool_, exec::ThreadPool::Create(threads, kPoolSpinMicros));
-  // Plain SwiGLU experts only: the CUDA engine refuses architectures whose experts have biases or a clamped
-  // activation (model_factory.cc's block list), so the host computes its misses as the GPU would.
   s->dispatch_ =
-      std::make_unique<model::CpuMoeDispatch>(arena, layout, n_expert, s->pool_.get(), model::ExpertExtras{});
+      std::make_unique<model::CpuMoeDispatch>(arena, layout, n_expert, s->pool_.get(), std::move(extras));
   s->counter_ = model::RoutingCounter(n_expert);
   s->thread_ = std::thread([p = s.get()] { p->Loop(); });
   return s;

@@ -32,11 +32,12 @@ namespace strata::gpu {
 class HostExpertServer {
  public:
   // Requests of up to max_tokens tokens of k experts each. threads: the pool's (the serving thread is one of
-  // them), >= 1.
+  // them), >= 1. `extras`: the model's expert biases and activation (model::ExpertExtrasOf; its biases must
+  // outlive the server), so that the host computes its misses as the GPU computes its hits.
   static absl::StatusOr<std::unique_ptr<HostExpertServer>> Create(pack::ExpertSource* arena,
                                                                   const kernels::ExpertLayout& layout,
                                                                   int64_t n_expert, int max_tokens, int k,
-                                                                  int threads);
+                                                                  int threads, model::ExpertExtras extras);
   ~HostExpertServer();  // stops and joins the thread
   HostExpertServer(const HostExpertServer&) = delete;
   HostExpertServer& operator=(const HostExpertServer&) = delete;

@@ -171,7 +171,7 @@ absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(c
 
   if (d->options_.miss_path != model::MissPath::kGpu && options.max_decode > 0) {
     ASSIGN_OR_RETURN(d->host_, HostExpertServer::Create(arena, d->layout_, d->n_expert_, options.max_decode, k,
-                                                        std::max(1, options.host_threads)));
+                                                        std::max(1, options.host_threads), options.extras));
     const HostState h = PlanHostState(options.max_decode * k);
     ASSIGN_OR_RETURN(d->host_state_, DeviceBuffer::Allocate(h.total));
     CUDA_RETURN_IF_ERROR(cudaMemset(d->host_state_.data(), 0, h.total), "clearing the host path's state");
@@ -279,7 +279,9 @@ absl::Status OffloadMoeDispatch::RunDecodeOnGpu(const model::MoeBatch& batch, co
     table = s.out_table;
   }
   return kernels::cuda::ExpertFfn(layout_, table, static_cast<int>(n_expert_), ids, batch.n_tokens, batch.k,
-                                  batch.x_device, batch.parts_device, workspace_.data(), workspace_.bytes(), stream_);
+                                  batch.x_device, batch.parts_device,
+                                  ExtrasForLayer(options_.device_extras.get(), batch.moe_layer), workspace_.data(),
+                                  workspace_.bytes(), stream_);
 }
 
 bool OffloadMoeDispatch::StreamsPairs(int n_tokens, int k) const {
@@ -385,7 +387,8 @@ absl::Status OffloadMoeDispatch::RunStreamed(const model::MoeBatch& batch, const
   int32_t* ids = select_ids_.as<int32_t>();
   auto compute = [&](const uint8_t* const* blobs, const int32_t* pair_ids) {
     return kernels::cuda::ExpertFfn(layout_, blobs, n_expert, pair_ids, batch.n_tokens, batch.k, batch.x_device,
-                                    batch.parts_device, workspace_.data(), workspace_.bytes(), stream_);
+                                    batch.parts_device, ExtrasForLayer(options_.device_extras.get(), batch.moe_layer),
+                                    workspace_.data(), workspace_.bytes(), stream_);
   };
   if (misses_.size() < static_cast<size_t>(n_expert_)) {  // some experts are in VRAM
     RETURN_IF_ERROR(

@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/cpu_moe_dispatch.h"
+#include "engine/gpu/device_expert_extras.h"
 #include "engine/gpu/host_expert_server.h"
 #include "engine/model/expert_cache_policy.h"
 #include "engine/model/miss_path.h"
@@ -70,6 +71,11 @@ struct OffloadOptions {
   // take PCIe and DRAM time that would otherwise idle through the dense blocks), or as soon as the guess
   // is made, during that layer's experts (false).
   bool prefetch_after_layer = true;
+  // The model's expert extras (gpt-oss's biases and clamped activation): `extras` for the host's misses
+  // (its biases point into the model's weights, which outlive the dispatch), `device_extras` for the GPU's
+  // (null: plain SwiGLU experts).
+  model::ExpertExtras extras;
+  std::shared_ptr<const DeviceExpertExtras> device_extras;
 };
 
 class OffloadMoeDispatch : public model::MoeDispatch {

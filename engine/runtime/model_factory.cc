@@ -35,7 +35,9 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
   return model::CheckBackendBlocks(config, "CUDA",
                                    {Block::kQkvBias, Block::kWholeQkNorm, Block::kRouterWithoutRenorm,
                                     Block::kSharedExpert, Block::kSharedExpertGate, Block::kPartialRope,
-                                    Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks});
+                                    Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks,
+                                    Block::kSinkWindowAttention, Block::kYarnRope, Block::kSoftmaxTopKRouter,
+                                    Block::kBiasedClampedExperts});
 }
 
 absl::Status CheckDeviceOptions(const DeviceOptions& options) {

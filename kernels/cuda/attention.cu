@@ -11,9 +11,11 @@
 // rg + 4a and positions pg + 8b (a, b < 4) for the scores, and rows rg + 4a times dims 4 pg + 32 c of O.
 // The 4 warps split rows (prefill, 64 rows) or positions (decode, few rows); at the end their (m, l, O)
 // are merged through shared memory. With more than one split, partial (m, l, O) go to the workspace and a
-// second kernel merges them.
+// second kernel merges them. A sliding window (AttentionSinkWindow) masks each row's positions before it
+// and skips the tiles before every member's window; a sink joins the denominator where O is divided.
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -91,6 +93,8 @@ struct AttnParams {
   int split_len;
   int n_splits;
   float scale;
+  const float* sinks;  // AttentionSinkWindow
+  int window;
 };
 
 __device__ __forceinline__ void CopyAsync16(float* shared, const float* global, bool valid) {
@@ -184,22 +188,26 @@ __global__ void __launch_bounds__(kAttnThreads) AttentionKernel(const AttnParams
     const float* const values = s_values[leader];
     uint64_t members = 0;
     int max_pos = -1;
+    int min_first = INT_MAX;  // the earliest position any member attends to
     for (int i = leader; i < tile_tokens; ++i) {
       if (((done >> i) & 1) == 0 && s_keys[i] == keys && s_values[i] == values) {
         members |= 1ull << i;
         max_pos = max(max_pos, s_pos[i]);
+        min_first = min(min_first, p.window > 0 ? max(0, s_pos[i] - p.window + 1) : 0);
       }
     }
     done |= members;
-    int row_pos[4];  // the row's position if its token is in this pass, else -1 (every position masked)
+    int row_pos[4];    // the row's position if its token is in this pass, else -1 (every position masked)
+    int row_first[4];  // the row's first position (its sliding window's start, or 0)
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
       const int r = row_local[a], tt = r / p.group;
       row_pos[a] = r < p.block_rows && tt < tile_tokens && ((members >> tt) & 1) ? s_pos[tt] : -1;
+      row_first[a] = p.window > 0 ? row_pos[a] - p.window + 1 : 0;
     }
     const int end = min(split_begin + p.split_len, max_pos + 1);
 
-    for (int start = split_begin; start < end; start += tile_positions) {
+    for (int start = max(split_begin, min_first); start < end; start += tile_positions) {
       for (int i = threadIdx.x; i < tile_positions * (D / 4); i += kAttnThreads) {
         const int pp = i / (D / 4), d4 = i % (D / 4);
         const bool valid = start + pp < end;
@@ -246,7 +254,7 @@ __global__ void __launch_bounds__(kAttnThreads) AttentionKernel(const AttnParams
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
           const int pos = pos0 + 8 * b;
-          s[a][b] = pos < end && pos <= row_pos[a] ? s[a][b] * p.scale : -INFINITY;
+          s[a][b] = pos < end && pos <= row_pos[a] && pos >= row_first[a] ? s[a][b] * p.scale : -INFINITY;
           tile_max = fmaxf(tile_max, s[a][b]);
         }
         tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
@@ -329,7 +337,9 @@ __global__ void __launch_bounds__(kAttnThreads) AttentionKernel(const AttnParams
     const int64_t row =
         static_cast<int64_t>(token0 + tt) * p.n_head + static_cast<int64_t>(kv_head) * p.group + r % p.group;
     if (p.n_splits == 1) {
-      p.out[row * D + d] = sum_o / sum_l;  // sum_l >= 1: position 0 is in this (only) split
+      // sum_l >= 1: the row's own position is in this (only) split.
+      p.out[row * D + d] =
+          p.sinks == nullptr ? sum_o / sum_l : detail::DivideWithSink(sum_o, max_m, sum_l, p.sinks[row % p.n_head]);
     } else {
       const int64_t part = static_cast<int64_t>(split) * p.n_tokens * p.n_head + row;
       p.part_o[part * D + d] = sum_o;
@@ -345,7 +355,7 @@ __global__ void __launch_bounds__(kAttnThreads) AttentionKernel(const AttnParams
 template <int D>
 __global__ void __launch_bounds__(32 * kMergeWarps)
     AttentionMergeKernel(const float* part_o, const float* part_m, const float* part_l, int n_splits, int64_t n_rows,
-                         float* out) {
+                         const float* sinks, int n_head, float* out) {
   WaitForPriorKernels();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kMergeWarps + threadIdx.x / 32;
   if (row >= n_rows) return;
@@ -364,6 +374,12 @@ __global__ void __launch_bounds__(32 * kMergeWarps)
     const float* o_s = part_o + (s * n_rows + row) * D;
 #pragma unroll
     for (int c = 0; c < D / 32; ++c) acc[c] += o_s[lane + 32 * c] * f;
+  }
+  if (sinks != nullptr) {
+    const float sink = sinks[row % n_head];
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) out[row * D + lane + 32 * c] = detail::DivideWithSink(acc[c], max_m, sum_l, sink);
+    return;
   }
 #pragma unroll
   for (int c = 0; c < D / 32; ++c) out[row * D + lane + 32 * c] = acc[c] / sum_l;
@@ -395,7 +411,7 @@ absl::Status LaunchAttention(const AttnParams& p, int tiles, cudaStream_t stream
   const int64_t n_rows = static_cast<int64_t>(p.n_tokens) * p.n_head;
   const unsigned blocks = static_cast<unsigned>((n_rows + kMergeWarps - 1) / kMergeWarps);
   return LaunchKernel("AttentionMergeKernel", AttentionMergeKernel<D>, blocks, 32 * kMergeWarps, 0, stream, p.part_o,
-                      p.part_m, p.part_l, p.n_splits, n_rows, p.out);
+                      p.part_m, p.part_l, p.n_splits, n_rows, p.sinks, p.n_head, p.out);
 }
 
 }  // namespace
@@ -430,8 +446,8 @@ size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int n_head_kv, int head
 }
 
 absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int64_t layer, int n_head, int n_head_kv,
-                       int head_dim, float scale, int max_positions, float* out, void* workspace,
-                       size_t workspace_bytes, cudaStream_t stream) {
+                       int head_dim, float scale, const AttentionSinkWindow& sink_window, int max_positions,
+                       float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   constexpr absl::string_view kFn = "Attention";
   if (n_tokens < 0 || n_tokens > 65535) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
   if (n_head_kv < 1 || n_head_kv > 65535) return BadArgument(kFn, "n_head_kv", n_head_kv, "it must be in [1, 65535]");
@@ -450,6 +466,9 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int
   if (!detail::Aligned16(q)) return detail::Misaligned(kFn, "q", q);
   if (slots == nullptr) return NullArgument(kFn, "slots");
   if (out == nullptr) return NullArgument(kFn, "out");
+  if (sink_window.window < 0) {
+    return BadArgument(kFn, "sink_window.window", sink_window.window, "it must be >= 0 (0: no window)");
+  }
   const int group = n_head / n_head_kv;
   const bool decode = detail::UseDecodeAttention(n_tokens, group);
   const detail::DecodeSplitPlan decode_plan = detail::PlanDecodeSplits(n_tokens, n_head_kv, max_positions);
@@ -471,7 +490,8 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int
   if (decode) {
     const detail::DecodeAttentionArgs args{q,          slots,     out,     part_o, part_m, part_l,
                                            static_cast<unsigned*>(workspace), layer, n_tokens, n_head,
-                                           n_head_kv, group,    plan.split_len, plan.n_splits, scale};
+                                           n_head_kv, group,    plan.split_len, plan.n_splits, scale,
+                                           sink_window.sinks, sink_window.window};
     return detail::LaunchDecodeAttention(args, head_dim, stream);
   }
 
@@ -491,6 +511,8 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int
   p.split_len = plan.split_len;
   p.n_splits = plan.n_splits;
   p.scale = scale;
+  p.sinks = sink_window.sinks;
+  p.window = sink_window.window;
   p.part_o = part_o;
   p.part_m = part_m;
   p.part_l = part_l;

@@ -8,7 +8,9 @@
 // a value row times every head; the eight warps' sums are added in warp order through shared memory.
 // A split holds at least kDecodeGranule positions; when a token's positions span several splits, each
 // writes its (m, l, O) to the workspace and the last of them to finish (a counter per (token, kv head),
-// which it resets) merges them in split order. Splits wholly past a token's position exit at once.
+// which it resets) merges them in split order. Splits wholly past a token's position, or wholly before its
+// sliding window (AttentionSinkWindow), exit at once; the window's first live split starts at the window.
+// A sink joins the denominator where the output is divided (DivideWithSink).
 
 #include <algorithm>
 #include <cmath>
@@ -95,10 +97,15 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int G = a.group;
   const TokenSlot slot = a.slots[token];
-  const int begin = split * a.split_len;
-  const int n_pos = min(a.split_len, slot.pos + 1 - begin);
-  if (n_pos <= 0) return;  // past the token's position: no part to write, not counted
-  const int live_splits = (slot.pos + a.split_len) / a.split_len;
+  // Positions [first, pos] are attended to; the live splits are those that hold some of them.
+  const int first = a.window > 0 ? max(0, slot.pos - a.window + 1) : 0;
+  const int first_split = first / a.split_len;
+  const int split_begin = split * a.split_len;
+  const int begin = max(split_begin, first);
+  const int n_pos = min(split_begin + a.split_len, slot.pos + 1) - begin;
+  // Past the token's position or wholly before its window: no part to write, not counted.
+  if (n_pos <= 0 || split < first_split) return;
+  const int live_splits = (slot.pos + a.split_len) / a.split_len - first_split;
   const int64_t row0 = static_cast<int64_t>(token) * a.n_head + static_cast<int64_t>(kv_head) * G;
 
   for (int i = threadIdx.x; i < G * D / 4; i += kDecodeThreads) {
@@ -203,7 +210,9 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
     for (int w = 0; w < kDecodeWarps; ++w) sum += s_o[(w * G + g) * D + d];
     const int64_t row = row0 + g;
     if (live_splits == 1) {
-      a.out[row * D + d] = sum / s_l[g];  // l >= 1: the max position contributes exp(0)
+      // l >= 1: the max position contributes exp(0).
+      a.out[row * D + d] =
+          a.sinks == nullptr ? sum / s_l[g] : DivideWithSink(sum, s_m[g], s_l[g], a.sinks[row % a.n_head]);
     } else {
       const int64_t part = static_cast<int64_t>(split) * rows + row;
       a.part_o[part * D + d] = sum;
@@ -226,16 +235,18 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
   for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
     const int g = i / D, d = i % D;
     const int64_t row = row0 + g;
+    const int end_split = first_split + live_splits;
     float max_m = -INFINITY;
-    for (int s = 0; s < live_splits; ++s) max_m = fmaxf(max_m, __ldcg(a.part_m + s * rows + row));
+    for (int s = first_split; s < end_split; ++s) max_m = fmaxf(max_m, __ldcg(a.part_m + s * rows + row));
     float sum_l = 0.0f, sum_o = 0.0f;
-    for (int s = 0; s < live_splits; ++s) {
+    for (int s = first_split; s < end_split; ++s) {
       const int64_t part = s * rows + row;
       const float f = expf(__ldcg(a.part_m + part) - max_m);
       sum_l += __ldcg(a.part_l + part) * f;
       sum_o += __ldcg(a.part_o + part * D + d) * f;
     }
-    a.out[row * D + d] = sum_o / sum_l;
+    a.out[row * D + d] =
+        a.sinks == nullptr ? sum_o / sum_l : DivideWithSink(sum_o, max_m, sum_l, a.sinks[row % a.n_head]);
   }
   if (threadIdx.x == 0) *counter = 0;
 }

@@ -43,7 +43,19 @@ struct DecodeAttentionArgs {
   int split_len;
   int n_splits;
   float scale;
+  const float* sinks;  // AttentionSinkWindow
+  int window;
 };
+
+#ifdef __CUDACC__
+// o / l with a sink logit joining the denominator: o e^(m - M) / (l e^(m - M) + e^(sink - M)), M = max(m, sink)
+// (o and l are sums of exp(s - m) terms).
+__device__ __forceinline__ float DivideWithSink(float o, float m, float l, float sink) {
+  const float top = fmaxf(m, sink);
+  const float f = expf(m - top);
+  return o * f / (l * f + expf(sink - top));
+}
+#endif
 
 // Launches the decode kernel (head_dim 32, 64 or 128; arguments already checked).
 absl::Status LaunchDecodeAttention(const DecodeAttentionArgs& args, int head_dim, cudaStream_t stream);

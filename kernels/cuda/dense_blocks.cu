@@ -1,8 +1,8 @@
 // The small dense blocks some architectures add around the base ones: q/k/v biases with OLMoE's q/k norm
-// over the whole projection, and the SwiGLU activation of a dense FFN (a shared expert, with Qwen2-MoE's
-// sigmoid gate, or a dense leading block). They mirror engine/model (ops.cc, CpuDenseBackend) operation by
-// operation: sums in double, the CPU's sigmoid and norm scale, no fused multiply-adds where the CPU rounds a
-// product and a sum apart.
+// over the whole projection, gpt-oss's attention output bias, and the SwiGLU activation of a dense FFN (a
+// shared expert, with Qwen2-MoE's sigmoid gate, or a dense leading block). They mirror engine/model (ops.cc,
+// CpuDenseBackend) operation by operation: sums in double, the CPU's sigmoid and norm scale, no fused
+// multiply-adds where the CPU rounds a product and a sum apart.
 
 #include <cstdint>
 
@@ -74,7 +74,24 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
+// Block t: x[t] += bias.
+__global__ void __launch_bounds__(kBlockThreads) AddRowBiasKernel(float* x, const float* bias, int64_t n) {
+  WaitForPriorKernels();
+  float* row = x + static_cast<int64_t>(blockIdx.x) * n;
+  for (int64_t i = threadIdx.x; i < n; i += kBlockThreads) row[i] = __fadd_rn(row[i], bias[i]);
+}
+
 }  // namespace
+
+absl::Status AddRowBias(float* x, const float* bias, int64_t n, int n_tokens, cudaStream_t stream) {
+  constexpr absl::string_view kFn = "AddRowBias";
+  if (n < 1) return BadArgument(kFn, "n", n, "it must be >= 1");
+  if (n_tokens < 0) return BadArgument(kFn, "n_tokens", n_tokens, "it must be >= 0");
+  if (x == nullptr) return NullArgument(kFn, "x");
+  if (bias == nullptr) return NullArgument(kFn, "bias");
+  if (n_tokens == 0) return absl::OkStatus();
+  return LaunchKernel("AddRowBiasKernel", AddRowBiasKernel, n_tokens, kBlockThreads, 0, stream, x, bias, n);
+}
 
 absl::Status QkvBiasAndNorm(float* q, float* k, float* v, int n_tokens, int64_t q_dim, int64_t kv_dim, const float* bq,
                             const float* bk, const float* bv, const float* q_norm, const float* k_norm, float eps,

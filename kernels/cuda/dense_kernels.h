@@ -153,13 +153,15 @@ struct TokenSlot {
 // - q is written back in place; k (rotated) and v (unchanged) are stored at
 //   keys/values + (layer*capacity + pos)*kv_dim of the token's slot (tokens that share a cache and a
 //   position, such as padding, store in no particular order). k and v are not modified.
+// - rope_magnitude multiplies the float cos and sin before the rotation (YaRN's mscale,
+//   strata::model::YarnMagnitude; 1 for plain RoPE, which leaves them exact), as strata::model::RopeAngles.
 // One launch. INVALID_ARGUMENT: n_tokens outside [0, 65535], n_head < 1, n_head_kv < 1, head_dim odd or
 // outside [2, 256], rope_dim odd or outside [2, head_dim], rope_style not 0 or 1, layer < 0, a null q, k, v,
-// slots or freq.
+// slots or freq, a rope_magnitude that is not finite and positive.
 absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const TokenSlot* slots, int n_tokens,
                              int64_t layer, int n_head, int n_head_kv, int head_dim, int rope_dim,
-                             const float* q_norm, const float* k_norm, float eps, const double* freq, int rope_style,
-                             cudaStream_t stream);
+                             const float* q_norm, const float* k_norm, float eps, const double* freq,
+                             float rope_magnitude, int rope_style, cudaStream_t stream);
 
 // What some architectures do to the q, k and v projections before QkNormRopeStore, in place, for each token
 // t (q[t*q_dim ...], k and v [t*kv_dim ...]), in the CPU's order (Model::Forward):
@@ -171,6 +173,11 @@ absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const Tok
 absl::Status QkvBiasAndNorm(float* q, float* k, float* v, int n_tokens, int64_t q_dim, int64_t kv_dim, const float* bq,
                             const float* bk, const float* bv, const float* q_norm, const float* k_norm, float eps,
                             cudaStream_t stream);
+
+// x[t*n + i] += bias[i] for t < n_tokens, i < n (a float sum, as strata::model::AddBias): gpt-oss's attention
+// output bias, after the output projection has been added to x. One launch (a block per token).
+// INVALID_ARGUMENT: n < 1, n_tokens < 0, a null pointer.
+absl::Status AddRowBias(float* x, const float* bias, int64_t n, int n_tokens, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // The dense SwiGLU FFN's activation (a shared expert, a dense leading block; the products are DenseMatmul's).
@@ -191,12 +198,24 @@ absl::Status SwiGlu(const float* gate, const float* up, int64_t ff, int n_tokens
 // (cudaMemsetAsync the whole workspace once); every call leaves them zero again.
 size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int n_head_kv, int head_dim, int max_positions);
 
+// gpt-oss's attention options (an argument of Attention); the default is plain causal attention over every
+// earlier position.
+struct AttentionSinkWindow {
+  // n_head floats (device), null for none: head h's sink is one more logit in each of its softmaxes,
+  // unscaled and with no value, so it joins the denominator only (ggml_soft_max_ext's sinks).
+  const float* sinks = nullptr;
+  // > 0: a query at position p attends to positions (p - window, p] only (a sliding-window layer); 0: all.
+  int window = 0;
+};
+
 // For each token t and head h (kv head h / (n_head / n_head_kv)), with D = head_dim:
 //   out[(t*n_head + h)*D + d] = sum_p softmax_p(scale * q_t,h . key(p)) * value(p)[d]
 // over p in [0, pos_t] of token t's cache at `layer` (key(p) = keys + (layer*capacity + p)*kv_dim +
-// kv_head*D). q: [t][n_head][D] f32, 16-byte aligned. The keys and values of every position in [0, pos_t]
-// must have been stored (those of this batch by QkNormRopeStore). Nothing in a cache after the largest
-// position the batch has in it is read, nor any other layer.
+// kv_head*D), or over (pos_t - sink_window.window, pos_t] only, with sink_window.sinks[h] added to the
+// softmax's denominator as exp(sink - max) (AttentionSinkWindow). q: [t][n_head][D] f32, 16-byte aligned.
+// The keys and values of every position attended to must have been stored (those of this batch by
+// QkNormRopeStore). Nothing in a cache after the largest position the batch has in it is read, nor any other
+// layer; a window's decode splits wholly before it read nothing.
 // max_positions >= every pos_t + 1 sizes the grid: long contexts are split over positions and the splits
 // merged through `workspace` (AttentionWorkspaceBytes(n_tokens, n_head, n_head_kv, head_dim,
 // max_positions) bytes, or those of any larger sizes, are enough).
@@ -210,10 +229,10 @@ size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int n_head_kv, int head
 // host-side setting). The workspace must not be shared by two calls that may run at the same time.
 // INVALID_ARGUMENT: n_tokens outside [0, 65535], n_head_kv < 1, n_head not a multiple of n_head_kv,
 // n_head / n_head_kv > 64, head_dim not 32, 64 or 128, max_positions < 1, layer < 0, a short workspace,
-// q or workspace not 16-byte aligned, a null pointer.
+// q or workspace not 16-byte aligned, a null pointer, a negative sink_window.window.
 absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int64_t layer, int n_head, int n_head_kv,
-                       int head_dim, float scale, int max_positions, float* out, void* workspace,
-                       size_t workspace_bytes, cudaStream_t stream);
+                       int head_dim, float scale, const AttentionSinkWindow& sink_window, int max_positions,
+                       float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // Embedding and router.
@@ -243,12 +262,20 @@ struct RouterGate {
   const float* choice_bias = nullptr;  // n_expert floats added to the probs for the choice only (exp_probs_b)
   bool renorm = true;               // the weights are divided by the sum of the k chosen probs
   float scale = 1.0f;               // the weights are multiplied by it (the routed scaling factor)
-  bool plain() const { return !sigmoid && choice_bias == nullptr && renorm && scale == 1.0f; }
+  const float* logit_bias = nullptr;  // n_expert floats added to the logits before anything else (gpt-oss)
+  // gpt-oss (llama.cpp's SOFTMAX_WEIGHT): the k largest logits are chosen, and the weights are a softmax over
+  // those k alone (float exp, sum in double, times a float 1 / sum, as strata::model::Softmax), times the
+  // scale in float. sigmoid, choice_bias and renorm are then ignored.
+  bool softmax_top_k = false;
+  bool plain() const {
+    return !sigmoid && choice_bias == nullptr && renorm && scale == 1.0f && logit_bias == nullptr && !softmax_top_k;
+  }
 };
 
 // For each token t (x[t*n ...], f32), with h_t = x_t, or with a norm h_t = RmsNorm(x_t) * norm.weight
 // (as RmsNorm computes it; stored to norm.out):
-//   logits = W h_t (W: F32, n_expert x n, row-major), probs = softmax(logits) (or gate.sigmoid's),
+//   logits = W h_t (+ gate.logit_bias) (W: F32, n_expert x n, row-major), probs = softmax(logits) (or
+//                  gate.sigmoid's; gate.softmax_top_k: the logits themselves for the choice, see RouterGate),
 //   ids[t*k ...] = the k largest probs (plus gate.choice_bias when given, a float sum) in descending order
 //                  (ties to the lower expert id),
 //   weights[t*k + j] = float(probs[ids[j]] / sum * gate.scale), sum = sum_j probs[ids[j]] in double

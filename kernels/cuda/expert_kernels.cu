@@ -5,9 +5,10 @@
 //     `list`, the pairs of an expert at consecutive positions, "slots") and cuts each expert's run into work items of up to
 //     tile_max slots; the other blocks quantize x (integer schemes).
 //  2. GateUpKernel (expert_weight_kernels.cu), grid (work item, 32-row strip of ff): gate and up rows of the
-//     strip for every token of the item, then h = silu(g) * u for the strip, which is one 32-block of h,
-//     quantized in the same kernel (f16 keeps it in f32), stored per slot.
-//  3. DownKernel, grid (work item, group of 16-row tiles of n_embd): down rows into parts.
+//     strip for every token of the item, then h = silu(g) * u for the strip (or gpt-oss's biased, clamped
+//     form: ExpertFfnExtras), which is one 32-block of h, quantized in the same kernel (f16 keeps it in
+//     f32), stored per slot.
+//  3. DownKernel, grid (work item, group of 16-row tiles of n_embd): down rows (plus a bias) into parts.
 // The grids come from n_tokens, k and n_expert alone (the bound on work items); blocks past the item count
 // the prepare kernel wrote exit at once.
 
@@ -270,9 +271,16 @@ size_t ExpertFfnWorkspaceBytes(const ExpertLayout& layout, int max_tokens, int k
 }
 
 absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, int n_expert, const int32_t* ids,
-                       int n_tokens, int k, const float* x, float* parts, void* workspace, size_t workspace_bytes,
-                       cudaStream_t stream) {
+                       int n_tokens, int k, const float* x, float* parts, const ExpertFfnExtras& extras,
+                       void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (absl::Status s = CheckFfnSizes(layout, n_expert, n_tokens, k); !s.ok()) return s;
+  for (const auto& [name, table] : {std::pair<const char*, const float*>{"extras.gate_bias", extras.gate_bias},
+                                    {"extras.up_bias", extras.up_bias},
+                                    {"extras.down_bias", extras.down_bias}}) {
+    if (!Aligned(table, alignof(float))) {
+      return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: ", name, " must be aligned to 4 bytes"));
+    }
+  }
   if (n_tokens == 0) return absl::OkStatus();
   const struct {
     const char* name;
@@ -336,6 +344,9 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   a.hf = quantized ? nullptr : reinterpret_cast<float*>(ws + plan.hf);
   a.parts = parts;
   a.down_tiles_per_warp = 1;  // LaunchWeightKernels picks it
+  a.ids = ids;
+  a.extras = extras;
+  a.has_extras = !extras.plain();
   return expert_internal::LaunchWeightKernels(layout.scheme, a, tile, max_items, stream);
 }
 

@@ -35,6 +35,21 @@
 
 namespace strata::kernels::cuda {
 
+// What a model adds to the plain SwiGLU experts (gpt-oss), as kernels/cpu's ExpertWork computes it with an
+// ExpertJob's biases and ExpertActivation::kClampedSwiGlu:
+//   h = act(gate . x + gate_bias[e], up . x + up_bias[e]),  out = down . h + down_bias[e]
+// with act silu(g) * u, or the clamped SwiGLU g' / (1 + exp(-1.702 g')) * (u' + 1), g' = min(g, 7),
+// u' = clamp(u, -7, 7). The bias tables are device memory, expert e's row at e * expert_ff (gate, up) or
+// e * n_embd (down), for the n_expert experts of the call's ids (one MoE layer); a null table: no bias.
+// The default (no biases, plain SwiGLU) runs exactly the kernels' plain path.
+struct ExpertFfnExtras {
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
+  bool clamped_swiglu = false;
+  bool plain() const { return gate_bias == nullptr && up_bias == nullptr && down_bias == nullptr && !clamped_swiglu; }
+};
+
 // Bytes of workspace ExpertFfn needs for up to max_tokens tokens of k experts each, n_expert experts
 // (it also suffices for any smaller n_tokens). 0 for arguments ExpertFfn would refuse.
 size_t ExpertFfnWorkspaceBytes(const ExpertLayout& layout, int max_tokens, int k, int n_expert);
@@ -51,7 +66,8 @@ size_t ExpertFfnWorkspaceBytes(const ExpertLayout& layout, int max_tokens, int k
 //  - parts: device, n_tokens x k x n_embd f32: parts[t][j] = expert ids[t][j]'s output for token t (no
 //    router weight applied). Overwritten for every valid pair, untouched otherwise;
 //  - workspace: device, at least ExpertFfnWorkspaceBytes(layout, n_tokens, k, n_expert) bytes, owned by
-//    the caller and not used by anything else until the enqueued work completes.
+//    the caller and not used by anything else until the enqueued work completes;
+//  - extras: biases and the clamped activation (ExpertFfnExtras), looked up by the pair's expert id.
 // Tokens are grouped by expert on the device, in work items of up to 8 tokens (2 when the call has fewer
 // than 4 pairs per expert on average) that share each weight load; the items of one expert run side by
 // side, so an expert's weights come from HBM once a call and from L2 for its further items. The grids are
@@ -59,10 +75,11 @@ size_t ExpertFfnWorkspaceBytes(const ExpertLayout& layout, int max_tokens, int k
 // is the same bits whatever else is in the call.
 // INVALID_ARGUMENT for n_tokens < 0, n_expert outside [1, 8192], k outside [1, n_expert], n_tokens * k > 2^24,
 // n_tokens * n_embd or n_tokens * k * expert_ff >= 2^31, a layout whose dimensions or role sizes do not
-// follow kernels/format, a null or misaligned pointer, or a workspace smaller than needed.
+// follow kernels/format, a null or misaligned pointer (a bias table not 4-byte aligned), or a workspace
+// smaller than needed.
 absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, int n_expert, const int32_t* ids,
-                       int n_tokens, int k, const float* x, float* parts, void* workspace, size_t workspace_bytes,
-                       cudaStream_t stream);
+                       int n_tokens, int k, const float* x, float* parts, const ExpertFfnExtras& extras,
+                       void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // Quantizes n_tokens activations of n elements (n a positive multiple of 32) exactly as kernels/cpu's
 // QuantizeActivation: q[t*n + i], scale[t*(n/32) + b], sum[t*(n/32) + b]. The codes, scales and sums are

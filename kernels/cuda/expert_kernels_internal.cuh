@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/expert_kernels.h"
 #include "kernels/format/scheme.h"
 
 namespace strata::kernels::cuda::expert_internal {
@@ -57,6 +58,11 @@ struct FfnArgs {
   float* hf;     // f16: h in f32, per slot
   float* parts;
   int down_tiles_per_warp;  // 1 .. kMaxDownTilesPerWarp (1 for wide tiles)
+  // gpt-oss's biases and activation, read in the kernels' epilogues only (outside the dot-product loops):
+  // a work item's expert is ids[list[start]].
+  const int32_t* ids;
+  ExpertFfnExtras extras;
+  bool has_extras;  // !extras.plain()
 };
 
 struct BlockCode {

@@ -336,6 +336,32 @@ __device__ __forceinline__ void WithTile(int count, Body&& body) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Epilogues
+
+// silu(g) * u, as the CPU computes it.
+__device__ __forceinline__ float SwiGlu(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+// kernels::ExpertGlu(kClampedSwiGlu, g, u) (llama.cpp's swiglu_oai, alpha 1.702, limit 7): std::min and
+// std::clamp written out, so that a NaN passes through as on the CPU.
+__device__ __forceinline__ float ClampedSwiGlu(float gate, float up) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  const float g = kLimit < gate ? kLimit : gate;
+  const float u = up < -kLimit ? -kLimit : (kLimit < up ? kLimit : up);
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(__fmul_rn(-kAlpha, g)))), __fadd_rn(u, 1.0f));
+}
+
+// h of row r of ff for a work item of `expert`, with the extras (ExpertWork::GateUpRows: g + bias, u + bias,
+// then the activation).
+__device__ __forceinline__ float ExtrasGlu(const FfnArgs& a, int expert, int64_t r, float g, float u) {
+  const int64_t at = static_cast<int64_t>(expert) * a.ff + r;
+  if (a.extras.gate_bias != nullptr) g = __fadd_rn(g, __ldg(a.extras.gate_bias + at));
+  if (a.extras.up_bias != nullptr) u = __fadd_rn(u, __ldg(a.extras.up_bias + at));
+  return a.extras.clamped_swiglu ? ClampedSwiGlu(g, u) : SwiGlu(g, u);
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Kernels. Grid x: work items (the prepare kernel's bound; items past *n_items exit at once).
 
 // Grid y: 32-row strips of ff. Warps 0-1 compute the strip's two tiles of gate, warps 2-3 those of up; then
@@ -364,9 +390,11 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUp
                   [&](int, int row, int t, float v) { gate_up[role][16 * (warp & 1) + row][t] = v; });
   });
   __syncthreads();
+  // gpt-oss's extras: a branch on a kernel argument, outside the products.
+  const int expert = a.has_extras ? __ldg(a.ids + __ldg(a.list + item.start)) : 0;
   for (int t = warp; t < item.count; t += kFfnWarps) {  // a warp per token, lane = row of the strip
     const float g = gate_up[0][lane][t], u = gate_up[1][lane][t];
-    const float h = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);  // silu(g) * u, as the CPU
+    const float h = a.has_extras ? ExtrasGlu(a, expert, 32 * strip + lane, g, u) : SwiGlu(g, u);
     const int64_t slot = item.start + t;
     const int64_t at = slot * a.ff + 32 * strip + lane;
     if constexpr (S == Scheme::kF16) {
@@ -399,6 +427,11 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKe
   const int n_tiles = static_cast<int>(min(static_cast<int64_t>(a.down_tiles_per_warp), tiles - first_tile));
   const uint8_t* weights = item.blob + a.role_offset[kDown];
   const ActBase h{a.hq, a.hscale, a.hsum, a.hf};
+  // gpt-oss's down bias (the item's expert's row), or null.
+  const float* down_bias = nullptr;
+  if (a.extras.down_bias != nullptr) {
+    down_bias = a.extras.down_bias + static_cast<int64_t>(__ldg(a.ids + __ldg(a.list + item.start))) * a.n_embd;
+  }
   WithTile<kTileMax>(item.count, [&](auto tile_size) {
     constexpr int T = decltype(tile_size)::value;
     int first_block[T];
@@ -408,7 +441,8 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKe
                   [&](int tile, int row, int t, float v) {
                     if (t < item.count) {
                       const int64_t pair = a.list[item.start + t];
-                      a.parts[pair * a.n_embd + kRowTile * (first_tile + tile) + row] = v;
+                      const int64_t r = kRowTile * (first_tile + tile) + row;
+                      a.parts[pair * a.n_embd + r] = down_bias != nullptr ? __fadd_rn(v, __ldg(down_bias + r)) : v;
                     }
                   });
   });

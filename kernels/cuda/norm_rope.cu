@@ -6,6 +6,7 @@
 // rounds separately. Results then match the CPU to the last bit except where a double sum in a different
 // order rounds differently.
 
+#include <cmath>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -106,7 +107,7 @@ constexpr int kMaxPairsPerLane = kMaxHeadDim / 2 / 32;
 __global__ void __launch_bounds__(32 * kRopeWarps)
     QkNormRopeStoreKernel(float* q, const float* k, const float* v, const TokenSlot* slots, int64_t layer, int n_head,
                           int n_head_kv, int head_dim, int rope_dim, const float* q_norm, const float* k_norm,
-                          float eps, const double* freq, int neox) {
+                          float eps, const double* freq, int neox, float magnitude) {
   WaitForPriorKernels();
   const int64_t t = blockIdx.y;
   const int head = blockIdx.x * kRopeWarps + threadIdx.x / 32;
@@ -171,7 +172,9 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
     }
     double sin_d, cos_d;
     sincos(static_cast<double>(slot.pos) * freq[i], &sin_d, &cos_d);
-    const float c = static_cast<float>(cos_d), s = static_cast<float>(sin_d);
+    // As RopeAngles: the float cos and sin times the magnitude (1 leaves them exact).
+    const float c = __fmul_rn(static_cast<float>(cos_d), magnitude);
+    const float s = __fmul_rn(static_cast<float>(sin_d), magnitude);
     dst[ia[m]] = __fsub_rn(__fmul_rn(a[m], c), __fmul_rn(b[m], s));
     dst[ib[m]] = __fadd_rn(__fmul_rn(a[m], s), __fmul_rn(b[m], c));
   }
@@ -220,8 +223,8 @@ absl::Status CombineAndNorm(const float* parts, const float* weights, int n_toke
 
 absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const TokenSlot* slots, int n_tokens,
                              int64_t layer, int n_head, int n_head_kv, int head_dim, int rope_dim,
-                             const float* q_norm, const float* k_norm, float eps, const double* freq, int rope_style,
-                             cudaStream_t stream) {
+                             const float* q_norm, const float* k_norm, float eps, const double* freq,
+                             float rope_magnitude, int rope_style, cudaStream_t stream) {
   constexpr absl::string_view kFn = "QkNormRopeStore";
   if (n_tokens < 0 || n_tokens > 65535) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
   if (n_head < 1) return BadArgument(kFn, "n_head", n_head, "it must be >= 1");
@@ -239,10 +242,15 @@ absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const Tok
   if (v == nullptr) return NullArgument(kFn, "v");
   if (slots == nullptr) return NullArgument(kFn, "slots");
   if (freq == nullptr) return NullArgument(kFn, "freq");
+  if (!(rope_magnitude > 0.0f) || !std::isfinite(rope_magnitude)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("QkNormRopeStore: rope_magnitude is ", rope_magnitude, ", not a finite positive number"));
+  }
   if (n_tokens == 0) return absl::OkStatus();
   const dim3 grid((n_head + n_head_kv + kRopeWarps - 1) / kRopeWarps, n_tokens);
   return LaunchKernel("QkNormRopeStoreKernel", QkNormRopeStoreKernel, grid, 32 * kRopeWarps, 0, stream, q, k, v, slots,
-                      layer, n_head, n_head_kv, head_dim, rope_dim, q_norm, k_norm, eps, freq, rope_style);
+                      layer, n_head, n_head_kv, head_dim, rope_dim, q_norm, k_norm, eps, freq, rope_style,
+                      rope_magnitude);
 }
 
 }  // namespace strata::kernels::cuda

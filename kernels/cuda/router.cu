@@ -1,6 +1,6 @@
 // The MoE router in one launch: logits, softmax, top-k and the renormalised weights (or another RouterGate:
 // sigmoid scores, a choice bias, no renormalisation, a scale, in a second instantiation of the kernel so that
-// the default's path is unchanged).
+// the default's path is unchanged; gpt-oss's logit bias and softmax over the chosen k in a third).
 //
 // Grid (expert blocks, token blocks). Block (e, t) computes the logits of experts [2e, 2e + 2) for tokens
 // [8t, 8t + 8): four warps per expert, each taking every fourth run of 32 float4s of the row, their sums
@@ -140,9 +140,13 @@ __device__ __forceinline__ unsigned OrderedKey(float f) {
   return max(1u, (bits & 0x80000000u) ? ~bits : bits | 0x80000000u);
 }
 
-// WarpTopK for the other gatings (RouterGate): probs by softmax or sigmoid, the choice on probs plus an
-// optional bias (any sign, hence OrderedKey), and the weights from the chosen experts' probs, renormalised
-// or not, times the scale, as strata::model's CPU router computes them.
+// WarpTopK for the other gatings (RouterGate): logits plus an optional bias; probs by softmax or sigmoid,
+// the choice on probs plus an optional bias (any sign, hence OrderedKey), and the weights from the chosen
+// experts' probs, renormalised or not, times the scale; or (softmax_top_k) the choice on the logits and a
+// softmax over the chosen ones; as strata::model's CPU router computes them.
+// kLogitGating: gpt-oss's logit bias and softmax over the chosen k are read (a third instantiation, so that
+// the other gatings' code is what it was without them).
+template <bool kLogitGating>
 __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const RouterGate& gate, int32_t* ids,
                               float* weights) {
   const int lane = threadIdx.x % 32;
@@ -152,9 +156,14 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
   for (int i = 0; i < kExpertsPerLane; ++i) {
     const int e = lane + 32 * i;
     v[i] = e < n_expert ? __ldcg(logits + e) : -INFINITY;  // from L2: written by other blocks
+    if (kLogitGating && gate.logit_bias != nullptr && e < n_expert) {
+      v[i] = __fadd_rn(v[i], __ldg(gate.logit_bias + e));
+    }
     local_max = fmaxf(local_max, v[i]);
   }
-  if (gate.sigmoid) {
+  if (kLogitGating && gate.softmax_top_k) {
+    // The choice is on the logits themselves.
+  } else if (gate.sigmoid) {
 #pragma unroll
     for (int i = 0; i < kExpertsPerLane; ++i) v[i] = 1.0f / (1.0f + expf(-v[i]));
   } else {
@@ -177,8 +186,9 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
 #pragma unroll
   for (int i = 0; i < kExpertsPerLane; ++i) {
     const int e = lane + 32 * i;
-    const float choice =
-        gate.choice_bias != nullptr && e < n_expert ? __fadd_rn(v[i], __ldg(gate.choice_bias + e)) : v[i];
+    const float choice = gate.choice_bias != nullptr && !(kLogitGating && gate.softmax_top_k) && e < n_expert
+                             ? __fadd_rn(v[i], __ldg(gate.choice_bias + e))
+                             : v[i];
     key[i] = e >= n_expert ? 0u : OrderedKey(choice);
     if (key[i] > best) {  // entries rise in id: equal keys keep the lower id
       best = key[i];
@@ -215,6 +225,19 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
       }
     }
   }
+  if (kLogitGating && gate.softmax_top_k) {
+    // strata::model::Softmax over the k chosen logits, in choice order: the first is their maximum.
+    const float top = __shfl_sync(kFullMask, my_p, 0);
+    const float e = lane < k ? expf(my_p - top) : 0.0f;
+    double sum = 0;
+    for (int j = 0; j < k; ++j) sum += __shfl_sync(kFullMask, e, j);
+    const float inv = static_cast<float>(1.0 / sum);
+    if (lane < k) {
+      ids[lane] = my_id;
+      weights[lane] = __fmul_rn(__fmul_rn(e, inv), gate.scale);
+    }
+    return;
+  }
   double total = 1.0;
   if (gate.renorm) {
     total = 0;
@@ -228,8 +251,9 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
 
 // A prompt step's instantiation keeps to 64 registers (4 blocks an SM; its top-k arrays spill a little, in
 // the one last block of each token block), so its many expert blocks fit at once; the decode one has 128.
-// kPlain: the default RouterGate (softmax, renormalised, unscaled); else WarpTopKGated reads `gate`.
-template <int kWeightRun, bool kPlain>
+// kGating: 0 the default RouterGate (softmax, renormalised, unscaled); 1 the other gatings, read from `gate`
+// by WarpTopKGated; 2 those with gpt-oss's logit bias or softmax over the chosen k.
+template <int kWeightRun, int kGating>
 __global__ void __launch_bounds__(kRouterThreads, kWeightRun == 1 ? 4 : 2)
     RouterKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, RouterGate gate,
                  int n_tokens, int k, int32_t* ids, float* weights, unsigned* counters, float* logits) {
@@ -366,10 +390,10 @@ __global__ void __launch_bounds__(kRouterThreads, kWeightRun == 1 ? 4 : 2)
   __threadfence();  // see the other blocks' logits
   if (warp < block_tokens) {
     const int64_t t = token0 + warp;
-    if constexpr (kPlain) {
+    if constexpr (kGating == 0) {
       WarpTopK(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
     } else {
-      WarpTopKGated(logits + t * n_expert, n_expert, k, gate, ids + t * k, weights + t * k);
+      WarpTopKGated<kGating == 2>(logits + t * n_expert, n_expert, k, gate, ids + t * k, weights + t * k);
     }
   }
   if (threadIdx.x == 0) counters[blockIdx.y] = 0;  // every block of this token block has counted
@@ -419,9 +443,14 @@ absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x,
   unsigned* counters = static_cast<unsigned*>(workspace);
   float* logits = reinterpret_cast<float*>(static_cast<char*>(workspace) + CounterBytes(n_tokens));
   const dim3 grid((n_expert + kExpertsPerBlock - 1) / kExpertsPerBlock, TokenBlocks(n_tokens));
-  const bool decode = n_tokens <= kRouterTokens, plain = gate.plain();
-  const auto kernel = decode ? (plain ? RouterKernel<kDecodeWeightRun, true> : RouterKernel<kDecodeWeightRun, false>)
-                             : (plain ? RouterKernel<1, true> : RouterKernel<1, false>);
+  const bool decode = n_tokens <= kRouterTokens;
+  const int gating = gate.plain() ? 0 : (gate.logit_bias != nullptr || gate.softmax_top_k ? 2 : 1);
+  const auto kernel = decode ? (gating == 0   ? RouterKernel<kDecodeWeightRun, 0>
+                                : gating == 1 ? RouterKernel<kDecodeWeightRun, 1>
+                                              : RouterKernel<kDecodeWeightRun, 2>)
+                             : (gating == 0   ? RouterKernel<1, 0>
+                                : gating == 1 ? RouterKernel<1, 1>
+                                              : RouterKernel<1, 2>);
   return LaunchKernel("RouterKernel", kernel, grid, kRouterThreads, 0, stream, w, n_expert, n, x, norm, gate, n_tokens,
                       k, ids, weights, counters, logits);
 }

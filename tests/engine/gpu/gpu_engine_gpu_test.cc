@@ -2,11 +2,13 @@
 // or 5e-3 (integer schemes: the int8 dot products are exact, only float accumulation order differs), and
 // the same greedy tokens except where the CPU's own top-2 margin is below 1e-3 (random models have
 // near-ties; they are counted). Tiny and small packs of every architecture the CUDA backend runs (qwen3moe
-// and mixtral on the base blocks; qwen2moe, olmoe and glm4moe on their own blocks: q/k/v biases, the whole
-// q/k norm, routers without renormalisation or with sigmoid scores, the score bias and a routed scale, shared
-// experts gated and not, partial RoPE, a dense first block), every scheme, one sequence and 16 at once, all
-// experts in VRAM and through the offload tier. Plus the errors: a pack too large for --vram-gib, --device
-// cuda without a device, and a request cancelled in the middle of a decode.
+// and mixtral on the base blocks; qwen2moe, olmoe, glm4moe and gpt-oss on their own blocks: q/k/v biases, the
+// whole q/k norm, routers without renormalisation or with sigmoid scores, the score bias and a routed scale,
+// shared experts gated and not, partial RoPE, a dense first block; attention sinks, sliding-window blocks
+// (synth's window of 8, which the tests' sequences pass), the attention output bias, YaRN RoPE, the router's
+// logit bias and softmax over the top k, expert biases and the clamped SwiGLU), every scheme, one sequence
+// and 16 at once, all experts in VRAM and through the offload tier. Plus the errors: a pack too large for
+// --vram-gib, --device cuda without a device, and a request cancelled in the middle of a decode.
 
 #include <algorithm>
 #include <cmath>
@@ -31,7 +33,13 @@ namespace {
 using ::strata::testing::ScratchDir;
 
 // The architectures the CUDA backend runs.
-constexpr const char* kArchitectures[] = {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "glm4moe"};
+constexpr const char* kArchitectures[] = {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "glm4moe", "gpt-oss"};
+
+// An architecture's name as a part of a test name (letters, digits and underscores only: gpt-oss is gpt_oss).
+std::string TestNamePart(std::string arch) {
+  std::replace(arch.begin(), arch.end(), '-', '_');
+  return arch;
+}
 
 // Expert blobs of a preset's pack: one per expert of each MoE block (glm4moe's first block is dense).
 int64_t ExpertBlobs(const std::string& arch, const std::string& preset) {
@@ -301,7 +309,7 @@ std::vector<Case> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(Packs, GpuEngineTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return info.param.arch + "_" + info.param.preset + "_" +
+                           return TestNamePart(info.param.arch) + "_" + info.param.preset + "_" +
                                   std::string(kernels::SchemeName(info.param.scheme));
                          });
 
@@ -316,6 +324,8 @@ TEST(GpuEngineBlocksTest, EachArchitectureRunsOnCudaWithItsBlocks) {
       {"olmoe", {Block::kWholeQkNorm, Block::kRouterWithoutRenorm}},
       {"glm4moe", {Block::kQkvBias, Block::kSharedExpert, Block::kPartialRope, Block::kSigmoidRouter,
                    Block::kRoutedScale, Block::kDenseLeadingBlocks}},
+      {"gpt-oss", {Block::kQkvBias, Block::kSinkWindowAttention, Block::kYarnRope, Block::kSoftmaxTopKRouter,
+                   Block::kBiasedClampedExperts}},
   };
   for (const auto& [arch, blocks] : expected) {
     for (const char* preset : {"tiny", "small"}) {
@@ -458,7 +468,8 @@ std::vector<OffloadCase> OffloadCases() {
 
 INSTANTIATE_TEST_SUITE_P(Packs, GpuOffloadTest, ::testing::ValuesIn(OffloadCases()),
                          [](const ::testing::TestParamInfo<OffloadCase>& info) {
-                           return info.param.arch + "_" + std::string(kernels::SchemeName(info.param.scheme));
+                           return TestNamePart(info.param.arch) + "_" +
+                                  std::string(kernels::SchemeName(info.param.scheme));
                          });
 
 TEST(GpuOffloadSmallTest, HalfTheExpertsInVramAgreesWithTheCpuOnTheSmallPacks) {

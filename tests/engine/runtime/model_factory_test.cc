@@ -139,8 +139,8 @@ TEST(ModelFactoryTest, CudaRunsWhereADeviceIsVisibleAndIsRefusedElsewhere) {
   }
 }
 
-// The CUDA backend has the base blocks and those of qwen2moe, olmoe and glm4moe: the factory's check passes
-// those and names the first block another architecture needs. It is the check LoadModel runs before building
+// The CUDA backend has the base blocks and those of qwen2moe, olmoe, glm4moe and gpt-oss: the factory's check
+// passes those and names the first block another architecture needs. It is the check LoadModel runs before building
 // the CUDA backend, so it is tested here without a GPU.
 TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNamingTheBlock) {
   for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "gpt-oss", "deepseek2", "qwen3moe"}) {
@@ -151,13 +151,13 @@ TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNa
     ASSERT_TRUE(model.ok()) << model.status();
     EXPECT_TRUE(CheckDeviceBlocks((*model)->config(), "cpu").ok()) << arch;
     const absl::Status cuda = CheckDeviceBlocks((*model)->config(), "cuda");
-    const bool runs_on_cuda = arch != "gpt-oss" && arch != "deepseek2";
+    const bool runs_on_cuda = arch != "deepseek2";
     if (runs_on_cuda) {
       EXPECT_TRUE(cuda.ok()) << arch << ": " << cuda;
     } else {
-      // The first block in Block's order that the backend lacks: gpt-oss's attention, DeepSeek's YaRN.
-      const std::string block = arch == "gpt-oss" ? "attention with sinks and sliding-window blocks"
-                                                  : std::string(model::BlockName(model::Block::kYarnRope));
+      // The first block in Block's order that the backend lacks: DeepSeek's grouped expert choice (its YaRN
+      // runs on CUDA).
+      const std::string block = std::string(model::BlockName(model::Block::kGroupedRouter));
       EXPECT_THAT(cuda, StatusIsWith(absl::StatusCode::kUnimplemented,
                                      absl::StrCat("architecture '", arch, "' needs the ", block,
                                                   " block, which the CUDA backend does not implement")));

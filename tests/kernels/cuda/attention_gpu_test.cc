@@ -1,6 +1,9 @@
-// The attention-side kernels against the CPU: q/k norm + RoPE + KV store, and attention (decode, causal
-// prefill, mixed batches) against an attention written here in double. Same poison and guard checks as
+// The attention-side kernels against the CPU: q/k norm + RoPE + KV store (YaRN's too), and attention (decode,
+// causal prefill, mixed batches; gpt-oss's sinks and sliding window) against an attention written here in
+// double. Same poison and guard checks as
 // dense_kernels_gpu_test.cc.
+
+#include <climits>
 
 #include "tests/kernels/cuda/dense_test_support.h"
 
@@ -29,9 +32,9 @@ struct Cache {
         d_values(keys.size()) {}
   float* key(int64_t layer, int64_t pos) { return &keys[(layer * capacity + pos) * kv_dim]; }
   float* value(int64_t layer, int64_t pos) { return &values[(layer * capacity + pos) * kv_dim]; }
-  // Random keys and values at positions [0, n) of `layer`.
-  void Fill(int64_t layer, int64_t n, Random& rng) {
-    for (int64_t p = 0; p < n; ++p) {
+  // Random keys and values at positions [begin, n) of `layer`.
+  void Fill(int64_t layer, int64_t n, Random& rng, int64_t begin = 0) {
+    for (int64_t p = begin; p < n; ++p) {
       for (int64_t i = 0; i < kv_dim; ++i) {
         key(layer, p)[i] = rng.Uniform(-1.0f, 1.0f);
         value(layer, p)[i] = rng.Uniform(-1.0f, 1.0f);
@@ -67,9 +70,10 @@ DeviceArray<TokenSlot> UploadSlots(const std::vector<std::unique_ptr<Cache>>& ca
 // Per-head RmsNorm (if a norm is given) and RoPE of the first rope_dim values of n_heads heads at `pos`, as
 // Model::Forward does them.
 void ReferenceNormRope(float* heads, int n_heads, int head_dim, int rope_dim, const std::vector<float>& norm,
-                       float eps, const std::vector<double>& freq, int pos, model::RopeStyle style) {
+                       float eps, const std::vector<double>& freq, int pos, model::RopeStyle style,
+                       float magnitude = 1.0f) {
   std::vector<float> cos(rope_dim / 2), sin(rope_dim / 2);
-  model::RopeAngles(freq, pos, cos.data(), sin.data());
+  model::RopeAngles(freq, pos, cos.data(), sin.data(), magnitude);
   for (int h = 0; h < n_heads; ++h) {
     float* head = heads + static_cast<int64_t>(h) * head_dim;
     if (!norm.empty()) model::RmsNorm(head, norm.data(), head_dim, eps, head);
@@ -77,10 +81,16 @@ void ReferenceNormRope(float* heads, int n_heads, int head_dim, int rope_dim, co
   }
 }
 
-// Attention of every (token, head) of the batch over the host caches, in double.
+// The first position a token at `pos` attends to with a sliding window of `window` (0: none).
+int FirstPosition(int pos, int window) { return window > 0 ? std::max(0, pos - window + 1) : 0; }
+
+// Attention of every (token, head) of the batch over the host caches, in double; with `sinks` (n_head
+// logits), each head's sink joins its softmax's denominator, and with a `window` each token attends to its
+// last `window` positions only (CpuDenseBackend::AttendAll's definition).
 std::vector<float> ReferenceAttention(const std::vector<float>& q, const std::vector<BatchToken>& batch,
                                       const std::vector<std::unique_ptr<Cache>>& caches, int64_t layer,
-                                      const HeadShape& shape, float scale) {
+                                      const HeadShape& shape, float scale, const std::vector<float>& sinks = {},
+                                      int window = 0) {
   const int d_head = shape.head_dim, group = shape.n_head / shape.n_head_kv;
   std::vector<float> out(batch.size() * shape.q_dim());
   ParallelFor(static_cast<int64_t>(batch.size()) * shape.n_head, [&](int64_t i0, int64_t i1) {
@@ -90,20 +100,21 @@ std::vector<float> ReferenceAttention(const std::vector<float>& q, const std::ve
       Cache& cache = *caches[batch[t].seq];
       const float* qh = &q[(t * shape.n_head + h) * d_head];
       const int64_t kv_off = (h / group) * d_head;
-      const int pos = batch[t].pos;
+      const int pos = batch[t].pos, first = FirstPosition(pos, window);
       scores.assign(pos + 1, 0.0);
-      double max = -INFINITY;
-      for (int p = 0; p <= pos; ++p) {
+      const double sink = sinks.empty() ? -INFINITY : sinks[h];
+      double max = sink;
+      for (int p = first; p <= pos; ++p) {
         const float* key = cache.key(layer, p) + kv_off;
         double s = 0;
         for (int d = 0; d < d_head; ++d) s += static_cast<double>(qh[d]) * key[d];
         scores[p] = s * scale;
         max = std::max(max, scores[p]);
       }
-      double sum = 0;
-      for (int p = 0; p <= pos; ++p) sum += scores[p] = std::exp(scores[p] - max);
+      double sum = sinks.empty() ? 0.0 : std::exp(sink - max);
+      for (int p = first; p <= pos; ++p) sum += scores[p] = std::exp(scores[p] - max);
       std::fill(acc.begin(), acc.end(), 0.0);
-      for (int p = 0; p <= pos; ++p) {
+      for (int p = first; p <= pos; ++p) {
         const float* value = cache.value(layer, p) + kv_off;
         for (int d = 0; d < d_head; ++d) acc[d] += scores[p] / sum * value[d];
       }
@@ -176,7 +187,8 @@ TEST_F(DenseKernelsTest, QkNormRopeStoreMatchesTheCpu) {
       const int style = rc.style == model::RopeStyle::kNeox ? 1 : 0;
       const absl::Status s = QkNormRopeStore(
           dq.get(), dk.get(), dv.get(), slots.get(), n, layer, shape.n_head, shape.n_head_kv, shape.head_dim, rope_dim,
-          rc.qk_norm ? dqn.get() : nullptr, rc.qk_norm ? dkn.get() : nullptr, 1e-6f, dfreq.get(), style, stream_);
+          rc.qk_norm ? dqn.get() : nullptr, rc.qk_norm ? dkn.get() : nullptr, 1e-6f, dfreq.get(), 1.0f, style,
+          stream_);
       ASSERT_TRUE(s.ok()) << s;
       Sync();
 
@@ -223,24 +235,109 @@ TEST_F(DenseKernelsTest, QkNormRopeStoreMatchesTheCpu) {
   }
 }
 
+// gpt-oss's options of a RunAttention call: random sink logits (one of them large, so that it is the
+// softmax's maximum) and a sliding window.
+struct SinkWindow {
+  bool sinks = false;
+  int window = 0;
+};
+
+// YaRN (gpt-oss: factor 32 over 4096 positions, base 150000, NEOX): the GPU takes the CPU's frequency
+// table and magnitude, and rotates by them exactly as model::RopeAngles and model::Rope do. The magnitude
+// is checked to matter: the rotated heads' norms grow by it.
+TEST_F(DenseKernelsTest, QkNormRopeStoreWithYarnMatchesTheCpu) {
+  const HeadShape shape{8, 2, 64};
+  model::RopeYarn yarn;
+  yarn.factor = 32.0f;
+  yarn.original_context = 4096;
+  const float magnitude = model::YarnMagnitude(yarn);
+  ASSERT_GT(magnitude, 1.3f);
+  const std::vector<double> freq = model::YarnFrequencies(shape.head_dim, 150000.0f, yarn);
+  const std::vector<double> plain = model::RopeFrequencies(shape.head_dim, 150000.0f);
+  ASSERT_NE(freq, plain) << "YaRN must change some frequency";
+  const uint64_t seed = NextSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  Random rng(seed);
+  std::vector<std::unique_ptr<Cache>> caches;
+  caches.push_back(std::make_unique<Cache>(1, 70000, shape.kv_dim()));
+  caches[0]->Upload();
+  const std::vector<BatchToken> batch = {{0, 0}, {0, 1}, {0, 4097}, {0, 65000}};
+  const int n = static_cast<int>(batch.size());
+  DeviceArray<TokenSlot> slots = UploadSlots(caches, batch);
+  const std::vector<float> q = RandomFloats(n * shape.q_dim(), -2.0f, 2.0f, rng);
+  const std::vector<float> k = RandomFloats(n * shape.kv_dim(), -2.0f, 2.0f, rng);
+  const std::vector<float> v = RandomFloats(n * shape.kv_dim(), -2.0f, 2.0f, rng);
+  DeviceArray<float> dq(q.size()), dk(k.size()), dv(v.size());
+  DeviceArray<double> dfreq(freq.size());
+  dq.Upload(q);
+  dk.Upload(k);
+  dv.Upload(v);
+  dfreq.Upload(freq);
+  const absl::Status s = QkNormRopeStore(dq.get(), dk.get(), dv.get(), slots.get(), n, 0, shape.n_head,
+                                         shape.n_head_kv, shape.head_dim, shape.head_dim, nullptr, nullptr, 1e-6f,
+                                         dfreq.get(), magnitude, 1, stream_);
+  ASSERT_TRUE(s.ok()) << s;
+  Sync();
+  std::vector<float> want_q = q, want_k = k;
+  for (int t = 0; t < n; ++t) {
+    ReferenceNormRope(&want_q[t * shape.q_dim()], shape.n_head, shape.head_dim, shape.head_dim, {}, 1e-6f, freq,
+                      batch[t].pos, model::RopeStyle::kNeox, magnitude);
+    ReferenceNormRope(&want_k[t * shape.kv_dim()], shape.n_head_kv, shape.head_dim, shape.head_dim, {}, 1e-6f, freq,
+                      batch[t].pos, model::RopeStyle::kNeox, magnitude);
+  }
+  const std::vector<float> got_q = dq.Download();
+  ExpectRows(got_q, want_q, n * shape.n_head, shape.head_dim, shape.head_dim, 1e-6, "q");
+  const std::vector<float> keys = caches[0]->d_keys.Download();
+  for (int t = 0; t < n; ++t) {
+    std::vector<float> got_k(keys.begin() + batch[t].pos * shape.kv_dim(),
+                             keys.begin() + (batch[t].pos + 1) * shape.kv_dim());
+    std::vector<float> row_want(want_k.begin() + t * shape.kv_dim(), want_k.begin() + (t + 1) * shape.kv_dim());
+    ExpectRows(got_k, row_want, shape.n_head_kv, shape.head_dim, shape.head_dim, 1e-6, absl::StrCat("k ", t));
+  }
+  // A rotation by angles scaled by the magnitude: each head's norm grows by it.
+  double in2 = 0, out2 = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    in2 += static_cast<double>(q[i]) * q[i];
+    out2 += static_cast<double>(got_q[i]) * got_q[i];
+  }
+  EXPECT_NEAR(std::sqrt(out2 / in2), magnitude, 1e-4);
+  EXPECT_THAT(QkNormRopeStore(dq.get(), dk.get(), dv.get(), slots.get(), n, 0, shape.n_head, shape.n_head_kv,
+                              shape.head_dim, shape.head_dim, nullptr, nullptr, 1e-6f, dfreq.get(), 0.0f, 1, stream_),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "rope_magnitude is 0"));
+}
+
 void RunAttention(cudaStream_t stream, const HeadShape& shape, const std::vector<int64_t>& capacities,
-                  const std::vector<BatchToken>& batch, int max_positions, const std::string& name) {
+                  const std::vector<BatchToken>& batch, int max_positions, const std::string& name,
+                  const SinkWindow& sink_window = {}) {
   const uint64_t seed = NextSeed();
   SCOPED_TRACE(absl::StrCat(name, ": ", shape.n_head, "/", shape.n_head_kv, " heads of ", shape.head_dim, ", ",
-                            batch.size(), " tokens, max_positions ", max_positions, ", seed ", seed));
+                            batch.size(), " tokens, max_positions ", max_positions, ", sinks ", sink_window.sinks,
+                            ", window ", sink_window.window, ", seed ", seed));
   Random rng(seed);
   constexpr int kLayers = 2;
   constexpr int64_t kLayer = 1;
   std::vector<std::unique_ptr<Cache>> caches;
   for (int64_t capacity : capacities) caches.push_back(std::make_unique<Cache>(kLayers, capacity, shape.kv_dim()));
-  // Each sequence holds keys and values up to its last position in the batch; everything after it, and
-  // the other layer, stays poisoned (NaN): reading any of it would spoil the output.
-  std::vector<int> filled(caches.size(), 0);
-  for (const BatchToken& b : batch) filled[b.seq] = std::max(filled[b.seq], b.pos + 1);
+  // Each sequence holds keys and values from the first position any of its tokens attends to (0 without a
+  // window) up to its last position in the batch; everything else, and the other layer, stays poisoned
+  // (NaN): reading any of it would spoil the output.
+  std::vector<int> filled(caches.size(), 0), first(caches.size(), INT_MAX);
+  for (const BatchToken& b : batch) {
+    filled[b.seq] = std::max(filled[b.seq], b.pos + 1);
+    first[b.seq] = std::min(first[b.seq], FirstPosition(b.pos, sink_window.window));
+  }
   for (size_t i = 0; i < caches.size(); ++i) {
-    caches[i]->Fill(kLayer, filled[i], rng);
+    caches[i]->Fill(kLayer, filled[i], rng, first[i] == INT_MAX ? 0 : first[i]);
     caches[i]->Upload();
   }
+  std::vector<float> sinks;
+  DeviceArray<float> dsinks(shape.n_head);
+  if (sink_window.sinks) {
+    sinks = RandomFloats(shape.n_head, -2.0f, 2.0f, rng);
+    sinks[0] = 6.0f;
+    dsinks.Upload(sinks);
+  }
+  const AttentionSinkWindow options{sink_window.sinks ? dsinks.get() : nullptr, sink_window.window};
   DeviceArray<TokenSlot> slots = UploadSlots(caches, batch);
   const int n = static_cast<int>(batch.size());
   const std::vector<float> q = RandomFloats(n * shape.q_dim(), -2.0f, 2.0f, rng);
@@ -250,13 +347,14 @@ void RunAttention(cudaStream_t stream, const HeadShape& shape, const std::vector
   DeviceArray<uint8_t> workspace(ws_bytes);
   Check(cudaMemset(workspace.get(), 0, ws_bytes), "clearing the workspace");
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
-  const std::vector<float> want = ReferenceAttention(q, batch, caches, kLayer, shape, scale);
+  const std::vector<float> want =
+      ReferenceAttention(q, batch, caches, kLayer, shape, scale, sinks, sink_window.window);
   // Twice through one workspace: the first call must leave its counters as it found them.
   for (int call = 0; call < 2; ++call) {
     SCOPED_TRACE(absl::StrCat("call ", call));
     Check(cudaMemset(dout.get(), 0xff, q.size() * 4), "poisoning out");
     const absl::Status s = Attention(dq.get(), slots.get(), n, kLayer, shape.n_head, shape.n_head_kv, shape.head_dim,
-                                     scale, max_positions, dout.get(), workspace.get(), ws_bytes, stream);
+                                     scale, options, max_positions, dout.get(), workspace.get(), ws_bytes, stream);
     ASSERT_TRUE(s.ok()) << s;
     Check(cudaStreamSynchronize(stream), "Attention");
     ExpectRows(dout.Download(), want, static_cast<int64_t>(n) * shape.n_head, shape.head_dim, shape.head_dim, 1e-5,
@@ -327,15 +425,60 @@ TEST_F(DenseKernelsTest, AttentionOfAMixedLargeBatchMatchesTheCpu) {
   }
 }
 
+// gpt-oss's shapes: gpt-oss-120b's 64 heads over 8 kv heads of 64, and the synthesized tiny and small packs'.
+const HeadShape kGptOssShapes[] = {{64, 8, 64}, {16, 4, 64}, {4, 2, 32}, {32, 4, 128}};
+
+TEST_F(DenseKernelsTest, AttentionWithSinksAndAWindowMatchesTheCpuInDecode) {
+  for (const HeadShape& shape : kGptOssShapes) {
+    for (const SinkWindow& sw : {SinkWindow{true, 128}, SinkWindow{true, 0}, SinkWindow{false, 128},
+                                 SinkWindow{true, 8}, SinkWindow{true, 1}}) {
+      // Positions inside the first window, at its edge and far past it, over many splits.
+      RunAttention(stream_, shape, {1, 2, 128, 300, 4096, 40},
+                   {{0, 0}, {1, 1}, {2, 127}, {3, 299}, {4, 4095}, {5, 37}}, 4096, "decode", sw);
+      // One token deep in a long grid: the splits before its window exit, the rest merge.
+      RunAttention(stream_, shape, {4096}, {{0, 3000}}, 4096, "one token, many splits", sw);
+      RunAttention(stream_, shape, {300, 4096}, {{0, 299}, {1, 1000}}, 9000, "oversized max_positions", sw);
+      RunAttention(stream_, shape, {1}, {{0, 0}}, 1, "one position", sw);
+    }
+  }
+}
+
+TEST_F(DenseKernelsTest, AttentionWithSinksAndAWindowMatchesTheCpuInPrefill) {
+  for (const HeadShape& shape : kGptOssShapes) {
+    for (const SinkWindow& sw : {SinkWindow{true, 128}, SinkWindow{false, 100}, SinkWindow{true, 8}}) {
+      std::vector<BatchToken> batch;
+      for (int p = 0; p < 512; ++p) batch.push_back({0, p});
+      RunAttention(stream_, shape, {512}, batch, 512, "causal prefill of 512", sw);
+      batch.clear();
+      for (int p = 300; p < 400; ++p) batch.push_back({0, p});
+      RunAttention(stream_, shape, {1000}, batch, 400, "prefill at 300", sw);
+      batch.clear();
+      for (int p = 5000; p < 5033; ++p) batch.push_back({0, p});
+      RunAttention(stream_, shape, {6000}, batch, 5033, "prefill at 5000", sw);
+      // Two interleaved prefills and a lone decode token: tiles mix sequences, each with its own window.
+      batch.clear();
+      for (int i = 0; i < 20; ++i) {
+        batch.push_back({0, i});
+        batch.push_back({1, 100 + i});
+      }
+      batch.push_back({2, 4095});
+      RunAttention(stream_, shape, {20, 200, 4096}, batch, 4096, "mixed", sw);
+    }
+  }
+}
+
 TEST_F(DenseKernelsTest, AttentionRejectsBadArguments) {
   DeviceArray<float> q(1024), out(1024);
   DeviceArray<TokenSlot> slots(1);
-  EXPECT_THAT(Attention(q.get(), slots.get(), 1, 0, 32, 4, 96, 1.0f, 16, out.get(), nullptr, 0, stream_),
+  EXPECT_THAT(Attention(q.get(), slots.get(), 1, 0, 32, 4, 96, 1.0f, {}, 16, out.get(), nullptr, 0, stream_),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "head_dim is 96"));
-  EXPECT_THAT(Attention(q.get(), slots.get(), 1, 0, 30, 4, 128, 1.0f, 16, out.get(), nullptr, 0, stream_),
+  EXPECT_THAT(Attention(q.get(), slots.get(), 1, 0, 30, 4, 128, 1.0f, {}, 16, out.get(), nullptr, 0, stream_),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "n_head is 30"));
-  EXPECT_THAT(Attention(q.get(), slots.get(), 1, 0, 32, 4, 128, 1.0f, 0, out.get(), nullptr, 0, stream_),
+  EXPECT_THAT(Attention(q.get(), slots.get(), 1, 0, 32, 4, 128, 1.0f, {}, 0, out.get(), nullptr, 0, stream_),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "max_positions is 0"));
+  EXPECT_THAT(Attention(q.get(), slots.get(), 1, 0, 32, 4, 128, 1.0f, AttentionSinkWindow{nullptr, -1}, 16,
+                        out.get(), nullptr, 0, stream_),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "sink_window.window is -1"));
   const size_t needed = AttentionWorkspaceBytes(1, 32, 4, 128, 4096);
   ASSERT_GT(needed, 0u);
   // A workspace sized for a batch and a context serves every smaller one.
@@ -346,7 +489,8 @@ TEST_F(DenseKernelsTest, AttentionRejectsBadArguments) {
           << n << " tokens, " << positions << " positions";
     }
   }
-  EXPECT_THAT(Attention(q.get(), slots.get(), 1, 0, 32, 4, 128, 1.0f, 4096, out.get(), q.get(), needed - 4, stream_),
+  EXPECT_THAT(Attention(q.get(), slots.get(), 1, 0, 32, 4, 128, 1.0f, {}, 4096, out.get(), q.get(), needed - 4,
+                        stream_),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "workspace_bytes"));
 }
 
@@ -409,10 +553,10 @@ TEST_F(DenseKernelsTest, CapturedDecodeStepReplaysWithNewSlots) {
   }
   if (s.ok()) {
     s = QkNormRopeStore(dq.get(), dk.get(), dv.get(), dslots.get(), 3, kLayer, shape.n_head, shape.n_head_kv,
-                        shape.head_dim, shape.head_dim, nullptr, nullptr, 1e-6f, dfreq.get(), 1, stream_);
+                        shape.head_dim, shape.head_dim, nullptr, nullptr, 1e-6f, dfreq.get(), 1.0f, 1, stream_);
   }
   if (s.ok()) {
-    s = Attention(dq.get(), dslots.get(), 3, kLayer, shape.n_head, shape.n_head_kv, shape.head_dim, scale,
+    s = Attention(dq.get(), dslots.get(), 3, kLayer, shape.n_head, shape.n_head_kv, shape.head_dim, scale, {},
                   kMaxPositions, dattn.get(), dattn_ws.get(), attn_ws, stream_);
   }
   if (s.ok()) {

@@ -1,6 +1,7 @@
-// The small dense blocks of qwen2moe, olmoe and glm4moe on the GPU (kernels/cuda/dense_blocks.cu) and the
-// router's other gatings (RouterGate), against the CPU code they must reproduce: engine/model's ops and the
-// CPU backend's router written out here. Outputs start poisoned, with guard bands around every buffer.
+// The small dense blocks of qwen2moe, olmoe, glm4moe and gpt-oss on the GPU (kernels/cuda/dense_blocks.cu)
+// and the router's other gatings (RouterGate, gpt-oss's softmax over the chosen k included), against the CPU
+// code they must reproduce: engine/model's ops and the CPU backend's router written out here. Outputs start
+// poisoned, with guard bands around every buffer.
 
 #include <numeric>
 
@@ -14,6 +15,33 @@ using namespace dense_test;  // the shared helpers of this test binary
 constexpr float kEps = 1e-5f;
 
 bool AllPoison(const std::vector<float>& v) { return std::all_of(v.begin(), v.end(), IsPoison); }
+
+// ---------------------------------------------------------------------------------------------------------
+// AddRowBias (gpt-oss's attention output bias): the CPU's float sums, bit for bit, and nothing past the rows.
+
+TEST_F(DenseKernelsTest, AddRowBiasAddsTheBiasToEveryRow) {
+  for (int64_t n : {int64_t{2880}, int64_t{128}, int64_t{7}}) {
+    for (int n_tokens : {0, 1, 300}) {
+      const uint64_t seed = NextSeed();
+      SCOPED_TRACE(absl::StrCat("n ", n, " tokens ", n_tokens, " seed ", seed));
+      Random rng(seed);
+      const std::vector<float> x = RandomFloats(static_cast<size_t>(n_tokens) * n, -2.0f, 2.0f, rng);
+      const std::vector<float> bias = RandomFloats(n, -0.5f, 0.5f, rng);
+      DeviceArray<float> dx(x.size()), dbias(bias.size());
+      dx.Upload(x);
+      dbias.Upload(bias);
+      ASSERT_TRUE(AddRowBias(dx.get(), dbias.get(), n, n_tokens, stream_).ok());
+      Sync();
+      std::vector<float> want = x;
+      for (int t = 0; t < n_tokens; ++t) model::AddBias(&want[t * n], bias.data(), n);
+      EXPECT_EQ(dx.Download(), want);
+      ExpectGuards(dx, "x");
+    }
+  }
+  DeviceArray<float> x(8);
+  EXPECT_THAT(AddRowBias(x.get(), nullptr, 8, 1, stream_), StatusIsWith(absl::StatusCode::kInvalidArgument, "bias"));
+  EXPECT_THAT(AddRowBias(x.get(), x.get(), 0, 1, stream_), StatusIsWith(absl::StatusCode::kInvalidArgument, "n is 0"));
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // QkvBiasAndNorm.
@@ -108,7 +136,7 @@ TEST_F(DenseKernelsTest, QkNormRopeStoreRejectsAnOddOrTooLargeRopeDim) {
   DeviceArray<double> freq(64);
   for (int rope_dim : {0, 33, 130}) {
     EXPECT_THAT(QkNormRopeStore(q.get(), k.get(), v.get(), slots.get(), 1, 0, 2, 2, 64, rope_dim, nullptr, nullptr,
-                                kEps, freq.get(), 1, stream_),
+                                kEps, freq.get(), 1.0f, 1, stream_),
                 StatusIsWith(absl::StatusCode::kInvalidArgument, absl::StrCat("rope_dim is ", rope_dim)));
   }
 }
@@ -327,6 +355,151 @@ TEST_F(DenseKernelsTest, RouterTopKGatesLikeTheCpu) {
   EXPECT_THAT(RouterTopK(w.get(), 8, 64, x.get(), RouterNorm{}, bad, 1, 2, ids.get(), weights.get(), workspace.get(),
                          RouterWorkspaceBytes(1, 8), stream_),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "gate.scale is inf, not a finite number"));
+}
+
+// gpt-oss's router (CpuDenseBackend::Router with kSoftmaxTopK): logits plus ffn_gate_inp.bias, the k largest
+// of them, a softmax over those k alone, times the routed scale.
+void CpuSoftmaxTopKRouter(std::vector<float> logits, const std::vector<float>& bias, int k, float scale,
+                          int32_t* ids, float* weights) {
+  const int n_expert = static_cast<int>(logits.size());
+  model::AddBias(logits.data(), bias.data(), n_expert);
+  model::TopK(logits.data(), n_expert, k, ids);
+  for (int j = 0; j < k; ++j) weights[j] = logits[ids[j]];
+  model::Softmax(weights, k);
+  for (int j = 0; j < k; ++j) weights[j] *= scale;
+}
+
+TEST_F(DenseKernelsTest, RouterTopKSoftmaxOverTheChosenLikeTheCpu) {
+  struct Case {
+    const char* name;
+    int n_expert;
+    int64_t n;
+    int k;
+    float scale;
+  };
+  const Case cases[] = {
+      {"gpt-oss-120b", 128, 2880, 4, 1.0f},
+      {"gpt-oss-20b", 32, 2880, 4, 1.0f},
+      {"tiny pack", 8, 128, 2, 1.0f},
+      {"k of 32, scaled", 256, 512, 32, 2.5f},
+      {"one expert", 3, 64, 1, 1.0f},
+  };
+  for (const Case& c : cases) {
+    const int kMostTokens = 300;
+    const size_t ws_bytes = RouterWorkspaceBytes(kMostTokens, c.n_expert);
+    DeviceArray<uint8_t> workspace(ws_bytes);
+    Check(cudaMemset(workspace.get(), 0, ws_bytes), "memset");
+    for (int n_tokens : {1, 8, 9, 300}) {
+      for (bool with_norm : {false, true}) {
+        const uint64_t seed = NextSeed();
+        SCOPED_TRACE(absl::StrCat(c.name, ": ", c.n_expert, " experts, n ", c.n, ", k ", c.k, ", ", n_tokens,
+                                  " tokens, ", with_norm ? "normed" : "no norm", ", seed ", seed));
+        Random rng(seed);
+        const float w_scale = 2.0f / std::sqrt(static_cast<float>(c.n));
+        const std::vector<float> w = RandomFloats(static_cast<size_t>(c.n_expert) * c.n, -w_scale, w_scale, rng);
+        // A bias large enough to change the choice.
+        const std::vector<float> bias = RandomFloats(c.n_expert, -1.0f, 1.0f, rng);
+        const std::vector<float> norm_weight = RandomFloats(c.n, 0.5f, 1.5f, rng);
+        std::vector<float> x(static_cast<size_t>(n_tokens) * c.n), h(with_norm ? x.size() : 0);
+        std::vector<int32_t> ids(static_cast<size_t>(n_tokens) * c.k);
+        std::vector<float> weights(ids.size()), logits(c.n_expert);
+        for (int t = 0; t < n_tokens; ++t) {
+          float* xt = &x[t * c.n];
+          // Inputs whose k + 1 largest biased logits are at least 1e-4 apart (the GPU sums in another order).
+          for (int attempt = 0;; ++attempt) {
+            ASSERT_LT(attempt, 1000) << "no router input without near-ties";
+            for (int64_t i = 0; i < c.n; ++i) xt[i] = rng.Uniform(-1.0f, 1.0f);
+            const float* ht = xt;
+            if (with_norm) {
+              model::RmsNorm(xt, norm_weight.data(), c.n, kEps, &h[t * c.n]);
+              ht = &h[t * c.n];
+            }
+            DenseGemvReference(DenseType::kF32, reinterpret_cast<const uint8_t*>(w.data()), c.n, 0, c.n_expert, ht,
+                               c.n, 1, logits.data(), c.n_expert);
+            std::vector<float> sorted = logits;
+            for (int e = 0; e < c.n_expert; ++e) sorted[e] += bias[e];
+            std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+            bool separated = true;
+            for (int j = 0; j + 1 < std::min(c.k + 1, c.n_expert); ++j) separated &= sorted[j] - sorted[j + 1] >= 1e-4f;
+            if (separated) break;
+          }
+          CpuSoftmaxTopKRouter(logits, bias, c.k, c.scale, &ids[t * c.k], &weights[t * c.k]);
+        }
+        DeviceArray<float> dw(w.size()), dx(x.size()), dbias(bias.size()), dweights(weights.size()), dnorm(c.n),
+            dh(x.size());
+        DeviceArray<int32_t> dids(ids.size());
+        dw.Upload(w);
+        dx.Upload(x);
+        dbias.Upload(bias);
+        RouterNorm norm;
+        if (with_norm) {
+          dnorm.Upload(norm_weight);
+          norm = RouterNorm{dnorm.get(), kEps, dh.get()};
+        }
+        RouterGate gate;
+        gate.softmax_top_k = true;
+        gate.logit_bias = dbias.get();
+        gate.scale = c.scale;
+        ASSERT_FALSE(gate.plain());
+        const absl::Status s = RouterTopK(dw.get(), c.n_expert, c.n, dx.get(), norm, gate, n_tokens, c.k, dids.get(),
+                                          dweights.get(), workspace.get(), ws_bytes, stream_);
+        ASSERT_TRUE(s.ok()) << s;
+        Sync();
+        EXPECT_EQ(dids.Download(), ids);
+        const std::vector<float> got = dweights.Download();
+        int wrong = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          // exp of logits that differ from the CPU's by float rounding.
+          const float bound = 2e-5f * std::max(1.0f, std::fabs(weights[i]));
+          if (!(std::fabs(got[i] - weights[i]) <= bound) && ++wrong <= 5) {
+            ADD_FAILURE() << "weight " << i << " is " << got[i] << ", the CPU's " << weights[i];
+          }
+        }
+        EXPECT_EQ(wrong, 0);
+        // The k weights of a token are a softmax: they sum to the scale.
+        for (int t = 0; t < n_tokens; ++t) {
+          EXPECT_NEAR(std::accumulate(&got[t * c.k], &got[t * c.k] + c.k, 0.0), c.scale, 1e-5 * c.scale)
+              << "token " << t;
+        }
+        if (with_norm) ExpectRows(dh.Download(), h, n_tokens, c.n, c.n, 2e-7, "h");
+        ExpectGuards(dids, "ids");
+        ExpectGuards(dweights, "weights");
+        ExpectGuards(workspace, "workspace");
+      }
+    }
+  }
+}
+
+// The logit bias moves the choice and the weights alike: a large bias on the experts with the lowest logits
+// makes them the choice, weighed by the softmax of their biased logits.
+TEST_F(DenseKernelsTest, RouterTopKLogitBiasChoosesAndWeighs) {
+  constexpr int kExperts = 16, kN = 64, kK = 2;
+  std::vector<float> w(kExperts * kN, 0.0f);
+  for (int e = 0; e < kExperts; ++e) {
+    for (int i = 0; i < kN; ++i) w[e * kN + i] = (e - 8) * 0.5f;  // logit (e - 8) * 0.5 for x = 1 / kN
+  }
+  std::vector<float> x(kN, 1.0f / kN), bias(kExperts, 0.0f);
+  bias[0] = 10.0f;  // biased logit 6
+  bias[1] = 9.0f;   // 5.5
+  DeviceArray<float> dw(w.size()), dx(x.size()), dbias(bias.size()), dweights(kK);
+  DeviceArray<int32_t> dids(kK);
+  dw.Upload(w);
+  dx.Upload(x);
+  dbias.Upload(bias);
+  const size_t ws_bytes = RouterWorkspaceBytes(1, kExperts);
+  DeviceArray<uint8_t> workspace(ws_bytes);
+  Check(cudaMemset(workspace.get(), 0, ws_bytes), "memset");
+  RouterGate gate;
+  gate.softmax_top_k = true;
+  gate.logit_bias = dbias.get();
+  ASSERT_TRUE(RouterTopK(dw.get(), kExperts, kN, dx.get(), RouterNorm{}, gate, 1, kK, dids.get(), dweights.get(),
+                         workspace.get(), ws_bytes, stream_)
+                  .ok());
+  Sync();
+  EXPECT_EQ(dids.Download(), (std::vector<int32_t>{0, 1}));
+  const std::vector<float> weights = dweights.Download();
+  EXPECT_NEAR(weights[0], 1.0 / (1.0 + std::exp(-0.5)), 1e-6);
+  EXPECT_NEAR(weights[1], 1.0 / (1.0 + std::exp(0.5)), 1e-6);
 }
 
 // The score-correction bias moves the choice and not the weights: a large bias on the experts with the

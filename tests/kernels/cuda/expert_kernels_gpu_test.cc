@@ -31,6 +31,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/expert_forward.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/role_gemv.h"
 #include "kernels/cuda/device_buffer.h"
@@ -287,6 +288,42 @@ std::vector<float> Gaussian(size_t n, std::mt19937& rng) {
   return v;
 }
 
+// gpt-oss's expert extras of a test layer (ExpertFfnExtras): per-expert biases, expert e's row at e * width
+// (empty: none), and the activation; on the host for the CPU's expectation, on the device for ExpertFfn.
+// Gate and up biases up to +-9 push some of g and u past the clamp's limit of 7.
+struct Extras {
+  std::vector<float> gate, up, down;
+  ExpertActivation activation = ExpertActivation::kSwiGlu;
+  DeviceBuffer d_gate, d_up, d_down;
+
+  static Extras Make(const ExpertLayout& l, int n_expert, bool biases, bool clamped, std::mt19937& rng) {
+    Extras e;
+    e.activation = clamped ? ExpertActivation::kClampedSwiGlu : ExpertActivation::kSwiGlu;
+    if (!biases) return e;
+    std::uniform_real_distribution<float> wide(-9.0f, 9.0f), narrow(-1.0f, 1.0f);
+    e.gate.resize(static_cast<size_t>(n_expert) * l.expert_ff);
+    e.up.resize(e.gate.size());
+    e.down.resize(static_cast<size_t>(n_expert) * l.n_embd);
+    for (float& v : e.gate) v = wide(rng);
+    for (float& v : e.up) v = wide(rng);
+    for (float& v : e.down) v = narrow(rng);
+    e.d_gate = Upload(e.gate);
+    e.d_up = Upload(e.up);
+    e.d_down = Upload(e.down);
+    return e;
+  }
+  ExpertFfnExtras device() const {
+    ExpertFfnExtras d;
+    if (!gate.empty()) {
+      d.gate_bias = d_gate.as<float>();
+      d.up_bias = d_up.as<float>();
+      d.down_bias = d_down.as<float>();
+    }
+    d.clamped_swiglu = activation == ExpertActivation::kClampedSwiGlu;
+    return d;
+  }
+};
+
 // ---------------------------------------------------------------------------------------------------
 // The CPU expectation
 
@@ -296,8 +333,10 @@ struct Expected {
   std::vector<QuantizedActivation> hq;     // per pair: h quantized (integer schemes)
 };
 
+// With `extras`, as ExpertWork computes biased experts: h = ExpertGlu(activation, g + gate bias, u + up
+// bias), out = down . h + down bias.
 Expected CpuExperts(const Layer& layer, int n_expert, const std::vector<int32_t>& ids, int n_tokens, int k,
-                    const std::vector<float>& x) {
+                    const std::vector<float>& x, const Extras* extras) {
   const ExpertLayout& l = layer.layout;
   const Scheme s = l.scheme;
   std::vector<QuantizedActivation> xa(n_tokens);
@@ -328,11 +367,25 @@ Expected CpuExperts(const Layer& layer, int n_expert, const std::vector<int32_t>
     for (int i = 0; i < n; ++i) {
       std::vector<float>& h = want.h[pairs[i]];
       h.resize(l.expert_ff);
-      for (int64_t r = 0; r < l.expert_ff; ++r) h[r] = g[i][r] / (1.0f + std::exp(-g[i][r])) * u[i][r];
+      if (extras == nullptr) {
+        for (int64_t r = 0; r < l.expert_ff; ++r) h[r] = g[i][r] / (1.0f + std::exp(-g[i][r])) * u[i][r];
+      } else {
+        const bool biased = !extras->gate.empty();
+        for (int64_t r = 0; r < l.expert_ff; ++r) {
+          const float gb = biased ? extras->gate[e * l.expert_ff + r] : 0.0f;
+          const float ub = biased ? extras->up[e * l.expert_ff + r] : 0.0f;
+          h[r] = ExpertGlu(extras->activation, g[i][r] + gb, u[i][r] + ub);
+        }
+      }
       QuantizeActivation(h.data(), l.expert_ff, &want.hq[pairs[i]]);
       hs[i] = &want.hq[pairs[i]];
     }
     RoleGemv(s, blob.data() + l.role_offset[kDown], l.n_embd, l.expert_ff, 0, l.n_embd, hs.data(), n, op.data());
+    if (extras != nullptr && !extras->down.empty()) {
+      for (int i = 0; i < n; ++i) {
+        for (int64_t r = 0; r < l.n_embd; ++r) op[i][r] += extras->down[e * l.n_embd + r];
+      }
+    }
   }
   return want;
 }
@@ -424,7 +477,7 @@ class ExpertFfnGpuTest : public ::testing::TestWithParam<Scheme> {
 
   // Runs ExpertFfn with poisoned parts and workspace (and guards after both) and returns parts.
   std::vector<float> Run(const Layer& layer, int n_expert, const std::vector<int32_t>& ids, int n_tokens, int k,
-                         const std::vector<float>& x) {
+                         const std::vector<float>& x, const ExpertFfnExtras& extras = {}) {
     const int64_t n_embd = layer.layout.n_embd;
     const size_t parts_count = static_cast<size_t>(n_tokens) * k * n_embd;
     DeviceBuffer d_ids = Upload(ids), d_x = Upload(x);
@@ -437,7 +490,7 @@ class ExpertFfnGpuTest : public ::testing::TestWithParam<Scheme> {
     GuardedBuffer ws = GuardedBuffer::Make(ws_bytes);
     EXPECT_TRUE(CudaOk(cudaMemset(ws.as<uint8_t>(), 0xFF, ws_bytes)));
     const absl::Status s = ExpertFfn(layer.layout, layer.blob_table.as<const uint8_t* const>(), n_expert,
-                                     d_ids.as<int32_t>(), n_tokens, k, d_x.as<float>(), parts.as<float>(),
+                                     d_ids.as<int32_t>(), n_tokens, k, d_x.as<float>(), parts.as<float>(), extras,
                                      ws.as<void>(), ws_bytes, stream_);
     EXPECT_TRUE(s.ok()) << s;
     EXPECT_TRUE(CudaOk(cudaStreamSynchronize(stream_)));
@@ -449,9 +502,10 @@ class ExpertFfnGpuTest : public ::testing::TestWithParam<Scheme> {
 
   // Every valid pair's row against the CPU, every skipped pair's row untouched.
   void Check(const Layer& layer, int n_expert, const std::vector<int32_t>& ids, int n_tokens, int k,
-             const std::vector<float>& x, const std::vector<float>& parts, const std::string& name) {
+             const std::vector<float>& x, const std::vector<float>& parts, const std::string& name,
+             const Extras* extras = nullptr) {
     const ExpertLayout& l = layer.layout;
-    const Expected want = CpuExperts(layer, n_expert, ids, n_tokens, k, x);
+    const Expected want = CpuExperts(layer, n_expert, ids, n_tokens, k, x, extras);
     int flips = 0, checked = 0;
     for (const auto& [e, blob] : layer.blobs) {
       std::vector<float> down;
@@ -488,6 +542,8 @@ class ExpertFfnGpuTest : public ::testing::TestWithParam<Scheme> {
     Routing routing;
     Weights weights;
     bool pinned = false;
+    bool biases = false;   // gpt-oss's expert biases (Extras)
+    bool clamped = false;  // gpt-oss's clamped SwiGLU
   };
 
   void RunCase(const Case& c) {
@@ -497,11 +553,14 @@ class ExpertFfnGpuTest : public ::testing::TestWithParam<Scheme> {
     const std::vector<int32_t> ids = MakeRouting(c.routing, c.n_tokens, c.k, c.n_expert, rng);
     const std::vector<float> x = Gaussian(static_cast<size_t>(c.n_tokens) * c.n_embd, rng);
     const Layer layer = MakeLayer(l, c.n_expert, ids, c.weights, c.pinned, rng());
-    const std::vector<float> parts = Run(layer, c.n_expert, ids, c.n_tokens, c.k, x);
+    const bool with_extras = c.biases || c.clamped;
+    const Extras extras = Extras::Make(l, c.n_expert, c.biases, c.clamped, rng);
+    const ExpertFfnExtras device_extras = with_extras ? extras.device() : ExpertFfnExtras{};
+    const std::vector<float> parts = Run(layer, c.n_expert, ids, c.n_tokens, c.k, x, device_extras);
     if (HasFailure()) return;
-    Check(layer, c.n_expert, ids, c.n_tokens, c.k, x, parts, c.name);
+    Check(layer, c.n_expert, ids, c.n_tokens, c.k, x, parts, c.name, with_extras ? &extras : nullptr);
     // Twice: the grouping's atomics order pairs differently, the results must not change.
-    const std::vector<float> again = Run(layer, c.n_expert, ids, c.n_tokens, c.k, x);
+    const std::vector<float> again = Run(layer, c.n_expert, ids, c.n_tokens, c.k, x, device_extras);
     EXPECT_EQ(std::memcmp(parts.data(), again.data(), parts.size() * sizeof(float)), 0)
         << c.name << ": a second run gave different bits";
   }
@@ -546,6 +605,29 @@ TEST_P(ExpertFfnGpuTest, PrefillWithAHotExpert) {  // wide: the hot expert's 303
   RunCase({"small preset prefill", 1024, 512, 32, 200, 4, Routing::kRandom, Weights::kRandomCodes});
   RunCase({"small preset decode", 1024, 512, 32, 16, 4, Routing::kRandom, Weights::kRandomCodes});
   RunCase({"tiny preset prefill", 128, 128, 8, 60, 2, Routing::kRandom, Weights::kRandomCodes});
+}
+
+// gpt-oss's experts (ExpertFfnExtras): biases and the clamped SwiGLU, together and apart, in narrow tiles
+// (decode) and wide ones (a prompt), on gpt-oss-120b's expert shape and synth's presets.
+TEST_P(ExpertFfnGpuTest, BiasedClampedExpertsInDecode) {
+  RunCase({"gpt-oss decode batch 1", 2880, 2880, 128, 1, 4, Routing::kRandom, Weights::kRandomCodes, false, true,
+           true});
+  RunCase({"gpt-oss decode 16 with skips", 2880, 2880, 128, 16, 4, Routing::kWithSkips, Weights::kRandomCodes, false,
+           true, true});
+  RunCase({"small preset decode, biases only", 1024, 512, 32, 8, 4, Routing::kRandom, Weights::kRandomCodes, false,
+           true, false});
+  RunCase({"small preset decode, clamp only", 1024, 512, 32, 8, 4, Routing::kRandom, Weights::kRandomCodes, false,
+           false, true});
+}
+
+TEST_P(ExpertFfnGpuTest, BiasedClampedExpertsInPrefill) {
+  RunCase({"gpt-oss prefill with a hot expert", 2880, 2880, 32, 64, 4, Routing::kHotExpert, Weights::kRandomCodes,
+           false, true, true});
+  RunCase({"small preset prefill", 1024, 512, 32, 200, 4, Routing::kRandom, Weights::kRandomCodes, false, true,
+           true});
+  RunCase({"tiny preset prefill", 128, 128, 8, 60, 2, Routing::kRandom, Weights::kRandomCodes, false, true, true});
+  RunCase({"every tile size, biases only", 2048, 768, 16, 68, 2, Routing::kGraded, Weights::kRandomCodes, false, true,
+           false});
 }
 
 TEST_P(ExpertFfnGpuTest, EveryTileSize) {  // wide: work items of 1 .. 8 tokens
@@ -597,7 +679,7 @@ TEST_P(ExpertFfnGpuTest, ResultsDoNotDependOnBatching) {
     absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Allocate(ws_bytes);
     ASSERT_TRUE(ws.ok()) << ws.status();
     ASSERT_TRUE(ExpertFfn(l, layer.blob_table.as<const uint8_t* const>(), n_expert, d_ids.as<int32_t>(), few, k,
-                          d_x.as<float>(), parts.as<float>(), ws->data(), ws_bytes, stream_)
+                          d_x.as<float>(), parts.as<float>(), {}, ws->data(), ws_bytes, stream_)
                     .ok());
     ASSERT_TRUE(CudaOk(cudaStreamSynchronize(stream_)));
     EXPECT_EQ(std::memcmp(Download<float>(parts.data(), parts_count).data(), all.data(), parts_count * 4), 0);
@@ -626,7 +708,7 @@ TEST_P(ExpertFfnGpuTest, CapturedGraphReplaysForAnyRouting) {
   cudaGraph_t graph = nullptr;
   ASSERT_TRUE(CudaOk(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal)));
   const absl::Status captured = ExpertFfn(l, layer.blob_table.as<const uint8_t* const>(), n_expert,
-                                          d_ids.as<int32_t>(), n_tokens, k, d_x.as<float>(), parts.as<float>(),
+                                          d_ids.as<int32_t>(), n_tokens, k, d_x.as<float>(), parts.as<float>(), {},
                                           ws->data(), ws_bytes, stream_);
   ASSERT_TRUE(CudaOk(cudaStreamEndCapture(stream_, &graph)));
   ASSERT_TRUE(captured.ok()) << captured;
@@ -658,7 +740,7 @@ TEST_P(ExpertFfnGpuTest, RejectsBadArguments) {
   ASSERT_TRUE(ws.ok());
   const auto* blobs = table.as<const uint8_t* const>();
   auto call = [&](const ExpertLayout& layout, int ne, int nt, int kk, const float* xp, float* pp, size_t bytes) {
-    return ExpertFfn(layout, blobs, ne, ids.as<int32_t>(), nt, kk, xp, pp, ws->data(), bytes, stream_);
+    return ExpertFfn(layout, blobs, ne, ids.as<int32_t>(), nt, kk, xp, pp, {}, ws->data(), bytes, stream_);
   };
   using absl::StatusCode;
   EXPECT_THAT(call(l, n_expert, n_tokens, k, x.as<float>(), parts.as<float>(), ws_bytes), IsOk());
@@ -685,6 +767,11 @@ TEST_P(ExpertFfnGpuTest, RejectsBadArguments) {
   bad.expert_ff = 100;
   EXPECT_THAT(call(bad, n_expert, n_tokens, k, x.as<float>(), parts.as<float>(), ws_bytes),
               StatusIsWith(StatusCode::kInvalidArgument, "expert_ff 100"));
+  ExpertFfnExtras misaligned;
+  misaligned.down_bias = reinterpret_cast<const float*>(x.as<uint8_t>() + 2);
+  EXPECT_THAT(ExpertFfn(l, blobs, n_expert, ids.as<int32_t>(), n_tokens, k, x.as<float>(), parts.as<float>(),
+                        misaligned, ws->data(), ws_bytes, stream_),
+              StatusIsWith(StatusCode::kInvalidArgument, "extras.down_bias must be aligned to 4 bytes"));
   EXPECT_EQ(ExpertFfnWorkspaceBytes(l, -1, k, n_expert), 0u);
   // No tokens: nothing enqueued, nothing checked beyond the sizes.
   EXPECT_THAT(call(l, n_expert, 0, k, nullptr, nullptr, 0), IsOk());
