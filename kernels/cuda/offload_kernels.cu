@@ -187,6 +187,34 @@ constexpr int kStageThreads = 256;
 constexpr int kStageBlocks = 528;  // four per SM of an H100/H200; the copy loop strides over the grid
 constexpr int kStageInFlight = 8;  // 16-byte reads a thread issues before it stores them
 
+// The whole grid copies blobs table[slot_expert[j]] (each blob_bytes, a multiple of 16) into consecutive slots
+// of `slots`, j < count: 16-byte read-only loads (the arena does not change while serving), kStageInFlight of
+// them a thread before it stores, striding over the grid.
+__device__ void CopyBlobsToSlots(const uint8_t* const* table, const int32_t* slot_expert, int count,
+                                 uint64_t blob_bytes, uint8_t* slots) {
+  const int64_t blob16 = static_cast<int64_t>(blob_bytes / 16);
+  const int64_t total = static_cast<int64_t>(count) * blob16;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int4* dst = reinterpret_cast<int4*>(slots);  // slot-major: element i of the copy is dst[i]
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; base < total;
+       base += kStageInFlight * stride) {
+    int4 v[kStageInFlight];
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      const int64_t i = base + u * stride;
+      if (i < total) {
+        const int64_t slot = i / blob16;
+        v[u] = __ldg(reinterpret_cast<const int4*>(table[slot_expert[slot]]) + (i - slot * blob16));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStageInFlight; ++u) {
+      const int64_t i = base + u * stride;
+      if (i < total) dst[i] = v[u];
+    }
+  }
+}
+
 // Every block finds the staged experts (a few hundred pairs at most: quadratic scans in shared memory);
 // block 0 writes the table; all blocks copy.
 __global__ void __launch_bounds__(kStageThreads) StageMissesKernel(const StageMissesArgs a) {
@@ -227,28 +255,7 @@ __global__ void __launch_bounds__(kStageThreads) StageMissesKernel(const StageMi
     }
   }
   __syncthreads();
-  const int64_t blob16 = static_cast<int64_t>(a.blob_bytes / 16);
-  const int64_t total = static_cast<int64_t>(min(s_missed, a.max_slots)) * blob16;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kStageThreads;
-  int4* dst = reinterpret_cast<int4*>(a.staging);  // slot-major: element i of the copy is dst[i]
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kStageThreads + tid; base < total;
-       base += kStageInFlight * stride) {
-    int4 v[kStageInFlight];
-#pragma unroll
-    for (int u = 0; u < kStageInFlight; ++u) {
-      const int64_t i = base + u * stride;
-      if (i < total) {
-        const int64_t slot = i / blob16;
-        // The arena does not change while serving: a read-only load.
-        v[u] = __ldg(reinterpret_cast<const int4*>(a.table[s_slot_expert[slot]]) + (i - slot * blob16));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kStageInFlight; ++u) {
-      const int64_t i = base + u * stride;
-      if (i < total) dst[i] = v[u];
-    }
-  }
+  CopyBlobsToSlots(a.table, s_slot_expert, min(s_missed, a.max_slots), a.blob_bytes, a.staging);
 }
 
 constexpr int kPrefetchThreads = 256;
@@ -295,27 +302,7 @@ __global__ void __launch_bounds__(kPrefetchThreads) PrefetchGuessedKernel(const 
       a.out_table[s_slot_expert[j]] = a.slots + static_cast<uint64_t>(j) * a.blob_bytes;
     }
   }
-  const int64_t blob16 = static_cast<int64_t>(a.blob_bytes / 16);
-  const int64_t total = static_cast<int64_t>(copy) * blob16;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kPrefetchThreads;
-  int4* dst = reinterpret_cast<int4*>(a.slots);
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kPrefetchThreads + tid; base < total;
-       base += kStageInFlight * stride) {
-    int4 v[kStageInFlight];
-#pragma unroll
-    for (int u = 0; u < kStageInFlight; ++u) {
-      const int64_t i = base + u * stride;
-      if (i < total) {
-        const int64_t slot = i / blob16;
-        v[u] = __ldg(reinterpret_cast<const int4*>(a.table[s_slot_expert[slot]]) + (i - slot * blob16));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kStageInFlight; ++u) {
-      const int64_t i = base + u * stride;
-      if (i < total) dst[i] = v[u];
-    }
-  }
+  CopyBlobsToSlots(a.table, s_slot_expert, copy, a.blob_bytes, a.slots);
 }
 
 unsigned Blocks(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }

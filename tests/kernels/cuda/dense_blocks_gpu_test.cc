@@ -472,44 +472,18 @@ TEST_F(DenseKernelsTest, RouterTopKSoftmaxOverTheChosenLikeTheCpu) {
 
 // The logit bias moves the choice and the weights alike: a large bias on the experts with the lowest logits
 // makes them the choice, weighed by the softmax of their biased logits.
-TEST_F(DenseKernelsTest, RouterTopKLogitBiasChoosesAndWeighs) {
+// One token routed among 16 experts whose logits are (e - 8) * 0.5, with a bias of 10 on expert 0 and 9 on
+// expert 1 given to `gate` by set_bias (as its logit or choice bias): the chosen ids and their weights.
+struct Routed {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+template <typename SetBias>
+Routed RouteOneBiasedToken(RouterGate gate, SetBias set_bias, cudaStream_t stream) {
   constexpr int kExperts = 16, kN = 64, kK = 2;
   std::vector<float> w(kExperts * kN, 0.0f);
   for (int e = 0; e < kExperts; ++e) {
     for (int i = 0; i < kN; ++i) w[e * kN + i] = (e - 8) * 0.5f;  // logit (e - 8) * 0.5 for x = 1 / kN
-  }
-  std::vector<float> x(kN, 1.0f / kN), bias(kExperts, 0.0f);
-  bias[0] = 10.0f;  // biased logit 6
-  bias[1] = 9.0f;   // 5.5
-  DeviceArray<float> dw(w.size()), dx(x.size()), dbias(bias.size()), dweights(kK);
-  DeviceArray<int32_t> dids(kK);
-  dw.Upload(w);
-  dx.Upload(x);
-  dbias.Upload(bias);
-  const size_t ws_bytes = RouterWorkspaceBytes(1, kExperts);
-  DeviceArray<uint8_t> workspace(ws_bytes);
-  Check(cudaMemset(workspace.get(), 0, ws_bytes), "memset");
-  RouterGate gate;
-  gate.softmax_top_k = true;
-  gate.logit_bias = dbias.get();
-  ASSERT_TRUE(RouterTopK(dw.get(), kExperts, kN, dx.get(), RouterNorm{}, gate, 1, kK, dids.get(), dweights.get(),
-                         workspace.get(), ws_bytes, stream_)
-                  .ok());
-  Sync();
-  EXPECT_EQ(dids.Download(), (std::vector<int32_t>{0, 1}));
-  const std::vector<float> weights = dweights.Download();
-  EXPECT_NEAR(weights[0], 1.0 / (1.0 + std::exp(-0.5)), 1e-6);
-  EXPECT_NEAR(weights[1], 1.0 / (1.0 + std::exp(0.5)), 1e-6);
-}
-
-// The score-correction bias moves the choice and not the weights: a large bias on the experts with the
-// lowest logits makes them the choice, with their small unbiased sigmoid scores as weights.
-TEST_F(DenseKernelsTest, RouterTopKChoiceBiasChoosesButDoesNotWeigh) {
-  constexpr int kExperts = 16, kN = 64, kK = 2;
-  std::vector<float> w(kExperts * kN, 0.0f);
-  // Expert e's logit is (e - 8) * 0.5 for x = all ones / kN.
-  for (int e = 0; e < kExperts; ++e) {
-    for (int i = 0; i < kN; ++i) w[e * kN + i] = (e - 8) * 0.5f;
   }
   std::vector<float> x(kN, 1.0f / kN), bias(kExperts, 0.0f);
   bias[0] = 10.0f;
@@ -522,19 +496,37 @@ TEST_F(DenseKernelsTest, RouterTopKChoiceBiasChoosesButDoesNotWeigh) {
   const size_t ws_bytes = RouterWorkspaceBytes(1, kExperts);
   DeviceArray<uint8_t> workspace(ws_bytes);
   Check(cudaMemset(workspace.get(), 0, ws_bytes), "memset");
+  set_bias(gate, dbias.get());
+  const absl::Status s = RouterTopK(dw.get(), kExperts, kN, dx.get(), RouterNorm{}, gate, 1, kK, dids.get(),
+                                    dweights.get(), workspace.get(), ws_bytes, stream);
+  EXPECT_TRUE(s.ok()) << s;
+  Check(cudaStreamSynchronize(stream), "sync");
+  return {dids.Download(), dweights.Download()};
+}
+
+// gpt-oss's router: the logit bias moves the logits, then a softmax over the two chosen: biased logits 6 and 5.5.
+TEST_F(DenseKernelsTest, RouterTopKLogitBiasChoosesAndWeighs) {
+  RouterGate gate;
+  gate.softmax_top_k = true;
+  const Routed r = RouteOneBiasedToken(gate, [](RouterGate& g, const float* bias) { g.logit_bias = bias; }, stream_);
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 1}));
+  ASSERT_EQ(r.weights.size(), 2u);
+  EXPECT_NEAR(r.weights[0], 1.0 / (1.0 + std::exp(-0.5)), 1e-6);
+  EXPECT_NEAR(r.weights[1], 1.0 / (1.0 + std::exp(0.5)), 1e-6);
+}
+
+// The score-correction bias moves the choice and not the weights: a large bias on the experts with the
+// lowest logits makes them the choice, with their small unbiased sigmoid scores as weights.
+TEST_F(DenseKernelsTest, RouterTopKChoiceBiasChoosesButDoesNotWeigh) {
   RouterGate gate;
   gate.sigmoid = true;
-  gate.choice_bias = dbias.get();
   gate.renorm = false;
   gate.scale = 2.0f;
-  ASSERT_TRUE(RouterTopK(dw.get(), kExperts, kN, dx.get(), RouterNorm{}, gate, 1, kK, dids.get(), dweights.get(),
-                         workspace.get(), ws_bytes, stream_)
-                  .ok());
-  Sync();
-  EXPECT_EQ(dids.Download(), (std::vector<int32_t>{0, 1}));
-  const std::vector<float> weights = dweights.Download();
-  EXPECT_NEAR(weights[0], 2.0 / (1.0 + std::exp(4.0)), 1e-6);
-  EXPECT_NEAR(weights[1], 2.0 / (1.0 + std::exp(3.5)), 1e-6);
+  const Routed r = RouteOneBiasedToken(gate, [](RouterGate& g, const float* bias) { g.choice_bias = bias; }, stream_);
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 1}));
+  ASSERT_EQ(r.weights.size(), 2u);
+  EXPECT_NEAR(r.weights[0], 2.0 / (1.0 + std::exp(4.0)), 1e-6);
+  EXPECT_NEAR(r.weights[1], 2.0 / (1.0 + std::exp(3.5)), 1e-6);
 }
 
 }  // namespace
