@@ -28,6 +28,19 @@ int PositionsBound(int64_t max_pos_plus_one) {
   return static_cast<int>(std::max<uint64_t>(256, std::bit_ceil(static_cast<uint64_t>(max_pos_plus_one))));
 }
 
+// The widening workspace's weights: the largest dense matrix, up to 64 Mi weights (larger ones go in row
+// blocks).
+int64_t WideningElements(const model::ModelWeights& weights) {
+  int64_t largest = weights.output.rows * weights.output.cols;
+  for (const model::LayerWeights& L : weights.layers) {
+    for (const model::DenseMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.shared.gate, &L.shared.up, &L.shared.down,
+                                        &L.dense_ffn.gate, &L.dense_ffn.up, &L.dense_ffn.down}) {
+      largest = std::max(largest, m->rows * m->cols);
+    }
+  }
+  return std::min<int64_t>(largest, 64 << 20);
+}
+
 // The host bytes of the weights in upload order; each entry is copied to an aligned offset.
 struct UploadItem {
   const void* host;
@@ -74,6 +87,11 @@ uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model:
   bytes += static_cast<uint64_t>(guess_rows) * 4 * (c.n_embd + 2 * c.n_expert_used);
   bytes += kernels::cuda::RouterWorkspaceBytes(static_cast<int>(n), static_cast<int>(c.n_expert)) +
            kernels::cuda::RouterWorkspaceBytes(guess_rows, static_cast<int>(c.n_expert));
+  // The matmul context's workspaces and the attention workspace as first sized (it grows with the context).
+  bytes += kernels::cuda::MatmulContext::DeviceBytes(WideningElements(w));
+  bytes += kernels::cuda::AttentionWorkspaceBytes(static_cast<int>(n), static_cast<int>(c.n_head),
+                                                  static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
+                                                  PositionsBound(1));
   return bytes;
 }
 
@@ -91,15 +109,7 @@ absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->guess_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->fork_, cudaEventDisableTiming), "cudaEventCreate");
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->guessed_, cudaEventDisableTiming), "cudaEventCreate");
-  // The widening workspace holds the largest matrix, up to 64 Mi weights (larger ones go in row blocks).
-  int64_t largest = weights.output.rows * weights.output.cols;
-  for (const model::LayerWeights& L : weights.layers) {
-    for (const model::DenseMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.shared.gate, &L.shared.up, &L.shared.down,
-                                        &L.dense_ffn.gate, &L.dense_ffn.up, &L.dense_ffn.down}) {
-      largest = std::max(largest, m->rows * m->cols);
-    }
-  }
-  ASSIGN_OR_RETURN(b->matmul_, kernels::cuda::MatmulContext::Create(b->stream_, std::min<int64_t>(largest, 64 << 20)));
+  ASSIGN_OR_RETURN(b->matmul_, kernels::cuda::MatmulContext::Create(b->stream_, WideningElements(weights)));
   RETURN_IF_ERROR(b->Upload(weights));
   RETURN_IF_ERROR(b->AllocateBuffers());
   return b;

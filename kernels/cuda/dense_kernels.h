@@ -56,6 +56,8 @@ class MatmulContext {
   // INVALID_ARGUMENT for a negative size; RESOURCE_EXHAUSTED when the workspaces do not fit; INTERNAL or
   // UNAVAILABLE when cuBLAS cannot start or the device's occupancy cannot be read.
   static absl::StatusOr<std::unique_ptr<MatmulContext>> Create(cudaStream_t stream, int64_t max_dequant_elements);
+  // Device bytes Create takes (the workspaces; cuBLAS's handle aside).
+  static uint64_t DeviceBytes(int64_t max_dequant_elements);
   ~MatmulContext();
   MatmulContext(const MatmulContext&) = delete;
   MatmulContext& operator=(const MatmulContext&) = delete;

@@ -498,6 +498,10 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
   return ctx;
 }
 
+uint64_t MatmulContext::DeviceBytes(int64_t max_dequant_elements) {
+  return kCublasWorkspaceBytes + static_cast<uint64_t>(std::max<int64_t>(max_dequant_elements, 0)) * sizeof(float);
+}
+
 MatmulContext::~MatmulContext() {
   if (handle_ != nullptr) cublasDestroy(handle_);
 }
