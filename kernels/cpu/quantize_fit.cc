@@ -43,16 +43,6 @@ float SseS4(const float* w, int n, float d, float m) {
   return sse;
 }
 
-float SseS2(const float* w, int n, float d) {
-  const float inv = d == 0.0f ? 0.0f : 0.5f / d;
-  float sse = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float e = DecodeS2(d, CodeS2(w[i], inv)) - w[i];
-    sse = sse + e * e;
-  }
-  return sse;
-}
-
 void AddError(double w, double back, QuantizeError* error) {
   const double e = w - back;
   error->err2 += e * e;
@@ -126,30 +116,40 @@ void FitS4(const float* w, int n, float* d_out, float* m_out, uint8_t* codes, Qu
   *m_out = best_m;
 }
 
+// A candidate scale of s2's search with the sums that decide it (quantize_fit.h).
+struct S2Candidate {
+  float err;      // squared error less sum x^2
+  float refined;  // the least-squares scale of its codes, rounded to half
+};
+
+S2Candidate EvaluateS2(const float* w, int n, float sum_abs, float d) {
+  const uint32_t last_inner = MagnitudeKeyS2(-2.0f * d);
+  int32_t outer = 0;
+  float outer_abs = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    if (MagnitudeKeyS2(w[i]) > last_inner) ++outer, outer_abs = outer_abs + std::fabs(w[i]);
+  }
+  const float sum_lx = sum_abs + 2.0f * outer_abs;
+  const float sum_ll = static_cast<float>(n) + 8.0f * static_cast<float>(outer);
+  return {d * (d * sum_ll - 2.0f * sum_lx), RoundHalf(sum_lx / sum_ll)};
+}
+
 void FitS2(const float* w, int n, float* d_out, uint8_t* codes, QuantizeError* error) {
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = MaxPs(amax, std::fabs(w[i]));
-  float best_d = RoundHalf(amax / 3.0f);
-  float best_sse = SseS2(w, n, best_d);
+  float amax = 0.0f, sum_abs = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    amax = MaxPs(amax, std::fabs(w[i]));
+    sum_abs = sum_abs + std::fabs(w[i]);
+  }
+  float best_d = RoundHalf(amax / S2Divisor(0));
+  float best_err = EvaluateS2(w, n, sum_abs, best_d).err;
   for (int k = 1; k <= kS2Candidates; ++k) {
     const float d = RoundHalf(amax / S2Divisor(k));
     if (!(d > 0.0f)) continue;
-    const float inv = 0.5f / d;
-    float sse = 0.0f, sum_lw = 0.0f;
-    int32_t sum_ll = 0;
-    for (int i = 0; i < n; ++i) {
-      const int32_t q = CodeS2(w[i], inv);
-      const float e = DecodeS2(d, q) - w[i];
-      sse = sse + e * e;
-      const int32_t l = 2 * q - 3;
-      sum_lw = sum_lw + static_cast<float>(l) * w[i];
-      sum_ll += l * l;
-    }
-    if (sse < best_sse) best_d = d, best_sse = sse;
-    const float refined = RoundHalf(sum_lw / static_cast<float>(sum_ll));
-    if (!(refined > 0.0f)) continue;
-    const float refined_sse = SseS2(w, n, refined);
-    if (refined_sse < best_sse) best_d = refined, best_sse = refined_sse;
+    const S2Candidate c = EvaluateS2(w, n, sum_abs, d);
+    if (c.err < best_err) best_d = d, best_err = c.err;
+    if (!(c.refined > 0.0f)) continue;
+    const float refined_err = EvaluateS2(w, n, sum_abs, c.refined).err;
+    if (refined_err < best_err) best_d = c.refined, best_err = refined_err;
   }
   const float inv = best_d == 0.0f ? 0.0f : 0.5f / best_d;
   for (int i = 0; i < n; ++i) {

@@ -18,18 +18,26 @@
 //   range shrunk by 2k% gives codes whose least-squares (d, m) (rounded to half) is a candidate; then, twice,
 //   the codes of the best so far give one more candidate the same way (a step of alternating codes and
 //   least squares). The least squared error wins, ties to the earlier.
-// s2 (group 64): d = half(amax / 3); then for k = 1..16 d_k = half(amax / (3 + 0.1875 k)) and the
-//   least-squares scale of d_k's codes are candidates; the least squared error wins, ties to the earlier.
+// s2 (group 64): the candidates are d_0 = half(amax / 3), then for k = 1..16 d_k = half(amax / (3 + 0.1875 k))
+//   and the least-squares scale of d_k's codes. A scale's codes are the nearest levels: a weight takes an
+//   outer code (+-3 d) when MagnitudeKeyS2(x) > MagnitudeKeyS2(-2 d), i.e. |x| > 2d or x = +2d (where CodeS2 puts a
+//   tie). Its error comes from sums, not weight by weight: S = sum |x| and A = sum |x| over the outer weights
+//   (float, in order), N = S + 2A = sum |l x|, D = 64 + 8 * outer = sum l^2; err = d * (d * D - 2N) (float;
+//   sum x^2 left out, the same for every candidate), and the least-squares scale of those codes is
+//   half(N / D). The least err wins, ties to the earlier (d_0, d_1, its least squares, d_2, ...); scales
+//   not above 0 are skipped (and d_k's least squares with them).
 // (s4 tried 12 shrunk ranges before, without the last two steps: 27 passes over a group's weights where it
-// now takes 15, for a larger error; bench/RESULTS.md. s2's search is unchanged: with half its divisors and
-// the same two steps it gave a smaller rms error but a larger largest one.)
-// The squared error that decides is summed in float, weight by weight in order; the error reported in
-// *error is summed in double.
+// now takes 15, for a larger error; bench/RESULTS.md. s2's candidates are those it always had; each one's
+// error was summed weight by weight in float before (about 13 operations a weight a candidate, 4 now), so a
+// near-tie may now go the other way: QuantizeRoleTest.S2FitAddsNoMoreErrorThanTheFormerSearch.)
+// The squared error that decides s8 and s4 is summed in float, weight by weight in order; the error
+// reported in *error is summed in double, weight by weight, for every scheme.
 
 #include <emmintrin.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/quantize.h"
 #include "kernels/format/fp16.h"
@@ -47,6 +55,16 @@ int64_t FitGroupsAvx2(Scheme s, const float* w, int64_t n_groups, float* d, floa
                       QuantizeError* error);
 int64_t FitGroupsAvx512(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
                         QuantizeError* error);
+
+// s2's order of weights, by |x| and, among equal magnitudes, the negative ones (and zeros) before the positive
+// ones: a weight is outer for scale d when its key exceeds MagnitudeKeyS2(-2d). Fits in 32 bits for every
+// finite float.
+inline uint32_t MagnitudeKeyS2(float x) {
+  uint32_t bits;
+  const float a = std::fabs(x);
+  std::memcpy(&bits, &a, sizeof bits);
+  return (bits << 1) | (x > 0.0f ? 1u : 0u);
+}
 
 // The f16 scheme's quantization with F16C (the same round-to-nearest-even as FloatToHalf, for every float),
 // eight weights at a time: writes the halves of src[0..k) to dst and adds their error, for the largest

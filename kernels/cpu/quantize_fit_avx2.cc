@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/cpu/quantize_fit_simd.h"
 
@@ -20,6 +21,17 @@ struct Avx2 {
   static void Store(float* p, F a) { _mm256_store_ps(p, a); }
   static void StoreUnaligned(float* p, F a) { _mm256_storeu_ps(p, a); }
   static void StoreI(int32_t* p, I a) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), a); }
+  static void StoreI(uint32_t* p, I a) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), a); }
+  static I LoadI(const uint32_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+  // MagnitudeKeyS2 of every lane with its top bit flipped, so that signed compares order the keys.
+  static I BiasedKeyS2(F x) {
+    const I magnitude = _mm256_slli_epi32(_mm256_castps_si256(Abs(x)), 1);
+    const I positive = _mm256_srli_epi32(_mm256_castps_si256(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ)), 31);
+    return _mm256_xor_si256(_mm256_or_si256(magnitude, positive), _mm256_set1_epi32(INT32_MIN));
+  }
+  static M GtI(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(a, b)); }
+  static I CountIf(I count, M m) { return _mm256_sub_epi32(count, _mm256_castps_si256(m)); }  // m lanes are -1
+  static F AddIf(F sum, M m, F a) { return _mm256_add_ps(sum, _mm256_and_ps(m, a)); }  // + 0.0 elsewhere
   static F Set(float v) { return _mm256_set1_ps(v); }
   static I SetI(int32_t v) { return _mm256_set1_epi32(v); }
   static F Add(F a, F b) { return _mm256_add_ps(a, b); }

@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/cpu/quantize_fit_simd.h"
 
@@ -24,6 +25,19 @@ struct Avx512 {
   static void Store(float* p, F a) { _mm512_store_ps(p, a); }
   static void StoreUnaligned(float* p, F a) { _mm512_storeu_ps(p, a); }
   static void StoreI(int32_t* p, I a) { _mm512_store_si512(p, a); }
+  static void StoreI(uint32_t* p, I a) { _mm512_store_si512(p, a); }
+  static I LoadI(const uint32_t* p) { return _mm512_load_si512(p); }
+  // MagnitudeKeyS2 of every lane with its top bit flipped, so that signed compares order the keys.
+  static I BiasedKeyS2(F x) {
+    const I magnitude = _mm512_slli_epi32(_mm512_castps_si512(Abs(x)), 1);
+    const __mmask16 positive = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
+    const I key = _mm512_mask_or_epi32(magnitude, positive, magnitude, _mm512_set1_epi32(1));
+    return _mm512_xor_si512(key, _mm512_set1_epi32(INT32_MIN));
+  }
+  static M GtI(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
+  static I CountIf(I count, M m) { return _mm512_mask_add_epi32(count, m, count, _mm512_set1_epi32(1)); }
+  // sum + a where m is set, sum elsewhere: the same as adding +0.0 there, since sum is never -0.0.
+  static F AddIf(F sum, M m, F a) { return _mm512_mask_add_ps(sum, m, sum, a); }
   static F Set(float v) { return _mm512_set1_ps(v); }
   static I SetI(int32_t v) { return _mm512_set1_epi32(v); }
   static F Add(F a, F b) { return _mm512_add_ps(a, b); }

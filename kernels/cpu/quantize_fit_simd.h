@@ -258,51 +258,65 @@ class SimdFitter {
     Finish<Scheme::kS4>(best_d, best_m, d_out, m_out, codes, error);
   }
 
-  void FitS2(float* d_out, uint8_t* codes, QuantizeError* error) const {
-    Lanes amax, best_d, best_sse, zero;
+  // EvaluateS2 of quantize_fit.cc on every lane: the error of scale d (less sum x^2) and the least-squares
+  // scale of its codes. Each weight costs a compare, a count and a masked sum (keys_ and abs_ hold its key
+  // and magnitude).
+  void EvaluateS2(const Lanes& sum_abs, const Lanes& d, Lanes& err, Lanes* refined) const {
+    I last_inner[kUnroll], outer[kUnroll];
+    Lanes outer_abs;
     Each([&](int u) {
-      amax[u] = Amax(u);
-      zero[u] = V::Set(0.0f);
-      best_d[u] = V::RoundHalf(V::Div(amax[u], V::Set(3.0f)));
+      last_inner[u] = V::BiasedKeyS2(V::Mul(V::Set(-2.0f), d[u]));
+      outer[u] = V::SetI(0);
+      outer_abs[u] = V::Set(0.0f);
     });
-    Sse<Scheme::kS2>(best_d, zero, best_sse);
+    for (int i = 0; i < n_; ++i) {
+      Each([&](int u) {
+        const M is_outer = V::GtI(V::LoadI(keys_[u][i]), last_inner[u]);
+        outer[u] = V::CountIf(outer[u], is_outer);
+        outer_abs[u] = V::AddIf(outer_abs[u], is_outer, V::Load(abs_[u][i]));
+      });
+    }
+    Each([&](int u) {
+      const F sum_lx = V::Add(sum_abs[u], V::Mul(V::Set(2.0f), outer_abs[u]));
+      const F sum_ll = V::Add(V::Set(static_cast<float>(n_)), V::Mul(V::Set(8.0f), V::ToFloat(outer[u])));
+      err[u] = V::Mul(d[u], V::Sub(V::Mul(d[u], sum_ll), V::Mul(V::Set(2.0f), sum_lx)));
+      if (refined != nullptr) (*refined)[u] = V::RoundHalf(V::Div(sum_lx, sum_ll));
+    });
+  }
+
+  void FitS2(float* d_out, uint8_t* codes, QuantizeError* error) {
+    Lanes amax, sum_abs, best_d, best_err, zero;
+    Each([&](int u) { amax[u] = sum_abs[u] = zero[u] = V::Set(0.0f); });
+    for (int i = 0; i < n_; ++i) {
+      Each([&](int u) {
+        const F x = X(u, i), a = V::Abs(x);
+        V::StoreI(keys_[u][i], V::BiasedKeyS2(x));
+        V::Store(abs_[u][i], a);
+        amax[u] = V::Max(amax[u], a);
+        sum_abs[u] = V::Add(sum_abs[u], a);
+      });
+    }
+    Each([&](int u) { best_d[u] = V::RoundHalf(V::Div(amax[u], V::Set(S2Divisor(0)))); });
+    EvaluateS2(sum_abs, best_d, best_err, nullptr);
     for (int k = 1; k <= kS2Candidates; ++k) {
-      // sum_ll is exact in float (at most 64 x 9): an integer, as the scalar fit's.
-      Lanes d, inv, sse, sum_lw, sum_ll;
+      Lanes d, err, refined, refined_err;
       M valid[kUnroll];
       Each([&](int u) {
         d[u] = V::RoundHalf(V::Div(amax[u], V::Set(S2Divisor(k))));
         valid[u] = V::Gt(d[u], V::Set(0.0f));
-        sse[u] = sum_lw[u] = sum_ll[u] = V::Set(0.0f);
       });
-      Inverses<Scheme::kS2>(d, inv);
-      for (int i = 0; i < n_; ++i) {
-        Lanes x, q, l, e;
-        Each([&](int u) { x[u] = X(u, i); });
-        Codes<Scheme::kS2>(x, inv, zero, q);
-        Each([&](int u) { l[u] = LevelS2(q[u]); });
-        Each([&](int u) { e[u] = V::Mul(d[u], l[u]); });
-        Each([&](int u) { e[u] = V::Sub(e[u], x[u]); });
-        Each([&](int u) { e[u] = V::Mul(e[u], e[u]); });
-        Each([&](int u) { sse[u] = V::Add(sse[u], e[u]); });
-        Each([&](int u) { e[u] = V::Mul(l[u], x[u]); });
-        Each([&](int u) { sum_lw[u] = V::Add(sum_lw[u], e[u]); });
-        Each([&](int u) { e[u] = V::Mul(l[u], l[u]); });
-        Each([&](int u) { sum_ll[u] = V::Add(sum_ll[u], e[u]); });
-      }
-      Lanes refined, refined_sse;
+      EvaluateS2(sum_abs, d, err, &refined);
       Each([&](int u) {
-        const M better = V::And(valid[u], V::Lt(sse[u], best_sse[u]));
+        const M better = V::And(valid[u], V::Lt(err[u], best_err[u]));
         best_d[u] = V::Select(better, d[u], best_d[u]);
-        best_sse[u] = V::Select(better, sse[u], best_sse[u]);
-        refined[u] = V::RoundHalf(V::Div(sum_lw[u], sum_ll[u]));
+        best_err[u] = V::Select(better, err[u], best_err[u]);
         valid[u] = V::And(valid[u], V::Gt(refined[u], V::Set(0.0f)));
       });
-      Sse<Scheme::kS2>(refined, zero, refined_sse);
+      EvaluateS2(sum_abs, refined, refined_err, nullptr);
       Each([&](int u) {
-        const M better = V::And(valid[u], V::Lt(refined_sse[u], best_sse[u]));
+        const M better = V::And(valid[u], V::Lt(refined_err[u], best_err[u]));
         best_d[u] = V::Select(better, refined[u], best_d[u]);
-        best_sse[u] = V::Select(better, refined_sse[u], best_sse[u]);
+        best_err[u] = V::Select(better, refined_err[u], best_err[u]);
       });
     }
     alignas(64) float m_unused[kBatch];
@@ -311,6 +325,9 @@ class SimdFitter {
 
   int n_;
   alignas(64) float wt_[kUnroll][64][kLanes];  // wt_[u][i][lane]: weight i of group u * kLanes + lane
+  // s2's search: V::BiasedKeyS2 and |x| of each weight, laid out as wt_.
+  alignas(64) uint32_t keys_[kUnroll][64][kLanes];
+  alignas(64) float abs_[kUnroll][64][kLanes];
 };
 
 // FitGroupsAvx2 / FitGroupsAvx512 over V: whole batches only.
