@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/quantize_fit_simd.h"
 
@@ -20,7 +21,6 @@ struct Avx2 {
   static F Load(const float* p) { return _mm256_load_ps(p); }
   static void Store(float* p, F a) { _mm256_store_ps(p, a); }
   static void StoreUnaligned(float* p, F a) { _mm256_storeu_ps(p, a); }
-  static void StoreI(int32_t* p, I a) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), a); }
   static void StoreI(uint32_t* p, I a) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), a); }
   static I LoadI(const uint32_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
   // MagnitudeKeyS2 of every lane with its top bit flipped, so that signed compares order the keys.
@@ -79,6 +79,29 @@ struct Avx2 {
         _mm256_store_ps(wt[i0 + 4 + j], _mm256_permute2f128_ps(r[j], r[4 + j], 0x31));
       }
     }
+  }
+
+  // Writes the low bytes of q[0..8) (the codes of eight consecutive weights, every lane a group) as eight
+  // bytes at dst + lane * stride for each lane.
+  static void StoreCodes8(const I* q, uint8_t* dst, int64_t stride) {
+    StoreCodes8Words(Word4(q), Word4(q + 4), dst, stride);
+  }
+  // q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24 of the low bytes, per lane.
+  static I Word4(const I* q) {
+    const I byte = _mm256_set1_epi32(0xFF);
+    const I lo = _mm256_or_si256(_mm256_and_si256(q[0], byte), _mm256_slli_epi32(_mm256_and_si256(q[1], byte), 8));
+    const I hi = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(q[2], byte), 16), _mm256_slli_epi32(q[3], 24));
+    return _mm256_or_si256(lo, hi);
+  }
+  // Lane g's eight bytes are (w0[g], w1[g]).
+  static void StoreCodes8Words(__m256i w0, __m256i w1, uint8_t* dst, int64_t stride) {
+    const __m256i even = _mm256_unpacklo_epi32(w0, w1);  // lanes 0, 1, 4, 5 as 64-bit words
+    const __m256i odd = _mm256_unpackhi_epi32(w0, w1);   // lanes 2, 3, 6, 7
+    const int64_t words[8] = {_mm256_extract_epi64(even, 0), _mm256_extract_epi64(even, 1),
+                              _mm256_extract_epi64(odd, 0),  _mm256_extract_epi64(odd, 1),
+                              _mm256_extract_epi64(even, 2), _mm256_extract_epi64(even, 3),
+                              _mm256_extract_epi64(odd, 2),  _mm256_extract_epi64(odd, 3)};
+    for (int lane = 0; lane < 8; ++lane) std::memcpy(dst + lane * stride, &words[lane], 8);
   }
 
   // SolveAffine on every lane: the same double operations, four lanes at a time.

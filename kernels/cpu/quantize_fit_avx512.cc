@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/quantize_fit_simd.h"
 
@@ -24,7 +25,6 @@ struct Avx512 {
   static F Load(const float* p) { return _mm512_load_ps(p); }
   static void Store(float* p, F a) { _mm512_store_ps(p, a); }
   static void StoreUnaligned(float* p, F a) { _mm512_storeu_ps(p, a); }
-  static void StoreI(int32_t* p, I a) { _mm512_store_si512(p, a); }
   static void StoreI(uint32_t* p, I a) { _mm512_store_si512(p, a); }
   static I LoadI(const uint32_t* p) { return _mm512_load_si512(p); }
   // MagnitudeKeyS2 of every lane with its top bit flipped, so that signed compares order the keys.
@@ -66,6 +66,30 @@ struct Avx512 {
     for (int lane = 0; lane < kLanes; ++lane) {
       for (int i = 0; i < n; ++i) wt[i][lane] = w[lane * n + i];
     }
+  }
+
+  // Writes the low bytes of q[0..8) (the codes of eight consecutive weights, every lane a group) as eight
+  // bytes at dst + lane * stride for each lane: AVX2's way, a half of the lanes at a time.
+  static void StoreCodes8(const I* q, uint8_t* dst, int64_t stride) {
+    const I w0 = Word4(q), w1 = Word4(q + 4);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i w0h = h == 0 ? _mm512_castsi512_si256(w0) : _mm512_extracti64x4_epi64(w0, 1);
+      const __m256i w1h = h == 0 ? _mm512_castsi512_si256(w1) : _mm512_extracti64x4_epi64(w1, 1);
+      const __m256i even = _mm256_unpacklo_epi32(w0h, w1h);  // lanes 0, 1, 4, 5 of the half as 64-bit words
+      const __m256i odd = _mm256_unpackhi_epi32(w0h, w1h);   // lanes 2, 3, 6, 7
+      const int64_t words[8] = {_mm256_extract_epi64(even, 0), _mm256_extract_epi64(even, 1),
+                                _mm256_extract_epi64(odd, 0),  _mm256_extract_epi64(odd, 1),
+                                _mm256_extract_epi64(even, 2), _mm256_extract_epi64(even, 3),
+                                _mm256_extract_epi64(odd, 2),  _mm256_extract_epi64(odd, 3)};
+      for (int lane = 0; lane < 8; ++lane) std::memcpy(dst + (8 * h + lane) * stride, &words[lane], 8);
+    }
+  }
+  // q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24 of the low bytes, per lane.
+  static I Word4(const I* q) {
+    const I byte = _mm512_set1_epi32(0xFF);
+    const I lo = _mm512_or_si512(_mm512_and_si512(q[0], byte), _mm512_slli_epi32(_mm512_and_si512(q[1], byte), 8));
+    const I hi = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(q[2], byte), 16), _mm512_slli_epi32(q[3], 24));
+    return _mm512_or_si512(lo, hi);
   }
 
   // SolveAffine on every lane: the same double operations, eight lanes at a time.

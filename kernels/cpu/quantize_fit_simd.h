@@ -133,25 +133,26 @@ class SimdFitter {
     }
   }
 
-  // Writes the codes for the chosen (d, m) and adds their error.
+  // Writes the codes for the chosen (d, m) and adds their error. Codes go out eight weights of a group at a
+  // time (V::StoreCodes8), not a byte at a time.
   template <Scheme S>
   void Finish(const Lanes& d, const Lanes& m, float* d_out, float* m_out, uint8_t* codes, QuantizeError* error) const {
     typename V::ErrorSums sums;
-    alignas(64) int32_t q_lanes[kLanes];
     Lanes inv;
     Inverses<S>(d, inv);
-    for (int i = 0; i < n_; ++i) {
-      Lanes x, q, back;
-      Each([&](int u) { x[u] = X(u, i); });
-      Codes<S>(x, inv, m, q);
-      Decode<S>(d, m, q, back);
-      for (int u = 0; u < kUnroll; ++u) {
-        sums.Add(x[u], back[u]);
-        V::StoreI(q_lanes, V::Cvtt(q[u]));
-        for (int lane = 0; lane < kLanes; ++lane) {
-          codes[static_cast<int64_t>(u * kLanes + lane) * n_ + i] = static_cast<uint8_t>(q_lanes[lane]);
+    for (int i0 = 0; i0 < n_; i0 += 8) {
+      I q_int[kUnroll][8];
+      for (int j = 0; j < 8; ++j) {
+        Lanes x, q, back;
+        Each([&](int u) { x[u] = X(u, i0 + j); });
+        Codes<S>(x, inv, m, q);
+        Decode<S>(d, m, q, back);
+        for (int u = 0; u < kUnroll; ++u) {
+          sums.Add(x[u], back[u]);
+          q_int[u][j] = V::Cvtt(q[u]);
         }
       }
+      for (int u = 0; u < kUnroll; ++u) V::StoreCodes8(q_int[u], codes + static_cast<int64_t>(u * kLanes) * n_ + i0, n_);
     }
     for (int u = 0; u < kUnroll; ++u) {
       V::StoreUnaligned(d_out + u * kLanes, d[u]);
