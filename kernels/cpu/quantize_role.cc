@@ -68,7 +68,7 @@ void QuantizeInteger(CpuPath path, Scheme s, const float* src, int64_t rows, int
                      QuantizeError* error) {
   const int64_t group = layout::Group(s);
   const int64_t n_groups = rows * cols / group;
-  std::memset(dst, 0, layout::CodesBytes(s, rows, cols));
+  // No clearing first: PackRoleGroups assigns every code byte whole, and every group's scale record.
   constexpr int64_t kChunk = 256;  // groups fitted, then packed, at a time (a multiple of every SIMD batch)
   float d[kChunk], m[kChunk];
   uint8_t codes[kChunk * 64];
