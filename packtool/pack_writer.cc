@@ -272,6 +272,13 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
         checksums[index] = XXH3_64bits(blob.data(), blob.size());
         s = WriteAll(fd, blob.data(), blob.size(), index * layout.blob_bytes, experts_path);
       }
+      if (s.ok()) {
+        // The disk writes the blob while the workers go on: otherwise the whole file waited for the final
+        // fdatasync (0.8 GB of f16 on this VM: 1.0-1.6 s after the last expert). Only starts the
+        // write (waiting, at most, while the disk's queue is full); an I/O error surfaces at that fdatasync.
+        (void)sync_file_range(fd, static_cast<off_t>(index * layout.blob_bytes), static_cast<off_t>(blob.size()),
+                              SYNC_FILE_RANGE_WRITE);
+      }
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(mu);
         if (first_error.ok()) first_error = s;
