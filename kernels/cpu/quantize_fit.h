@@ -71,6 +71,10 @@ inline uint32_t MagnitudeKeyS2(float x) {
 // multiple k of 8 not above n, and returns k. Call only where CpuPathAvailable(kAvx2).
 int64_t RoundToHalfAvx2(const float* src, int64_t n, uint8_t* dst, QuantizeError* error);
 
+// FloatToHalf of src[0..k) into dst with F16C, for the largest multiple k of 8 not above n; returns k. Call
+// only where CpuPathAvailable(kAvx2).
+int64_t FloatsToHalvesAvx2(const float* src, int64_t n, uint16_t* dst);
+
 // The scalar forms of the SIMD instructions the fits use, with the same results for every input
 // (maxps/minps return the second operand when either is NaN; cvttps2dq gives INT32_MIN for NaN and
 // out-of-range values).

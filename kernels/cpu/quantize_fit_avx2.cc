@@ -179,4 +179,13 @@ int64_t RoundToHalfAvx2(const float* src, int64_t n, uint8_t* dst, QuantizeError
   return i;
 }
 
+int64_t FloatsToHalvesAvx2(const float* src, int64_t n, uint16_t* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  return i;
+}
+
 }  // namespace strata::kernels::internal
