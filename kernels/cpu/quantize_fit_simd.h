@@ -189,24 +189,48 @@ class SimdFitter {
     Finish<Scheme::kS8>(best_d, zero, d_out, m_unused, codes, error);
   }
 
-  // RefitS4 of quantize_fit.cc on every lane: (d, m) becomes the least-squares fit of its codes; `valid` says
-  // where it is a usable candidate. The code sums are exact in float (at most 32 x 15 and 32 x 225).
-  void RefitS4(const Lanes& sum_w, Lanes& d, Lanes& m, M* valid) const {
-    Lanes inv, sum_q, sum_qq, sum_qw;
+  // The sums of a candidate's s4 codes that its least-squares (d, m) needs, per lane. sum_q and sum_qq are
+  // exact in float (at most 32 x 15 and 32 x 225); sum_qw is summed in order, as RefitS4 does.
+  struct CodeSumsS4 {
+    Lanes q, qq, qw;
+  };
+
+  // Codes for (d, m) per weight, with (kSums) the sums of the codes and (kSse) their squared errors: the pass
+  // of RefitS4 (quantize_fit.cc) and that of Sse in one. The sums live in locals, so in registers.
+  template <bool kSums, bool kSse>
+  void CodeSumsAndSseS4(const Lanes& d, const Lanes& m, CodeSumsS4& sums_out, Lanes& sse_out) const {
+    Lanes inv, sum_q, sum_qq, sum_qw, sse;
     Inverses<Scheme::kS4>(d, inv);
-    Each([&](int u) { sum_q[u] = sum_qq[u] = sum_qw[u] = V::Set(0.0f); });
+    Each([&](int u) { sum_q[u] = sum_qq[u] = sum_qw[u] = sse[u] = V::Set(0.0f); });
     for (int i = 0; i < n_; ++i) {
       Lanes x, q, t;
       Each([&](int u) { x[u] = X(u, i); });
       Codes<Scheme::kS4>(x, inv, m, q);
-      Each([&](int u) { sum_q[u] = V::Add(sum_q[u], q[u]); });
-      Each([&](int u) { t[u] = V::Mul(q[u], q[u]); });
-      Each([&](int u) { sum_qq[u] = V::Add(sum_qq[u], t[u]); });
-      Each([&](int u) { t[u] = V::Mul(q[u], x[u]); });
-      Each([&](int u) { sum_qw[u] = V::Add(sum_qw[u], t[u]); });
+      if constexpr (kSums) {
+        Each([&](int u) { sum_q[u] = V::Add(sum_q[u], q[u]); });
+        Each([&](int u) { t[u] = V::Mul(q[u], q[u]); });
+        Each([&](int u) { sum_qq[u] = V::Add(sum_qq[u], t[u]); });
+        Each([&](int u) { t[u] = V::Mul(q[u], x[u]); });
+        Each([&](int u) { sum_qw[u] = V::Add(sum_qw[u], t[u]); });
+      }
+      if constexpr (kSse) {
+        Decode<Scheme::kS4>(d, m, q, t);
+        Each([&](int u) { t[u] = V::Sub(t[u], x[u]); });
+        Each([&](int u) { t[u] = V::Mul(t[u], t[u]); });
+        Each([&](int u) { sse[u] = V::Add(sse[u], t[u]); });
+      }
     }
     Each([&](int u) {
-      V::SolveAffine(n_, V::Cvtt(sum_q[u]), V::Cvtt(sum_qq[u]), sum_w[u], sum_qw[u], &d[u], &m[u]);
+      if constexpr (kSums) sums_out.q[u] = sum_q[u], sums_out.qq[u] = sum_qq[u], sums_out.qw[u] = sum_qw[u];
+      if constexpr (kSse) sse_out[u] = sse[u];
+    });
+  }
+
+  // The rest of RefitS4 on every lane: (d, m) becomes the least-squares fit of the codes whose sums are given,
+  // rounded to half; `valid` says where it is a usable candidate.
+  void SolveS4(const Lanes& sum_w, const CodeSumsS4& sums, Lanes& d, Lanes& m, M* valid) const {
+    Each([&](int u) {
+      V::SolveAffine(n_, V::Cvtt(sums.q[u]), V::Cvtt(sums.qq[u]), sum_w[u], sums.qw[u], &d[u], &m[u]);
       d[u] = V::RoundHalf(d[u]);
       m[u] = V::RoundHalf(m[u]);
       valid[u] = V::And(V::Gt(d[u], V::Set(0.0f)), V::Lt(V::Abs(m[u]), V::Set(INFINITY)));
@@ -228,17 +252,29 @@ class SimdFitter {
       best_d[u] = V::RoundHalf(V::Div(V::Sub(hi[u], lo[u]), V::Set(15.0f)));
       best_m[u] = V::RoundHalf(lo[u]);
     });
-    Sse<Scheme::kS4>(best_d, best_m, best_sse);
-    const auto try_refit = [&](Lanes& d, Lanes& m) {
-      M valid[kUnroll];
-      RefitS4(sum_w, d, m, valid);
+    CodeSumsS4 unused_sums;
+    Lanes unused_sse;
+    CodeSumsAndSseS4<false, true>(best_d, best_m, unused_sums, best_sse);
+    // RefitS4 on (d, m) and the new candidate's squared error; when best_sums is set, the sums of the codes
+    // of the best so far are kept there (the next refinement's refit then needs no pass of its own).
+    const auto try_candidate = [&](Lanes& d, Lanes& m, const M* valid, CodeSumsS4* best_sums) {
       Lanes sse;
-      Sse<Scheme::kS4>(d, m, sse);
+      CodeSumsS4 sums;
+      if (best_sums != nullptr) {
+        CodeSumsAndSseS4<true, true>(d, m, sums, sse);
+      } else {
+        CodeSumsAndSseS4<false, true>(d, m, sums, sse);
+      }
       Each([&](int u) {
         const M better = V::And(valid[u], V::Lt(sse[u], best_sse[u]));
         best_d[u] = V::Select(better, d[u], best_d[u]);
         best_m[u] = V::Select(better, m[u], best_m[u]);
         best_sse[u] = V::Select(better, sse[u], best_sse[u]);
+        if (best_sums != nullptr) {
+          best_sums->q[u] = V::Select(better, sums.q[u], best_sums->q[u]);
+          best_sums->qq[u] = V::Select(better, sums.qq[u], best_sums->qq[u]);
+          best_sums->qw[u] = V::Select(better, sums.qw[u], best_sums->qw[u]);
+        }
       });
     };
     for (int k = 0; k < kS4Candidates; ++k) {
@@ -249,12 +285,22 @@ class SimdFitter {
         d[u] = V::RoundHalf(V::Div(V::Sub(chi, clo), V::Set(15.0f)));
         m[u] = V::RoundHalf(clo);
       });
-      try_refit(d, m);
+      CodeSumsS4 sums;
+      CodeSumsAndSseS4<true, false>(d, m, sums, unused_sse);
+      M valid[kUnroll];
+      SolveS4(sum_w, sums, d, m, valid);
+      try_candidate(d, m, valid, nullptr);
     }
+    // The refinements refit the best so far: the first one's codes take a pass, the later ones' codes are
+    // those of a candidate whose squared-error pass also summed them.
+    CodeSumsS4 best_sums;
+    CodeSumsAndSseS4<true, false>(best_d, best_m, best_sums, unused_sse);
     for (int r = 0; r < kS4Refinements; ++r) {
       Lanes d, m;
       Each([&](int u) { d[u] = best_d[u], m[u] = best_m[u]; });
-      try_refit(d, m);
+      M valid[kUnroll];
+      SolveS4(sum_w, best_sums, d, m, valid);
+      try_candidate(d, m, valid, r + 1 < kS4Refinements ? &best_sums : nullptr);
     }
     Finish<Scheme::kS4>(best_d, best_m, d_out, m_out, codes, error);
   }
