@@ -116,22 +116,15 @@ void FitS4(const float* w, int n, float* d_out, float* m_out, uint8_t* codes, Qu
   *m_out = best_m;
 }
 
-// A candidate scale of s2's search with the sums that decide it (quantize_fit.h).
-struct S2Candidate {
-  float err;      // squared error less sum x^2
-  float refined;  // the least-squares scale of its codes, rounded to half
-};
-
-S2Candidate EvaluateS2(const float* w, int n, float sum_abs, float d) {
+// ScoreS2 of scale d for a group of s2 weights whose magnitudes sum to sum_abs.
+S2Score EvaluateS2(const float* w, int n, float sum_abs, float d) {
   const uint32_t last_inner = MagnitudeKeyS2(-2.0f * d);
   int32_t outer = 0;
   float outer_abs = 0.0f;
   for (int i = 0; i < n; ++i) {
     if (MagnitudeKeyS2(w[i]) > last_inner) ++outer, outer_abs = outer_abs + std::fabs(w[i]);
   }
-  const float sum_lx = sum_abs + 2.0f * outer_abs;
-  const float sum_ll = static_cast<float>(n) + 8.0f * static_cast<float>(outer);
-  return {d * (d * sum_ll - 2.0f * sum_lx), RoundHalf(sum_lx / sum_ll)};
+  return ScoreS2(d, sum_abs, outer_abs, outer, n);
 }
 
 void FitS2(const float* w, int n, float* d_out, uint8_t* codes, QuantizeError* error) {
@@ -141,15 +134,16 @@ void FitS2(const float* w, int n, float* d_out, uint8_t* codes, QuantizeError* e
     sum_abs = sum_abs + std::fabs(w[i]);
   }
   float best_d = RoundHalf(amax / S2Divisor(0));
-  float best_err = EvaluateS2(w, n, sum_abs, best_d).err;
+  double best_err = EvaluateS2(w, n, sum_abs, best_d).err;
   for (int k = 1; k <= kS2Candidates; ++k) {
     const float d = RoundHalf(amax / S2Divisor(k));
     if (!(d > 0.0f)) continue;
-    const S2Candidate c = EvaluateS2(w, n, sum_abs, d);
+    const S2Score c = EvaluateS2(w, n, sum_abs, d);
     if (c.err < best_err) best_d = d, best_err = c.err;
-    if (!(c.refined > 0.0f)) continue;
-    const float refined_err = EvaluateS2(w, n, sum_abs, c.refined).err;
-    if (refined_err < best_err) best_d = c.refined, best_err = refined_err;
+    const float refined = RoundHalf(c.least_squares);
+    if (!(refined > 0.0f)) continue;
+    const double refined_err = EvaluateS2(w, n, sum_abs, refined).err;
+    if (refined_err < best_err) best_d = refined, best_err = refined_err;
   }
   const float inv = best_d == 0.0f ? 0.0f : 0.5f / best_d;
   for (int i = 0; i < n; ++i) {

@@ -22,10 +22,10 @@
 //   and the least-squares scale of d_k's codes. A scale's codes are the nearest levels: a weight takes an
 //   outer code (+-3 d) when MagnitudeKeyS2(x) > MagnitudeKeyS2(-2 d), i.e. |x| > 2d or x = +2d (where CodeS2 puts a
 //   tie). Its error comes from sums, not weight by weight: S = sum |x| and A = sum |x| over the outer weights
-//   (float, in order), N = S + 2A = sum |l x|, D = 64 + 8 * outer = sum l^2; err = d * (d * D - 2N) (float;
-//   sum x^2 left out, the same for every candidate), and the least-squares scale of those codes is
-//   half(N / D). The least err wins, ties to the earlier (d_0, d_1, its least squares, d_2, ...); scales
-//   not above 0 are skipped (and d_k's least squares with them).
+//   (float, in order), then ScoreS2 in double: N = S + 2A = sum |l x|, D = 64 + 8 * outer = sum l^2,
+//   err = d * (d * D - 2N) (sum x^2 left out, the same for every candidate), and the least-squares scale of
+//   those codes is half(float(N / D)). The least err wins, ties to the earlier (d_0, d_1, its least
+//   squares, d_2, ...); scales not above 0 are skipped (and d_k's least squares with them).
 // (s4 tried 12 shrunk ranges before, without the last two steps: 27 passes over a group's weights where it
 // now takes 15, for a larger error; bench/RESULTS.md. s2's candidates are those it always had; each one's
 // error was summed weight by weight in float before (about 13 operations a weight a candidate, 4 now), so a
@@ -64,6 +64,19 @@ inline uint32_t MagnitudeKeyS2(float x) {
   const float a = std::fabs(x);
   std::memcpy(&bits, &a, sizeof bits);
   return (bits << 1) | (x > 0.0f ? 1u : 0u);
+}
+
+// One s2 candidate's error less sum x^2 and the least-squares scale of its codes (before rounding to half),
+// from its sums (above): the same double operations on every path.
+struct S2Score {
+  double err;
+  float least_squares;
+};
+inline S2Score ScoreS2(float d, float sum_abs, float outer_abs, int32_t outer, int n) {
+  const double sum_lx = static_cast<double>(sum_abs) + 2.0 * static_cast<double>(outer_abs);
+  const double sum_ll = static_cast<double>(n) + 8.0 * static_cast<double>(outer);
+  const double dd = d;
+  return {dd * (dd * sum_ll - 2.0 * sum_lx), static_cast<float>(sum_lx / sum_ll)};
 }
 
 // The f16 scheme's quantization with F16C (the same round-to-nearest-even as FloatToHalf, for every float),

@@ -104,6 +104,48 @@ struct Avx2 {
     for (int lane = 0; lane < 8; ++lane) std::memcpy(dst + lane * stride, &words[lane], 8);
   }
 
+  // s2's choice among candidate scales on every lane, in double as ScoreS2 (quantize_fit.h) computes:
+  // First takes d_0, Offer the others (where d > 0) and returns float(N / D) of the candidate's codes (0
+  // where it was skipped), Best the winner.
+  class S2Choice {
+   public:
+    void First(int n, F d, F sum_abs, F outer_abs, I outer) {
+      for (int h = 0; h < 2; ++h) {
+        best_d_[h] = _mm256_cvtps_pd(Half(d, h));
+        best_err_[h] = Score(n, best_d_[h], sum_abs, outer_abs, outer, h, nullptr);
+      }
+    }
+    F Offer(int n, F d, F sum_abs, F outer_abs, I outer) {
+      __m128 least_squares[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256d dd = _mm256_cvtps_pd(Half(d, h));
+        __m256d ls;
+        const __m256d err = Score(n, dd, sum_abs, outer_abs, outer, h, &ls);
+        const __m256d valid = _mm256_cmp_pd(dd, _mm256_setzero_pd(), _CMP_GT_OQ);
+        const __m256d better = _mm256_and_pd(valid, _mm256_cmp_pd(err, best_err_[h], _CMP_LT_OQ));
+        best_d_[h] = _mm256_blendv_pd(best_d_[h], dd, better);
+        best_err_[h] = _mm256_blendv_pd(best_err_[h], err, better);
+        least_squares[h] = _mm256_cvtpd_ps(_mm256_and_pd(valid, ls));
+      }
+      return _mm256_set_m128(least_squares[1], least_squares[0]);
+    }
+    F Best() const { return _mm256_set_m128(_mm256_cvtpd_ps(best_d_[1]), _mm256_cvtpd_ps(best_d_[0])); }
+
+   private:
+    static __m128 Half(F v, int h) { return h == 0 ? _mm256_castps256_ps128(v) : _mm256_extractf128_ps(v, 1); }
+    // ScoreS2's err for lanes 4h..4h+3, and its N / D in *least_squares.
+    static __m256d Score(int n, __m256d dd, F sum_abs, F outer_abs, I outer, int h, __m256d* least_squares) {
+      const __m256d sum_lx = _mm256_add_pd(_mm256_cvtps_pd(Half(sum_abs, h)),
+                                           _mm256_mul_pd(_mm256_set1_pd(2.0), _mm256_cvtps_pd(Half(outer_abs, h))));
+      const __m128i outer_h = h == 0 ? _mm256_castsi256_si128(outer) : _mm256_extracti128_si256(outer, 1);
+      const __m256d sum_ll = _mm256_add_pd(_mm256_set1_pd(static_cast<double>(n)),
+                                           _mm256_mul_pd(_mm256_set1_pd(8.0), _mm256_cvtepi32_pd(outer_h)));
+      if (least_squares != nullptr) *least_squares = _mm256_div_pd(sum_lx, sum_ll);
+      return _mm256_mul_pd(dd, _mm256_sub_pd(_mm256_mul_pd(dd, sum_ll), _mm256_mul_pd(_mm256_set1_pd(2.0), sum_lx)));
+    }
+    __m256d best_d_[2], best_err_[2];
+  };
+
   // SolveAffine on every lane: the same double operations, four lanes at a time.
   static void SolveAffine(int n, I sum_q, I sum_qq, F sum_w, F sum_qw, F* d, F* m) {
     const __m256d nd = _mm256_set1_pd(static_cast<double>(n)), zero = _mm256_setzero_pd();

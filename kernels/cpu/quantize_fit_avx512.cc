@@ -92,6 +92,50 @@ struct Avx512 {
     return _mm512_or_si512(lo, hi);
   }
 
+  // s2's choice among candidate scales on every lane, in double as ScoreS2 (quantize_fit.h) computes:
+  // First takes d_0, Offer the others (where d > 0) and returns float(N / D) of the candidate's codes (0
+  // where it was skipped), Best the winner.
+  class S2Choice {
+   public:
+    void First(int n, F d, F sum_abs, F outer_abs, I outer) {
+      for (int h = 0; h < 2; ++h) {
+        best_d_[h] = _mm512_cvtps_pd(Half(d, h));
+        best_err_[h] = Score(n, best_d_[h], sum_abs, outer_abs, outer, h, nullptr);
+      }
+    }
+    F Offer(int n, F d, F sum_abs, F outer_abs, I outer) {
+      __m256 least_squares[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m512d dd = _mm512_cvtps_pd(Half(d, h));
+        __m512d ls;
+        const __m512d err = Score(n, dd, sum_abs, outer_abs, outer, h, &ls);
+        const __mmask8 valid = _mm512_cmp_pd_mask(dd, _mm512_setzero_pd(), _CMP_GT_OQ);
+        const __mmask8 better = static_cast<__mmask8>(valid & _mm512_cmp_pd_mask(err, best_err_[h], _CMP_LT_OQ));
+        best_d_[h] = _mm512_mask_blend_pd(better, best_d_[h], dd);
+        best_err_[h] = _mm512_mask_blend_pd(better, best_err_[h], err);
+        least_squares[h] = _mm512_cvtpd_ps(_mm512_maskz_mov_pd(valid, ls));
+      }
+      return _mm512_insertf32x8(_mm512_castps256_ps512(least_squares[0]), least_squares[1], 1);
+    }
+    F Best() const {
+      return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(best_d_[0])), _mm512_cvtpd_ps(best_d_[1]), 1);
+    }
+
+   private:
+    static __m256 Half(F v, int h) { return h == 0 ? _mm512_castps512_ps256(v) : _mm512_extractf32x8_ps(v, 1); }
+    // ScoreS2's err for lanes 8h..8h+7, and its N / D in *least_squares.
+    static __m512d Score(int n, __m512d dd, F sum_abs, F outer_abs, I outer, int h, __m512d* least_squares) {
+      const __m512d sum_lx = _mm512_add_pd(_mm512_cvtps_pd(Half(sum_abs, h)),
+                                           _mm512_mul_pd(_mm512_set1_pd(2.0), _mm512_cvtps_pd(Half(outer_abs, h))));
+      const __m256i outer_h = h == 0 ? _mm512_castsi512_si256(outer) : _mm512_extracti64x4_epi64(outer, 1);
+      const __m512d sum_ll = _mm512_add_pd(_mm512_set1_pd(static_cast<double>(n)),
+                                           _mm512_mul_pd(_mm512_set1_pd(8.0), _mm512_cvtepi32_pd(outer_h)));
+      if (least_squares != nullptr) *least_squares = _mm512_div_pd(sum_lx, sum_ll);
+      return _mm512_mul_pd(dd, _mm512_sub_pd(_mm512_mul_pd(dd, sum_ll), _mm512_mul_pd(_mm512_set1_pd(2.0), sum_lx)));
+    }
+    __m512d best_d_[2], best_err_[2];
+  };
+
   // SolveAffine on every lane: the same double operations, eight lanes at a time.
   static void SolveAffine(int n, I sum_q, I sum_qq, F sum_w, F sum_qw, F* d, F* m) {
     const __m512d nd = _mm512_set1_pd(static_cast<double>(n)), zero = _mm512_setzero_pd();

@@ -305,12 +305,11 @@ class SimdFitter {
     Finish<Scheme::kS4>(best_d, best_m, d_out, m_out, codes, error);
   }
 
-  // EvaluateS2 of quantize_fit.cc on every lane: the error of scale d (less sum x^2) and the least-squares
-  // scale of its codes. Each weight costs a compare, a count and a masked sum (keys_ and abs_ hold its key
-  // and magnitude).
-  void EvaluateS2(const Lanes& sum_abs, const Lanes& d, Lanes& err, Lanes* refined) const {
-    I last_inner[kUnroll], outer[kUnroll];
-    Lanes outer_abs;
+  // The pass of EvaluateS2 (quantize_fit.cc) on every lane: how many weights are outer for scale d and the
+  // sum of their magnitudes. Each weight costs a compare, a count and a masked sum (keys_ and abs_ hold its
+  // key and magnitude).
+  void CountOuterS2(const Lanes& d, I* outer, Lanes& outer_abs) const {
+    I last_inner[kUnroll];
     Each([&](int u) {
       last_inner[u] = V::BiasedKeyS2(V::Mul(V::Set(-2.0f), d[u]));
       outer[u] = V::SetI(0);
@@ -323,16 +322,13 @@ class SimdFitter {
         outer_abs[u] = V::AddIf(outer_abs[u], is_outer, V::Load(abs_[u][i]));
       });
     }
-    Each([&](int u) {
-      const F sum_lx = V::Add(sum_abs[u], V::Mul(V::Set(2.0f), outer_abs[u]));
-      const F sum_ll = V::Add(V::Set(static_cast<float>(n_)), V::Mul(V::Set(8.0f), V::ToFloat(outer[u])));
-      err[u] = V::Mul(d[u], V::Sub(V::Mul(d[u], sum_ll), V::Mul(V::Set(2.0f), sum_lx)));
-      if (refined != nullptr) (*refined)[u] = V::RoundHalf(V::Div(sum_lx, sum_ll));
-    });
   }
 
+  // s2: FitS2 of quantize_fit.cc on every lane, the candidates scored and chosen by V::S2Choice (ScoreS2's
+  // double operations).
   void FitS2(float* d_out, uint8_t* codes, QuantizeError* error) {
-    Lanes amax, sum_abs, best_d, best_err, zero;
+    Lanes amax, sum_abs, d, outer_abs, zero;
+    I outer[kUnroll];
     Each([&](int u) { amax[u] = sum_abs[u] = zero[u] = V::Set(0.0f); });
     for (int i = 0; i < n_; ++i) {
       Each([&](int u) {
@@ -343,31 +339,21 @@ class SimdFitter {
         sum_abs[u] = V::Add(sum_abs[u], a);
       });
     }
-    Each([&](int u) { best_d[u] = V::RoundHalf(V::Div(amax[u], V::Set(S2Divisor(0)))); });
-    EvaluateS2(sum_abs, best_d, best_err, nullptr);
+    typename V::S2Choice choice[kUnroll];
+    Each([&](int u) { d[u] = V::RoundHalf(V::Div(amax[u], V::Set(S2Divisor(0)))); });
+    CountOuterS2(d, outer, outer_abs);
+    Each([&](int u) { choice[u].First(n_, d[u], sum_abs[u], outer_abs[u], outer[u]); });
     for (int k = 1; k <= kS2Candidates; ++k) {
-      Lanes d, err, refined, refined_err;
-      M valid[kUnroll];
-      Each([&](int u) {
-        d[u] = V::RoundHalf(V::Div(amax[u], V::Set(S2Divisor(k))));
-        valid[u] = V::Gt(d[u], V::Set(0.0f));
-      });
-      EvaluateS2(sum_abs, d, err, &refined);
-      Each([&](int u) {
-        const M better = V::And(valid[u], V::Lt(err[u], best_err[u]));
-        best_d[u] = V::Select(better, d[u], best_d[u]);
-        best_err[u] = V::Select(better, err[u], best_err[u]);
-        valid[u] = V::And(valid[u], V::Gt(refined[u], V::Set(0.0f)));
-      });
-      EvaluateS2(sum_abs, refined, refined_err, nullptr);
-      Each([&](int u) {
-        const M better = V::And(valid[u], V::Lt(refined_err[u], best_err[u]));
-        best_d[u] = V::Select(better, refined[u], best_d[u]);
-        best_err[u] = V::Select(better, refined_err[u], best_err[u]);
-      });
+      Each([&](int u) { d[u] = V::RoundHalf(V::Div(amax[u], V::Set(S2Divisor(k)))); });
+      CountOuterS2(d, outer, outer_abs);
+      Lanes refined;
+      Each([&](int u) { refined[u] = V::RoundHalf(choice[u].Offer(n_, d[u], sum_abs[u], outer_abs[u], outer[u])); });
+      CountOuterS2(refined, outer, outer_abs);
+      Each([&](int u) { choice[u].Offer(n_, refined[u], sum_abs[u], outer_abs[u], outer[u]); });
     }
+    Each([&](int u) { d[u] = choice[u].Best(); });
     alignas(64) float m_unused[kBatch];
-    Finish<Scheme::kS2>(best_d, zero, d_out, m_unused, codes, error);
+    Finish<Scheme::kS2>(d, zero, d_out, m_unused, codes, error);
   }
 
   int n_;
