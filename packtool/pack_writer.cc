@@ -265,7 +265,9 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
         job.prefetch_expert(static_cast<int64_t>((index + n_workers) / g.n_expert()),
                             static_cast<int64_t>((index + n_workers) % g.n_expert()));
       }
-      std::memset(blob.data(), 0, blob.size());
+      // QuantizeRole assigns every byte of each role, and the bytes between roles stay as the vector was
+      // made (zero): only a filler or a transcoder, which may leave bytes alone, needs a cleared blob.
+      if (!measure_error || job.transcode_role) std::memset(blob.data(), 0, blob.size());
       absl::Status s = measure_error ? quantize_expert(moe_layer, expert, f32, blob, local)
                                      : job.fill_blob(moe_layer, expert, std::span<uint8_t>(blob));
       if (s.ok()) {
