@@ -52,6 +52,7 @@ struct Avx2 {
   static M Gt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
   static M Eq(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
   static M And(M a, M b) { return _mm256_and_ps(a, b); }
+  static bool AllTrue(M m) { return _mm256_movemask_ps(m) == 0xFF; }
   static F Select(M m, F a, F b) { return _mm256_blendv_ps(b, a, m); }  // m ? a : b
   static F RoundHalf(F a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
 

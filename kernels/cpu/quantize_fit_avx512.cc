@@ -58,6 +58,7 @@ struct Avx512 {
   static M Gt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
   static M Eq(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   static M And(M a, M b) { return static_cast<M>(a & b); }
+  static bool AllTrue(M m) { return m == 0xFFFF; }
   static F Select(M m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }  // m ? a : b
   static F RoundHalf(F a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
 

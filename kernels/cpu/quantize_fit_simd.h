@@ -252,9 +252,11 @@ class SimdFitter {
       best_d[u] = V::RoundHalf(V::Div(V::Sub(hi[u], lo[u]), V::Set(15.0f)));
       best_m[u] = V::RoundHalf(lo[u]);
     });
-    CodeSumsS4 unused_sums;
+    // The full range's error, and the sums of its codes: the first candidate (k = 0) shrinks the range by
+    // nothing, so its refit starts from the same (d, m) wherever hi - lo is finite.
+    CodeSumsS4 full_range_sums;
     Lanes unused_sse;
-    CodeSumsAndSseS4<false, true>(best_d, best_m, unused_sums, best_sse);
+    CodeSumsAndSseS4<true, true>(best_d, best_m, full_range_sums, best_sse);
     // RefitS4 on (d, m) and the new candidate's squared error; when best_sums is set, the sums of the codes
     // of the best so far are kept there (the next refinement's refit then needs no pass of its own).
     const auto try_candidate = [&](Lanes& d, Lanes& m, const M* valid, CodeSumsS4* best_sums) {
@@ -286,7 +288,15 @@ class SimdFitter {
         m[u] = V::RoundHalf(clo);
       });
       CodeSumsS4 sums;
-      CodeSumsAndSseS4<true, false>(d, m, sums, unused_sse);
+      bool same_as_full_range = k == 0;
+      for (int u = 0; u < kUnroll; ++u) {
+        same_as_full_range = same_as_full_range && V::AllTrue(V::And(V::Eq(d[u], best_d[u]), V::Eq(m[u], best_m[u])));
+      }
+      if (same_as_full_range) {
+        sums = full_range_sums;
+      } else {
+        CodeSumsAndSseS4<true, false>(d, m, sums, unused_sse);
+      }
       M valid[kUnroll];
       SolveS4(sum_w, sums, d, m, valid);
       try_candidate(d, m, valid, nullptr);
