@@ -20,14 +20,15 @@
 //   least squares). The least squared error wins, ties to the earlier.
 // s2 (group 64): the candidates are d_0 = half(amax / 3), then for k = 1..16 d_k = half(amax / (3 + 0.1875 k))
 //   and the least-squares scale of d_k's codes. A scale's codes are the nearest levels: a weight takes an
-//   outer code (+-3 d) when MagnitudeKeyS2(x) > MagnitudeKeyS2(-2 d), i.e. |x| > 2d or x = +2d (where CodeS2 puts a
-//   tie). Its error comes from sums, not weight by weight: S = sum |x| and A = sum |x| over the outer weights
-//   (float, in order), then ScoreS2 in double: N = S + 2A = sum |l x|, D = 64 + 8 * outer = sum l^2,
-//   err = d * (d * D - 2N) (sum x^2 left out, the same for every candidate), and the least-squares scale of
-//   those codes is half(float(N / D)). The least err wins, ties to the earlier (d_0, d_1, its least
-//   squares, d_2, ...); scales not above 0 are skipped (and d_k's least squares with them).
+//   outer code (+-3 d) when MagnitudeKeyS2(x) > MagnitudeKeyS2(-2 d), i.e. |x| > 2d or x = +2d (where
+//   CodeS2 puts that tie). Its error comes from sums, not weight by weight: S = sum |x| and A = sum |x| over
+//   the outer weights (float, in order), then ScoreS2 in double: N = S + 2A = sum |l x|, D = 64 + 8 outer =
+//   sum l^2, err = d * (d * D - 2N) (sum x^2 left out, the same for every candidate), and the least-squares
+//   scale of those codes is half(float(N / D)). The least err wins, ties to the earlier (d_0, d_1, its
+//   least squares, d_2, ...); scales not above 0 are skipped (and d_k's least squares with them).
 // (s4 tried 12 shrunk ranges before, without the last two steps: 27 passes over a group's weights where it
-// now takes 15, for a larger error; bench/RESULTS.md. s2's candidates are those it always had; each one's
+// now takes 15, for a larger error; bench/RESULTS.md. The SIMD fits take 13, sharing the code sums of a pass
+// between the candidates whose codes are the same. s2's candidates are those it always had; each one's
 // error was summed weight by weight in float before (about 13 operations a weight a candidate, 4 now), so a
 // near-tie may now go the other way: QuantizeRoleTest.S2FitAddsNoMoreErrorThanTheFormerSearch.)
 // The squared error that decides s8 and s4 is summed in float, weight by weight in order; the error

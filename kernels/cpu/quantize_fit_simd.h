@@ -152,7 +152,9 @@ class SimdFitter {
           q_int[u][j] = V::Cvtt(q[u]);
         }
       }
-      for (int u = 0; u < kUnroll; ++u) V::StoreCodes8(q_int[u], codes + static_cast<int64_t>(u * kLanes) * n_ + i0, n_);
+      for (int u = 0; u < kUnroll; ++u) {
+        V::StoreCodes8(q_int[u], codes + static_cast<int64_t>(u * kLanes) * n_ + i0, n_);
+      }
     }
     for (int u = 0; u < kUnroll; ++u) {
       V::StoreUnaligned(d_out + u * kLanes, d[u]);
@@ -257,8 +259,8 @@ class SimdFitter {
     CodeSumsS4 full_range_sums;
     Lanes unused_sse;
     CodeSumsAndSseS4<true, true>(best_d, best_m, full_range_sums, best_sse);
-    // RefitS4 on (d, m) and the new candidate's squared error; when best_sums is set, the sums of the codes
-    // of the best so far are kept there (the next refinement's refit then needs no pass of its own).
+    // The squared error of candidate (d, m), which replaces the best so far where it is valid and less; when
+    // best_sums is set, the sums of the best's codes are kept there (the next refit then needs no pass).
     const auto try_candidate = [&](Lanes& d, Lanes& m, const M* valid, CodeSumsS4* best_sums) {
       Lanes sse;
       CodeSumsS4 sums;

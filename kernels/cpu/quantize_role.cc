@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "kernels/format/fp16.h"
 #include "kernels/format/role_layout.h"
@@ -42,8 +41,9 @@ uint32_t ChunkBytes(const uint8_t* q) {
 }
 
 // Writes the codes of `count` consecutive groups, starting at flat group index `first` (row-major over
-// rows x cols / group), into their places in the role, and their scale records (d and m as halves). A group covers whole chunks
-// (Group is a multiple of ChunkCols), so each code byte is made from one group's codes and assigned whole.
+// rows x cols / group), into their places in the role, and their scale records (d and m given as halves). A
+// group covers whole chunks (Group is a multiple of ChunkCols), so each code byte is made from one group's
+// codes and assigned whole.
 template <Scheme S>
 void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const uint16_t* d, const uint16_t* m,
                 const uint8_t* codes, uint8_t* dst) {
@@ -134,12 +134,17 @@ void QuantizeRoleOnPath(CpuPath path, Scheme scheme, const float* src, int64_t r
 
 void PackRoleGroups(Scheme scheme, int64_t rows, int64_t cols, int64_t first_group, int64_t n_groups, const float* d,
                     const float* m, const uint8_t* codes, uint8_t* dst) {
-  std::vector<uint16_t> d_half(n_groups), m_half(n_groups);
-  for (int64_t k = 0; k < n_groups; ++k) {
-    d_half[k] = FloatToHalf(d[k]);
-    if (scheme == Scheme::kS4) m_half[k] = FloatToHalf(m[k]);
+  constexpr int64_t kChunk = 256;  // groups converted to halves, then packed, at a time
+  uint16_t d_half[kChunk], m_half[kChunk] = {};
+  const int64_t group = layout::Group(scheme);
+  for (int64_t done = 0; done < n_groups; done += kChunk) {
+    const int64_t count = std::min(kChunk, n_groups - done);
+    for (int64_t k = 0; k < count; ++k) {
+      d_half[k] = FloatToHalf(d[done + k]);
+      if (scheme == Scheme::kS4) m_half[k] = FloatToHalf(m[done + k]);
+    }
+    PackGroupHalves(scheme, rows, cols, first_group + done, count, d_half, m_half, codes + done * group, dst);
   }
-  PackGroupHalves(scheme, rows, cols, first_group, n_groups, d_half.data(), m_half.data(), codes, dst);
 }
 
 void QuantizeRole(Scheme scheme, const float* src, int64_t rows, int64_t cols, uint8_t* dst, QuantizeError* error) {
