@@ -50,8 +50,9 @@ void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const 
   constexpr int64_t kGroup = layout::Group(S), kChunkCols = layout::ChunkCols(S);
   static_assert(kGroup % kChunkCols == 0);
   const int64_t groups_per_row = cols / kGroup;
+  // Group first + k is (r, g), stepped along rather than divided out for each group.
+  int64_t r = first / groups_per_row, g = first % groups_per_row;
   for (int64_t k = 0; k < count; ++k) {
-    const int64_t r = (first + k) / groups_per_row, g = (first + k) % groups_per_row;
     const uint8_t* q = codes + k * kGroup;
     // (r, g * kGroup) starts a chunk: its byte holds code 0 at shift 0; the group's chunks follow.
     uint8_t* chunk = dst + layout::CodePosition(S, cols, r, g * kGroup).byte;
@@ -62,6 +63,7 @@ void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const 
     const int64_t off = layout::ScaleOffset(S, rows, cols, r, g);
     StoreHalf(d[k], dst + off);
     if constexpr (S == Scheme::kS4) StoreHalf(m[k], dst + off + layout::kMinOffsetInRecord);
+    if (++g == groups_per_row) g = 0, ++r;
   }
 }
 
