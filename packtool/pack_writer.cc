@@ -265,12 +265,21 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
         job.prefetch_expert(static_cast<int64_t>((index + n_workers) / g.n_expert()),
                             static_cast<int64_t>((index + n_workers) % g.n_expert()));
       }
-      std::memset(blob.data(), 0, blob.size());
+      // QuantizeRole assigns every byte of each role, and the bytes between roles stay as the vector was
+      // made (zero): only a filler or a transcoder, which may leave bytes alone, needs a cleared blob.
+      if (!measure_error || job.transcode_role) std::memset(blob.data(), 0, blob.size());
       absl::Status s = measure_error ? quantize_expert(moe_layer, expert, f32, blob, local)
                                      : job.fill_blob(moe_layer, expert, std::span<uint8_t>(blob));
       if (s.ok()) {
         checksums[index] = XXH3_64bits(blob.data(), blob.size());
         s = WriteAll(fd, blob.data(), blob.size(), index * layout.blob_bytes, experts_path);
+      }
+      if (s.ok()) {
+        // The disk writes the blob while the workers go on: otherwise the whole file waited for the final
+        // fdatasync (0.8 GB of f16 on this VM: 1.0-1.6 s after the last expert). Only starts the
+        // write (waiting, at most, while the disk's queue is full); an I/O error surfaces at that fdatasync.
+        (void)sync_file_range(fd, static_cast<off_t>(index * layout.blob_bytes), static_cast<off_t>(blob.size()),
+                              SYNC_FILE_RANGE_WRITE);
       }
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(mu);

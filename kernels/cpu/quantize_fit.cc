@@ -43,16 +43,6 @@ float SseS4(const float* w, int n, float d, float m) {
   return sse;
 }
 
-float SseS2(const float* w, int n, float d) {
-  const float inv = d == 0.0f ? 0.0f : 0.5f / d;
-  float sse = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float e = DecodeS2(d, CodeS2(w[i], inv)) - w[i];
-    sse = sse + e * e;
-  }
-  return sse;
-}
-
 void AddError(double w, double back, QuantizeError* error) {
   const double e = w - back;
   error->err2 += e * e;
@@ -126,30 +116,34 @@ void FitS4(const float* w, int n, float* d_out, float* m_out, uint8_t* codes, Qu
   *m_out = best_m;
 }
 
+// ScoreS2 of scale d for a group of s2 weights whose magnitudes sum to sum_abs.
+S2Score EvaluateS2(const float* w, int n, float sum_abs, float d) {
+  const uint32_t last_inner = MagnitudeKeyS2(-2.0f * d);
+  int32_t outer = 0;
+  float outer_abs = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    if (MagnitudeKeyS2(w[i]) > last_inner) ++outer, outer_abs = outer_abs + std::fabs(w[i]);
+  }
+  return ScoreS2(d, sum_abs, outer_abs, outer, n);
+}
+
 void FitS2(const float* w, int n, float* d_out, uint8_t* codes, QuantizeError* error) {
-  float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = MaxPs(amax, std::fabs(w[i]));
-  float best_d = RoundHalf(amax / 3.0f);
-  float best_sse = SseS2(w, n, best_d);
+  float amax = 0.0f, sum_abs = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    amax = MaxPs(amax, std::fabs(w[i]));
+    sum_abs = sum_abs + std::fabs(w[i]);
+  }
+  float best_d = RoundHalf(amax / S2Divisor(0));
+  double best_err = EvaluateS2(w, n, sum_abs, best_d).err;
   for (int k = 1; k <= kS2Candidates; ++k) {
     const float d = RoundHalf(amax / S2Divisor(k));
     if (!(d > 0.0f)) continue;
-    const float inv = 0.5f / d;
-    float sse = 0.0f, sum_lw = 0.0f;
-    int32_t sum_ll = 0;
-    for (int i = 0; i < n; ++i) {
-      const int32_t q = CodeS2(w[i], inv);
-      const float e = DecodeS2(d, q) - w[i];
-      sse = sse + e * e;
-      const int32_t l = 2 * q - 3;
-      sum_lw = sum_lw + static_cast<float>(l) * w[i];
-      sum_ll += l * l;
-    }
-    if (sse < best_sse) best_d = d, best_sse = sse;
-    const float refined = RoundHalf(sum_lw / static_cast<float>(sum_ll));
+    const S2Score c = EvaluateS2(w, n, sum_abs, d);
+    if (c.err < best_err) best_d = d, best_err = c.err;
+    const float refined = RoundHalf(c.least_squares);
     if (!(refined > 0.0f)) continue;
-    const float refined_sse = SseS2(w, n, refined);
-    if (refined_sse < best_sse) best_d = refined, best_sse = refined_sse;
+    const double refined_err = EvaluateS2(w, n, sum_abs, refined).err;
+    if (refined_err < best_err) best_d = refined, best_err = refined_err;
   }
   const float inv = best_d == 0.0f ? 0.0f : 0.5f / best_d;
   for (int i = 0; i < n; ++i) {

@@ -18,18 +18,27 @@
 //   range shrunk by 2k% gives codes whose least-squares (d, m) (rounded to half) is a candidate; then, twice,
 //   the codes of the best so far give one more candidate the same way (a step of alternating codes and
 //   least squares). The least squared error wins, ties to the earlier.
-// s2 (group 64): d = half(amax / 3); then for k = 1..16 d_k = half(amax / (3 + 0.1875 k)) and the
-//   least-squares scale of d_k's codes are candidates; the least squared error wins, ties to the earlier.
+// s2 (group 64): the candidates are d_0 = half(amax / 3), then for k = 1..16 d_k = half(amax / (3 + 0.1875 k))
+//   and the least-squares scale of d_k's codes. A scale's codes are the nearest levels: a weight takes an
+//   outer code (+-3 d) when MagnitudeKeyS2(x) > MagnitudeKeyS2(-2 d), i.e. |x| > 2d or x = +2d (where
+//   CodeS2 puts that tie). Its error comes from sums, not weight by weight: S = sum |x| and A = sum |x| over
+//   the outer weights (float, in order), then ScoreS2 in double: N = S + 2A = sum |l x|, D = 64 + 8 outer =
+//   sum l^2, err = d * (d * D - 2N) (sum x^2 left out, the same for every candidate), and the least-squares
+//   scale of those codes is half(float(N / D)). The least err wins, ties to the earlier (d_0, d_1, its
+//   least squares, d_2, ...); scales not above 0 are skipped (and d_k's least squares with them).
 // (s4 tried 12 shrunk ranges before, without the last two steps: 27 passes over a group's weights where it
-// now takes 15, for a larger error; bench/RESULTS.md. s2's search is unchanged: with half its divisors and
-// the same two steps it gave a smaller rms error but a larger largest one.)
-// The squared error that decides is summed in float, weight by weight in order; the error reported in
-// *error is summed in double.
+// now takes 15, for a larger error; bench/RESULTS.md. The SIMD fits take 13, sharing the code sums of a pass
+// between the candidates whose codes are the same. s2's candidates are those it always had; each one's
+// error was summed weight by weight in float before (about 13 operations a weight a candidate, 4 now), so a
+// near-tie may now go the other way: QuantizeRoleTest.S2FitAddsNoMoreErrorThanTheFormerSearch.)
+// The squared error that decides s8 and s4 is summed in float, weight by weight in order; the error
+// reported in *error is summed in double, weight by weight, for every scheme.
 
 #include <emmintrin.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/quantize.h"
 #include "kernels/format/fp16.h"
@@ -48,10 +57,37 @@ int64_t FitGroupsAvx2(Scheme s, const float* w, int64_t n_groups, float* d, floa
 int64_t FitGroupsAvx512(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
                         QuantizeError* error);
 
+// s2's order of weights, by |x| and, among equal magnitudes, the negative ones (and zeros) before the positive
+// ones: a weight is outer for scale d when its key exceeds MagnitudeKeyS2(-2d). Fits in 32 bits for every
+// finite float.
+inline uint32_t MagnitudeKeyS2(float x) {
+  uint32_t bits;
+  const float a = std::fabs(x);
+  std::memcpy(&bits, &a, sizeof bits);
+  return (bits << 1) | (x > 0.0f ? 1u : 0u);
+}
+
+// One s2 candidate's error less sum x^2 and the least-squares scale of its codes (before rounding to half),
+// from its sums (above): the same double operations on every path.
+struct S2Score {
+  double err;
+  float least_squares;
+};
+inline S2Score ScoreS2(float d, float sum_abs, float outer_abs, int32_t outer, int n) {
+  const double sum_lx = static_cast<double>(sum_abs) + 2.0 * static_cast<double>(outer_abs);
+  const double sum_ll = static_cast<double>(n) + 8.0 * static_cast<double>(outer);
+  const double dd = d;
+  return {dd * (dd * sum_ll - 2.0 * sum_lx), static_cast<float>(sum_lx / sum_ll)};
+}
+
 // The f16 scheme's quantization with F16C (the same round-to-nearest-even as FloatToHalf, for every float),
 // eight weights at a time: writes the halves of src[0..k) to dst and adds their error, for the largest
 // multiple k of 8 not above n, and returns k. Call only where CpuPathAvailable(kAvx2).
 int64_t RoundToHalfAvx2(const float* src, int64_t n, uint8_t* dst, QuantizeError* error);
+
+// FloatToHalf of src[0..k) into dst with F16C, for the largest multiple k of 8 not above n; returns k. Call
+// only where CpuPathAvailable(kAvx2).
+int64_t FloatsToHalvesAvx2(const float* src, int64_t n, uint16_t* dst);
 
 // The scalar forms of the SIMD instructions the fits use, with the same results for every input
 // (maxps/minps return the second operand when either is NaN; cvttps2dq gives INT32_MIN for NaN and

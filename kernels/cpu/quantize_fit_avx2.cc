@@ -4,6 +4,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/quantize_fit_simd.h"
 
@@ -19,7 +21,17 @@ struct Avx2 {
   static F Load(const float* p) { return _mm256_load_ps(p); }
   static void Store(float* p, F a) { _mm256_store_ps(p, a); }
   static void StoreUnaligned(float* p, F a) { _mm256_storeu_ps(p, a); }
-  static void StoreI(int32_t* p, I a) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), a); }
+  static void StoreI(uint32_t* p, I a) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), a); }
+  static I LoadI(const uint32_t* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+  // MagnitudeKeyS2 of every lane with its top bit flipped, so that signed compares order the keys.
+  static I BiasedKeyS2(F x) {
+    const I magnitude = _mm256_slli_epi32(_mm256_castps_si256(Abs(x)), 1);
+    const I positive = _mm256_srli_epi32(_mm256_castps_si256(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ)), 31);
+    return _mm256_xor_si256(_mm256_or_si256(magnitude, positive), _mm256_set1_epi32(INT32_MIN));
+  }
+  static M GtI(I a, I b) { return _mm256_castsi256_ps(_mm256_cmpgt_epi32(a, b)); }
+  static I CountIf(I count, M m) { return _mm256_sub_epi32(count, _mm256_castps_si256(m)); }  // m lanes are -1
+  static F AddIf(F sum, M m, F a) { return _mm256_add_ps(sum, _mm256_and_ps(m, a)); }  // + 0.0 elsewhere
   static F Set(float v) { return _mm256_set1_ps(v); }
   static I SetI(int32_t v) { return _mm256_set1_epi32(v); }
   static F Add(F a, F b) { return _mm256_add_ps(a, b); }
@@ -40,6 +52,7 @@ struct Avx2 {
   static M Gt(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
   static M Eq(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
   static M And(M a, M b) { return _mm256_and_ps(a, b); }
+  static bool AllTrue(M m) { return _mm256_movemask_ps(m) == 0xFF; }
   static F Select(M m, F a, F b) { return _mm256_blendv_ps(b, a, m); }  // m ? a : b
   static F RoundHalf(F a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
 
@@ -68,6 +81,71 @@ struct Avx2 {
       }
     }
   }
+
+  // Writes the low bytes of q[0..8) (the codes of eight consecutive weights, every lane a group) as eight
+  // bytes at dst + lane * stride for each lane.
+  static void StoreCodes8(const I* q, uint8_t* dst, int64_t stride) {
+    StoreCodes8Words(Word4(q), Word4(q + 4), dst, stride);
+  }
+  // q[0] | q[1] << 8 | q[2] << 16 | q[3] << 24 of the low bytes, per lane.
+  static I Word4(const I* q) {
+    const I byte = _mm256_set1_epi32(0xFF);
+    const I lo = _mm256_or_si256(_mm256_and_si256(q[0], byte), _mm256_slli_epi32(_mm256_and_si256(q[1], byte), 8));
+    const I hi = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(q[2], byte), 16), _mm256_slli_epi32(q[3], 24));
+    return _mm256_or_si256(lo, hi);
+  }
+  // Lane g's eight bytes are (w0[g], w1[g]).
+  static void StoreCodes8Words(__m256i w0, __m256i w1, uint8_t* dst, int64_t stride) {
+    const __m256i even = _mm256_unpacklo_epi32(w0, w1);  // lanes 0, 1, 4, 5 as 64-bit words
+    const __m256i odd = _mm256_unpackhi_epi32(w0, w1);   // lanes 2, 3, 6, 7
+    const int64_t words[8] = {_mm256_extract_epi64(even, 0), _mm256_extract_epi64(even, 1),
+                              _mm256_extract_epi64(odd, 0),  _mm256_extract_epi64(odd, 1),
+                              _mm256_extract_epi64(even, 2), _mm256_extract_epi64(even, 3),
+                              _mm256_extract_epi64(odd, 2),  _mm256_extract_epi64(odd, 3)};
+    for (int lane = 0; lane < 8; ++lane) std::memcpy(dst + lane * stride, &words[lane], 8);
+  }
+
+  // s2's choice among candidate scales on every lane, in double as ScoreS2 (quantize_fit.h) computes:
+  // First takes d_0, Offer the others (where d > 0) and returns float(N / D) of the candidate's codes (0
+  // where it was skipped), Best the winner.
+  class S2Choice {
+   public:
+    void First(int n, F d, F sum_abs, F outer_abs, I outer) {
+      for (int h = 0; h < 2; ++h) {
+        best_d_[h] = _mm256_cvtps_pd(Half(d, h));
+        best_err_[h] = Score(n, best_d_[h], sum_abs, outer_abs, outer, h, nullptr);
+      }
+    }
+    F Offer(int n, F d, F sum_abs, F outer_abs, I outer) {
+      __m128 least_squares[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256d dd = _mm256_cvtps_pd(Half(d, h));
+        __m256d ls;
+        const __m256d err = Score(n, dd, sum_abs, outer_abs, outer, h, &ls);
+        const __m256d valid = _mm256_cmp_pd(dd, _mm256_setzero_pd(), _CMP_GT_OQ);
+        const __m256d better = _mm256_and_pd(valid, _mm256_cmp_pd(err, best_err_[h], _CMP_LT_OQ));
+        best_d_[h] = _mm256_blendv_pd(best_d_[h], dd, better);
+        best_err_[h] = _mm256_blendv_pd(best_err_[h], err, better);
+        least_squares[h] = _mm256_cvtpd_ps(_mm256_and_pd(valid, ls));
+      }
+      return _mm256_set_m128(least_squares[1], least_squares[0]);
+    }
+    F Best() const { return _mm256_set_m128(_mm256_cvtpd_ps(best_d_[1]), _mm256_cvtpd_ps(best_d_[0])); }
+
+   private:
+    static __m128 Half(F v, int h) { return h == 0 ? _mm256_castps256_ps128(v) : _mm256_extractf128_ps(v, 1); }
+    // ScoreS2's err for lanes 4h..4h+3, and its N / D in *least_squares.
+    static __m256d Score(int n, __m256d dd, F sum_abs, F outer_abs, I outer, int h, __m256d* least_squares) {
+      const __m256d sum_lx = _mm256_add_pd(_mm256_cvtps_pd(Half(sum_abs, h)),
+                                           _mm256_mul_pd(_mm256_set1_pd(2.0), _mm256_cvtps_pd(Half(outer_abs, h))));
+      const __m128i outer_h = h == 0 ? _mm256_castsi256_si128(outer) : _mm256_extracti128_si256(outer, 1);
+      const __m256d sum_ll = _mm256_add_pd(_mm256_set1_pd(static_cast<double>(n)),
+                                           _mm256_mul_pd(_mm256_set1_pd(8.0), _mm256_cvtepi32_pd(outer_h)));
+      if (least_squares != nullptr) *least_squares = _mm256_div_pd(sum_lx, sum_ll);
+      return _mm256_mul_pd(dd, _mm256_sub_pd(_mm256_mul_pd(dd, sum_ll), _mm256_mul_pd(_mm256_set1_pd(2.0), sum_lx)));
+    }
+    __m256d best_d_[2], best_err_[2];
+  };
 
   // SolveAffine on every lane: the same double operations, four lanes at a time.
   static void SolveAffine(int n, I sum_q, I sum_qq, F sum_w, F sum_qw, F* d, F* m) {
@@ -141,6 +219,15 @@ int64_t RoundToHalfAvx2(const float* src, int64_t n, uint8_t* dst, QuantizeError
     sums.Add(x, _mm256_cvtph_ps(h));
   }
   sums.Flush(error);
+  return i;
+}
+
+int64_t FloatsToHalvesAvx2(const float* src, int64_t n, uint16_t* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
   return i;
 }
 

@@ -41,16 +41,18 @@ uint32_t ChunkBytes(const uint8_t* q) {
 }
 
 // Writes the codes of `count` consecutive groups, starting at flat group index `first` (row-major over
-// rows x cols / group), into their places in the role, and their scale records. A group covers whole chunks
-// (Group is a multiple of ChunkCols), so each code byte is made from one group's codes and assigned whole.
+// rows x cols / group), into their places in the role, and their scale records (d and m given as halves). A
+// group covers whole chunks (Group is a multiple of ChunkCols), so each code byte is made from one group's
+// codes and assigned whole.
 template <Scheme S>
-void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const float* d, const float* m,
+void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const uint16_t* d, const uint16_t* m,
                 const uint8_t* codes, uint8_t* dst) {
   constexpr int64_t kGroup = layout::Group(S), kChunkCols = layout::ChunkCols(S);
   static_assert(kGroup % kChunkCols == 0);
   const int64_t groups_per_row = cols / kGroup;
+  // Group first + k is (r, g), stepped along rather than divided out for each group.
+  int64_t r = first / groups_per_row, g = first % groups_per_row;
   for (int64_t k = 0; k < count; ++k) {
-    const int64_t r = (first + k) / groups_per_row, g = (first + k) % groups_per_row;
     const uint8_t* q = codes + k * kGroup;
     // (r, g * kGroup) starts a chunk: its byte holds code 0 at shift 0; the group's chunks follow.
     uint8_t* chunk = dst + layout::CodePosition(S, cols, r, g * kGroup).byte;
@@ -59,18 +61,43 @@ void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const 
       std::memcpy(chunk, &bytes, 4);
     }
     const int64_t off = layout::ScaleOffset(S, rows, cols, r, g);
-    StoreHalf(FloatToHalf(d[k]), dst + off);
-    if constexpr (S == Scheme::kS4) StoreHalf(FloatToHalf(m[k]), dst + off + layout::kMinOffsetInRecord);
+    StoreHalf(d[k], dst + off);
+    if constexpr (S == Scheme::kS4) StoreHalf(m[k], dst + off + layout::kMinOffsetInRecord);
+    if (++g == groups_per_row) g = 0, ++r;
   }
+}
+
+void PackGroupHalves(Scheme scheme, int64_t rows, int64_t cols, int64_t first_group, int64_t n_groups,
+                     const uint16_t* d, const uint16_t* m, const uint8_t* codes, uint8_t* dst) {
+  switch (scheme) {
+    case Scheme::kS8:
+      PackGroups<Scheme::kS8>(rows, cols, first_group, n_groups, d, m, codes, dst);
+      break;
+    case Scheme::kS4:
+      PackGroups<Scheme::kS4>(rows, cols, first_group, n_groups, d, m, codes, dst);
+      break;
+    case Scheme::kS2:
+      PackGroups<Scheme::kS2>(rows, cols, first_group, n_groups, d, m, codes, dst);
+      break;
+    default:
+      break;  // f16 has no codes
+  }
+}
+
+// FloatToHalf of src[0..n): with F16C on the SIMD paths (the same halves).
+void ToHalves(CpuPath path, const float* src, int64_t n, uint16_t* dst) {
+  const int64_t done = path == CpuPath::kScalar ? 0 : internal::FloatsToHalvesAvx2(src, n, dst);
+  for (int64_t i = done; i < n; ++i) dst[i] = FloatToHalf(src[i]);
 }
 
 void QuantizeInteger(CpuPath path, Scheme s, const float* src, int64_t rows, int64_t cols, uint8_t* dst,
                      QuantizeError* error) {
   const int64_t group = layout::Group(s);
   const int64_t n_groups = rows * cols / group;
-  std::memset(dst, 0, layout::CodesBytes(s, rows, cols));
+  // No clearing first: PackGroups assigns every code byte whole, and every group's scale record.
   constexpr int64_t kChunk = 256;  // groups fitted, then packed, at a time (a multiple of every SIMD batch)
   float d[kChunk], m[kChunk];
+  uint16_t d_half[kChunk], m_half[kChunk];
   uint8_t codes[kChunk * 64];
   for (int64_t first = 0; first < n_groups; first += kChunk) {
     const int64_t count = std::min(kChunk, n_groups - first);
@@ -79,7 +106,9 @@ void QuantizeInteger(CpuPath path, Scheme s, const float* src, int64_t rows, int
     if (path == CpuPath::kAvx512) done = internal::FitGroupsAvx512(s, w, count, d, m, codes, error);
     if (path == CpuPath::kAvx2) done = internal::FitGroupsAvx2(s, w, count, d, m, codes, error);
     internal::FitGroupsScalar(s, w + done * group, count - done, d + done, m + done, codes + done * group, error);
-    PackRoleGroups(s, rows, cols, first, count, d, m, codes, dst);
+    ToHalves(path, d, count, d_half);
+    if (s == Scheme::kS4) ToHalves(path, m, count, m_half);
+    PackGroupHalves(s, rows, cols, first, count, d_half, m_half, codes, dst);
   }
 }
 
@@ -107,18 +136,16 @@ void QuantizeRoleOnPath(CpuPath path, Scheme scheme, const float* src, int64_t r
 
 void PackRoleGroups(Scheme scheme, int64_t rows, int64_t cols, int64_t first_group, int64_t n_groups, const float* d,
                     const float* m, const uint8_t* codes, uint8_t* dst) {
-  switch (scheme) {
-    case Scheme::kS8:
-      PackGroups<Scheme::kS8>(rows, cols, first_group, n_groups, d, m, codes, dst);
-      break;
-    case Scheme::kS4:
-      PackGroups<Scheme::kS4>(rows, cols, first_group, n_groups, d, m, codes, dst);
-      break;
-    case Scheme::kS2:
-      PackGroups<Scheme::kS2>(rows, cols, first_group, n_groups, d, m, codes, dst);
-      break;
-    default:
-      break;  // f16 has no codes
+  constexpr int64_t kChunk = 256;  // groups converted to halves, then packed, at a time
+  uint16_t d_half[kChunk], m_half[kChunk] = {};
+  const int64_t group = layout::Group(scheme);
+  for (int64_t done = 0; done < n_groups; done += kChunk) {
+    const int64_t count = std::min(kChunk, n_groups - done);
+    for (int64_t k = 0; k < count; ++k) {
+      d_half[k] = FloatToHalf(d[done + k]);
+      if (scheme == Scheme::kS4) m_half[k] = FloatToHalf(m[done + k]);
+    }
+    PackGroupHalves(scheme, rows, cols, first_group + done, count, d_half, m_half, codes + done * group, dst);
   }
 }
 
