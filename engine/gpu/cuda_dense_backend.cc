@@ -28,6 +28,11 @@ int PositionsBound(int64_t max_pos_plus_one) {
   return static_cast<int>(std::max<uint64_t>(256, std::bit_ceil(static_cast<uint64_t>(max_pos_plus_one))));
 }
 
+// Rows of a routing guess: a decode step's tokens, which a graph pads to a power of two (within the buffers).
+int GuessRows(int max_batch, int max_tokens) {
+  return std::min(max_tokens, static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(1, max_batch)))));
+}
+
 // The widening workspace's weights: the largest dense matrix, up to 64 Mi weights (larger ones go in row
 // blocks).
 int64_t WideningElements(const model::ModelWeights& weights) {
@@ -83,7 +88,7 @@ uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model:
   bytes += n * 4 * c.n_layer * c.n_expert_used;
   bytes += n * 4 * 2 * static_cast<uint64_t>(std::max(c.shared_expert_ff, c.dense_ff));  // ffn_gate_, ffn_up_
   // The routing guesses' buffers (decode steps), and both routers' workspaces.
-  const int guess_rows = std::max(1, max_batch);
+  const int guess_rows = GuessRows(std::max(1, max_batch), static_cast<int>(n));
   bytes += static_cast<uint64_t>(guess_rows) * 4 * (c.n_embd + 2 * c.n_expert_used);
   bytes += kernels::cuda::RouterWorkspaceBytes(static_cast<int>(n), static_cast<int>(c.n_expert)) +
            kernels::cuda::RouterWorkspaceBytes(guess_rows, static_cast<int>(c.n_expert));
@@ -264,12 +269,13 @@ absl::Status CudaDenseBackend::AllocateBuffers() {
   // On the compute stream: it does not wait for the legacy stream's work, cudaMemset's included.
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(router_ws_.data(), 0, router_ws_.bytes(), stream_),
                        "clearing the router workspace");
-  // Guesses are made for decode steps only (max_batch_ rows).
-  const uint64_t guess_rows = static_cast<uint64_t>(max_batch_);
+  // Guesses are made for decode steps only: max_batch_ tokens, padded to a power of two in a graph.
+  const uint64_t guess_rows = static_cast<uint64_t>(GuessRows(max_batch_, max_tokens_));
   const Need guess_needs[] = {{&guess_h_, guess_rows * c.n_embd * 4},
                               {&guess_ids_, guess_rows * k * 4},
                               {&guess_weights_, guess_rows * k * 4},
-                              {&guess_router_ws_, kernels::cuda::RouterWorkspaceBytes(max_batch_, c.n_expert)}};
+                              {&guess_router_ws_,
+                               kernels::cuda::RouterWorkspaceBytes(static_cast<int>(guess_rows), c.n_expert)}};
   for (const Need& need : guess_needs) {
     ASSIGN_OR_RETURN(*need.buf, DeviceBuffer::Allocate(need.bytes));
     memory_used_ += need.bytes;
@@ -462,10 +468,11 @@ kernels::cuda::RouterGate CudaDenseBackend::GateOf(const DeviceLayer& L) const {
 
 absl::Status CudaDenseBackend::GuessRouting(int64_t next_layer, model::RoutingGuess* guess) {
   const model::ModelConfig& c = config_;
-  if (next_layer < 0 || next_layer >= c.n_layer || layers_[next_layer].router == nullptr || n_ > max_batch_) {
+  const int guess_rows = GuessRows(max_batch_, max_tokens_);
+  if (next_layer < 0 || next_layer >= c.n_layer || layers_[next_layer].router == nullptr || n_ > guess_rows) {
     return absl::InvalidArgumentError(absl::StrCat("GuessRouting: block ", next_layer, " is not a MoE block of ",
                                                    c.n_layer, ", or the step's ", n_, " tokens exceed the ",
-                                                   max_batch_, " of a decode step"));
+                                                   guess_rows, " of a (padded) decode step"));
   }
   const DeviceLayer& L = layers_[next_layer];
   const int k = static_cast<int>(c.n_expert_used);
