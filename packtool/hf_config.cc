@@ -292,17 +292,18 @@ absl::Status ReadOlmoe(const json& c, const std::string& path, HfModelConfig* ou
   return absl::OkStatus();
 }
 
-// GLM-4.5 / 4.6 (Air): partial RoPE, dense leading layers, sigmoid routing with the score-correction bias, a
+// GLM-4.5 / 4.6 (Air): per-head q/k norm (not Air), partial RoPE, dense leading layers, sigmoid routing with the score-correction bias, a
 // shared expert; the multi-token-prediction layers are left out.
 absl::Status ReadGlm4Moe(const json& c, const std::string& path, HfModelConfig* out) {
   RETURN_IF_ERROR(RefuseRopeScaling(c, path));
-  RETURN_IF_ERROR(RequireValue(c, "use_qk_norm", false, path, "Strata does not implement glm4moe's q/k norm"));
   RETURN_IF_ERROR(RequireValue(c, "attention_bias", true, path, "q/k/v biases"));
   RETURN_IF_ERROR(RequireValue(c, "n_group", 1, path, "Strata's glm4moe routes without expert groups"));
   RETURN_IF_ERROR(RequireValue(c, "topk_group", 1, path, "Strata's glm4moe routes without expert groups"));
   RETURN_IF_ERROR(RequireValue(c, "topk_method", "noaux_tc", path, "sigmoid routing with the bias"));
   SynthGeometry& g = out->geometry;
   RETURN_IF_ERROR(ReadCommon(c, path, &g));
+  // GLM-4.5 normalizes each head of q and k (self_attn.q_norm / k_norm); GLM-4.5-Air does not.
+  ASSIGN_OR_RETURN(g.head_qk_norm, ReadBool(c, "use_qk_norm", path, false));
   ASSIGN_OR_RETURN(g.expert_ff, ReadInt(c, "moe_intermediate_size", path));
   ASSIGN_OR_RETURN(g.n_expert, ReadInt(c, "n_routed_experts", path));
   ASSIGN_OR_RETURN(const int64_t n_shared, ReadInt(c, "n_shared_experts", path));

@@ -266,6 +266,10 @@ absl::StatusOr<SynthGeometry> PresetGeometry(std::string_view arch, std::string_
 
 absl::Status CheckSynthGeometry(const SynthGeometry& g) {
   RETURN_IF_ERROR(FindSynthArch(g.arch).status());
+  if (g.head_qk_norm && g.arch != "glm4moe") {
+    return absl::InvalidArgumentError(absl::StrCat("--qk-norm: only glm4moe has an optional per-head q/k norm (GLM-4.5); ",
+                                                   g.arch, " has its own or none"));
+  }
   const std::pair<const char*, int64_t> positive[] = {
       {"--layers", g.n_layer}, {"--experts", g.n_expert}, {"--experts-used", g.n_expert_used},
       {"--embd", g.n_embd},    {"--expert-ff", g.expert_ff}, {"--shared-ff", g.shared_ff}, {"--heads", g.n_head},

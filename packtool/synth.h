@@ -32,6 +32,8 @@ struct SynthGeometry {
   // blk.N.nextn.* tensors), counted in block_count and said by nextn_predict_layers, as GLM-4.5's GGUFs have;
   // GGUF only (a pack holds the blocks that run).
   int64_t n_mtp_layers = 0;
+  // glm4moe: a per-head q/k RMSNorm (attn_q_norm / attn_k_norm of head_dim), as GLM-4.5 has and Air has not.
+  bool head_qk_norm = false;
   int64_t n_expert = 8;
   int64_t n_expert_used = 2;
   int64_t n_embd = 128;

@@ -60,9 +60,10 @@ void AddGqaAttention(const SynthArch& arch, const SynthGeometry& g, int64_t l, s
     // Sink logits of the order of the attention scores, so that they take a varying share.
     t.push_back({p + "attn_sinks.weight", {g.n_head}, SynthTensorKind::kBias, 1.0f, 0.0f, l});
   }
-  if (arch.qk_norm || arch.qk_norm_whole) {
-    t.push_back({p + "attn_q_norm.weight", {arch.qk_norm ? g.head_dim : q_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
-    t.push_back({p + "attn_k_norm.weight", {arch.qk_norm ? g.head_dim : kv_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+  const bool head_norm = arch.qk_norm || g.head_qk_norm;
+  if (head_norm || arch.qk_norm_whole) {
+    t.push_back({p + "attn_q_norm.weight", {head_norm ? g.head_dim : q_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
+    t.push_back({p + "attn_k_norm.weight", {head_norm ? g.head_dim : kv_dim}, SynthTensorKind::kNorm, 0.05f, 1.0f, l});
   }
 }
 

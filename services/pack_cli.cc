@@ -31,7 +31,7 @@ constexpr char kUsage[] =
 
 commands:
   synth --out FILE.gguf [--arch qwen3moe|mixtral|qwen2moe|olmoe|glm4moe|gpt-oss|deepseek2] [--preset tiny|small|seed] [geometry flags]
-        [--type T] [--expert-type T] [--seed N] [--vocab FILE.gguf] [--router-skew S] [--mtp-layers N]
+        [--type T] [--expert-type T] [--seed N] [--vocab FILE.gguf] [--router-skew S] [--mtp-layers N] [--qk-norm]
         [--pack-only --scheme S [--exact-quantize]] [--threads N]
       Writes a synthetic MoE model with random weights (a pack directory with --pack-only). With
       --pack-only the experts are random codes and scales written directly, with the spread the weights
@@ -46,6 +46,7 @@ commands:
       experts (an expert is picked at most 0.45 of the tokens; glm4moe's score bias becomes zeros). Hottest expert over the mean at top-10 of 512
       experts (the seed preset): S 0.18 -> about 2.5x, 0.32 -> 5x, 0.42 -> 8x; fewer experts reach less
       (top-4 of 32: at most 3.6x).
+      --qk-norm (glm4moe) adds GLM-4.5's per-head q/k RMSNorm (attn_q_norm, attn_k_norm; GLM-4.5-Air has none).
       --mtp-layers N (glm4moe, deepseek2; not with --pack-only) adds N multi-token-prediction blocks after
       the layers, as GLM-4.5's GGUFs carry them (block_count counts them, nextn_predict_layers says N, the
       blk.L.nextn.* tensors); Strata does not run them and convert leaves them out.
@@ -144,6 +145,7 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
   for (const auto& [value, field] : overrides) {
     if (value->has_value()) *field = **value;
   }
+  g.head_qk_norm = options.qk_norm;
   if (absl::Status status = packtool::CheckSynthGeometry(g); !status.ok()) {
     return UsageError(io, absl::StrCat("synth geometry: ", status.message()));
   }

@@ -29,6 +29,7 @@ struct PackCliOptions {
   // Override the preset's geometry when set.
   std::optional<int64_t> layers, experts, experts_used, embd, expert_ff, shared_ff, heads, kv_heads, head_dim, vocab_size, ctx;
   std::optional<int64_t> mtp_layers;  // multi-token-prediction blocks after the layers (glm4moe, deepseek2)
+  bool qk_norm = false;               // glm4moe: GLM-4.5's per-head q/k norm
   std::string type = "f16";         // dense weights
   std::string expert_type = "f16";  // expert weights in the GGUF
   uint64_t seed = 1;

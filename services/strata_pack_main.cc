@@ -34,6 +34,7 @@ ABSL_FLAG(std::optional<int64_t>, ctx, std::nullopt, "synth: context length");
 ABSL_FLAG(std::optional<int64_t>, mtp_layers, std::nullopt,
           "synth (glm4moe, deepseek2; GGUF only): multi-token-prediction blocks after the layers, as GLM-4.5's "
           "GGUFs carry (nextn_predict_layers); default 0");
+ABSL_FLAG(bool, qk_norm, false, "synth (glm4moe): GLM-4.5's per-head q/k RMSNorm, which GLM-4.5-Air has not");
 ABSL_FLAG(std::string, type, "f16", "synth: type of the dense weights");
 ABSL_FLAG(std::string, expert_type, "f16", "synth: type of the expert weights in the GGUF");
 ABSL_FLAG(uint64_t, seed, 1, "synth: random seed");
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
   options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   options.ctx = absl::GetFlag(FLAGS_ctx);
   options.mtp_layers = absl::GetFlag(FLAGS_mtp_layers);
+  options.qk_norm = absl::GetFlag(FLAGS_qk_norm);
   options.type = absl::GetFlag(FLAGS_type);
   options.expert_type = absl::GetFlag(FLAGS_expert_type);
   options.seed = absl::GetFlag(FLAGS_seed);

@@ -4,7 +4,8 @@
 // with a sigmoid router whose choice adds the score-correction bias exp_probs_b (weights without it,
 // renormalised if expert_weights_norm, times expert_weights_scale) and an ungated shared expert of
 // expert_shared_count experts' width. A multi-token-prediction block after the model's
-// (nextn_predict_layers, in GLM-4.5's GGUFs) is left out by ReadModelConfig.
+// (nextn_predict_layers, in GLM-4.5's GGUFs) is left out by ReadModelConfig. GLM-4.5 (not Air) normalizes
+// each head of q and k (RMSNorm, after the biases, before RoPE), which its GGUFs say by carrying the tensors.
 
 #include <cmath>
 
@@ -42,6 +43,19 @@ absl::Status ConfigureGlm4Moe(const gguf::Metadata& m, ModelConfig* c) {
   c->router_gating = RouterGating::kSigmoid;
   c->router_score_bias = true;
   c->ffn_norm_name = "post_attention_norm";
+  return absl::OkStatus();
+}
+
+absl::Status ConfigureGlm4MoeTensors(const gguf::GgufFile& file, ModelConfig* c) {
+  // GLM-4.5 has a per-head q/k RMSNorm (use_qk_norm), Air has not; llama.cpp takes it where the tensors are.
+  const gguf::TensorInfo* q_norm = file.FindTensor("blk.0.attn_q_norm.weight");
+  if (q_norm == nullptr) return absl::OkStatus();
+  if (q_norm->n_elements() != c->head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": tensor 'blk.0.attn_q_norm.weight' has ",
+                                                   q_norm->n_elements(), " values; a per-head q norm has key_length ",
+                                                   c->head_dim));
+  }
+  c->qk_norm = true;
   return absl::OkStatus();
 }
 

@@ -20,6 +20,7 @@ absl::Status Mismatch(const char* what, int64_t pack_value, int64_t model_value)
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const pack::Pack& pack) {
   std::unique_ptr<Model> m(new Model());
   ASSIGN_OR_RETURN(m->config_, ReadModelConfig(pack.dense().metadata()));
+  RETURN_IF_ERROR(ConfigureFromTensors(pack.dense(), &m->config_));
   const ModelConfig& c = m->config_;
   const pack::v1::Geometry& g = pack.manifest().geometry();
   if (g.n_layer() != c.n_layer) return Mismatch("n_layer", g.n_layer(), c.n_layer);

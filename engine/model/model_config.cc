@@ -17,7 +17,7 @@ const std::vector<Architecture>& ArchitectureTable() {
       {"llama", "Mixtral (llama with experts)", &ConfigureMixtral},
       {"qwen2moe", "Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B)", &ConfigureQwen2Moe},
       {"olmoe", "OLMoE", &ConfigureOlmoe},
-      {"glm4moe", "GLM-4.5 / GLM-4.6", &ConfigureGlm4Moe},
+      {"glm4moe", "GLM-4.5 / GLM-4.6", &ConfigureGlm4Moe, &ConfigureGlm4MoeTensors},
       {"gpt-oss", "gpt-oss", &ConfigureGptOss},
       {"deepseek2", "DeepSeek-V2 / V3, Kimi-K2", &ConfigureDeepseek2},
   };
@@ -32,6 +32,12 @@ absl::StatusOr<const Architecture*> FindArchitecture(std::string_view gguf_arch)
   }
   return absl::UnimplementedError(absl::StrCat("general.architecture '", std::string(gguf_arch),
                                                "' is not supported (supported: ", absl::StrJoin(known, ", "), ")"));
+}
+
+absl::Status ConfigureFromTensors(const gguf::GgufFile& file, ModelConfig* config) {
+  ASSIGN_OR_RETURN(const Architecture* arch, FindArchitecture(config->arch));
+  if (arch->configure_from_tensors == nullptr) return absl::OkStatus();
+  return arch->configure_from_tensors(file, config);
 }
 
 std::string_view BlockName(Block block) {
@@ -66,6 +72,8 @@ std::string_view BlockName(Block block) {
       return "grouped expert choice";
     case Block::kLatentAttention:
       return "multi-head latent attention";
+    case Block::kHeadQkNormPartialRope:
+      return "per-head q/k RMSNorm with partial RoPE";
   }
   return "unknown block";
 }
@@ -87,6 +95,7 @@ std::vector<Block> BlocksNeeded(const ModelConfig& c) {
   if (c.expert_biases || c.clamped_swiglu) blocks.push_back(Block::kBiasedClampedExperts);
   if (c.n_expert_group > 1) blocks.push_back(Block::kGroupedRouter);
   if (c.mla.kv_lora_rank > 0) blocks.push_back(Block::kLatentAttention);
+  if (c.qk_norm && c.rope_dim != c.head_dim && c.mla.kv_lora_rank == 0) blocks.push_back(Block::kHeadQkNormPartialRope);
   return blocks;
 }
 

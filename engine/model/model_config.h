@@ -146,6 +146,7 @@ enum class Block : uint8_t {
   kBiasedClampedExperts, // expert biases and the clamped SwiGLU (gpt-oss)
   kGroupedRouter,      // top-k within the best expert groups
   kLatentAttention,
+  kHeadQkNormPartialRope,  // per-head q/k RMSNorm before a partial RoPE (GLM-4.5)
 };
 std::string_view BlockName(Block block);
 
@@ -163,9 +164,15 @@ struct Architecture {
   std::string_view display_name;
   // Fills the architecture-specific parts of `config` (generic keys are already read).
   absl::Status (*configure)(const gguf::Metadata& metadata, ModelConfig* config);
+  // What llama.cpp decides from the tensors a file has rather than its keys (null: nothing). Called by
+  // ConfigureFromTensors after ReadModelConfig.
+  absl::Status (*configure_from_tensors)(const gguf::GgufFile& file, ModelConfig* config) = nullptr;
 };
 
 const std::vector<Architecture>& ArchitectureTable();
+
+// Applies the architecture's configure_from_tensors to a config ReadModelConfig read from `file`'s metadata.
+absl::Status ConfigureFromTensors(const gguf::GgufFile& file, ModelConfig* config);
 
 // The table entry whose gguf_name is `gguf_arch`; UNIMPLEMENTED naming it and listing the supported
 // architectures otherwise.
@@ -206,6 +213,7 @@ absl::Status ConfigureMixtral(const gguf::Metadata& metadata, ModelConfig* confi
 absl::Status ConfigureQwen2Moe(const gguf::Metadata& metadata, ModelConfig* config);
 absl::Status ConfigureOlmoe(const gguf::Metadata& metadata, ModelConfig* config);
 absl::Status ConfigureGlm4Moe(const gguf::Metadata& metadata, ModelConfig* config);
+absl::Status ConfigureGlm4MoeTensors(const gguf::GgufFile& file, ModelConfig* config);
 absl::Status ConfigureDeepseek2(const gguf::Metadata& metadata, ModelConfig* config);
 absl::Status ConfigureGptOss(const gguf::Metadata& metadata, ModelConfig* config);
 

@@ -29,7 +29,8 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
                                       Block::kSharedExpert, Block::kSharedExpertGate, Block::kPartialRope,
                                       Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks,
                                       Block::kSinkWindowAttention, Block::kYarnRope, Block::kSoftmaxTopKRouter,
-                                      Block::kBiasedClampedExperts, Block::kGroupedRouter, Block::kLatentAttention});
+                                      Block::kBiasedClampedExperts, Block::kGroupedRouter, Block::kLatentAttention,
+                                      Block::kHeadQkNormPartialRope});
   }
   // engine/gpu's blocks (CudaDenseBackend); add each block here as its CUDA twin lands.
   return model::CheckBackendBlocks(config, "CUDA",

@@ -38,18 +38,14 @@ class HfCheckpointArchTest : public ::testing::TestWithParam<std::string> {};
 
 // The checkpoint written from a synthetic GGUF converts back to that GGUF exactly (bar general.name), and
 // to the same pack.
-TEST_P(HfCheckpointArchTest, ConvertsToTheSameGgufAndPack) {
+// Synthesizes `synth` as a GGUF, writes it as a Hugging Face checkpoint and converts both: the same GGUF, the
+// same default scheme, the same pack.
+void ExpectHfConvertsAsTheGguf(SynthOptions synth, const HfWriteOptions& w) {
   ScratchDir dir;
   const std::string gguf_path = dir.Join("synth.gguf"), hf_dir = dir.Join("hf");
-  // BF16 experts for Mixtral, F16 for Qwen3: both dtypes travel unchanged; MXFP4 for gpt-oss, as it ships.
-  const gguf::GgmlType expert_type = GetParam() == "mixtral"   ? gguf::GgmlType::kBF16
-                                     : GetParam() == "gpt-oss" ? gguf::GgmlType::kMXFP4
-                                                               : gguf::GgmlType::kF16;
-  ASSERT_TRUE(SynthesizeGguf(testing::HfTinyOptions(GetParam(), gguf_path, expert_type)).ok());
+  synth.output = gguf_path;
+  ASSERT_TRUE(SynthesizeGguf(synth).ok());
   std::filesystem::create_directory(hf_dir);
-  HfWriteOptions w;
-  w.shards = 3;
-  w.array_merges = GetParam() == "mixtral";
   ASSERT_TRUE(WriteHfCheckpointFromGguf(gguf_path, hf_dir, w).ok());
   ASSERT_TRUE(IsHfCheckpointDir(hf_dir));
   EXPECT_FALSE(IsHfCheckpointDir(gguf_path));
@@ -81,6 +77,26 @@ TEST_P(HfCheckpointArchTest, ConvertsToTheSameGgufAndPack) {
   ExpectSameGguf(dir.Join("pack_gguf/dense.gguf"), dir.Join("pack_hf/dense.gguf"), {"general.name"});
   EXPECT_EQ(from_hf->architecture(), from_gguf->architecture());
   EXPECT_EQ(from_hf->geometry().SerializeAsString(), from_gguf->geometry().SerializeAsString());
+}
+
+TEST_P(HfCheckpointArchTest, ConvertsToTheSameGgufAndPack) {
+  // BF16 experts for Mixtral, F16 for Qwen3: both dtypes travel unchanged; MXFP4 for gpt-oss, as it ships.
+  const gguf::GgmlType expert_type = GetParam() == "mixtral"   ? gguf::GgmlType::kBF16
+                                     : GetParam() == "gpt-oss" ? gguf::GgmlType::kMXFP4
+                                                               : gguf::GgmlType::kF16;
+  HfWriteOptions w;
+  w.shards = 3;
+  w.array_merges = GetParam() == "mixtral";
+  ExpectHfConvertsAsTheGguf(testing::HfTinyOptions(GetParam(), "", expert_type), w);
+}
+
+// GLM-4.5 (not Air): use_qk_norm and self_attn.q_norm / k_norm become the GGUF's attn_q_norm / attn_k_norm.
+TEST(HfCheckpointTest, Glm45WithItsQkNormConvertsToTheSameGgufAndPack) {
+  SynthOptions synth = testing::HfTinyOptions("glm4moe", "", gguf::GgmlType::kF16);
+  synth.geometry.head_qk_norm = true;
+  HfWriteOptions w;
+  w.shards = 2;
+  ExpectHfConvertsAsTheGguf(synth, w);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, HfCheckpointArchTest,

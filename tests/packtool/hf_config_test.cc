@@ -158,7 +158,7 @@ TEST(HfConfigTest, ReadsGptOss20b) {
   EXPECT_EQ(m.GetUint("gpt-oss.attention.sliding_window").value_or(0), 128u);
 }
 
-TEST(HfConfigTest, ReadsQwen2MoeOlmoeAndGlm45Air) {
+TEST(HfConfigTest, ReadsQwen2MoeOlmoeGlm45AirAndGlm45) {
   ScratchDir dir;
   absl::StatusOr<HfModelConfig> qwen = Read(dir, OtherConfig("qwen2moe"));
   ASSERT_TRUE(qwen.ok()) << qwen.status();
@@ -178,6 +178,17 @@ TEST(HfConfigTest, ReadsQwen2MoeOlmoeAndGlm45Air) {
   ASSERT_NE(file, nullptr);
   EXPECT_EQ(file->metadata().GetFloat("glm4moe.expert_weights_scale").value_or(0), 1.0);
   EXPECT_TRUE(file->metadata().GetBool("glm4moe.expert_weights_norm").value_or(false));
+  EXPECT_FALSE(g.head_qk_norm);
+  // GLM-4.5 (not Air): use_qk_norm true, a per-head q/k norm.
+  json full = OtherConfig("glm4moe");
+  full["use_qk_norm"] = true;
+  absl::StatusOr<HfModelConfig> glm45 = Read(dir, full);
+  ASSERT_TRUE(glm45.ok()) << glm45.status();
+  EXPECT_TRUE(glm45->geometry.head_qk_norm);
+  full["use_qk_norm"] = "yes";
+  const absl::Status bad = Read(dir, full).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << bad;
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("use_qk_norm: expected true or false"));
 }
 
 using ConfigEdit = std::function<void(json&)>;
@@ -250,7 +261,6 @@ TEST(HfConfigTest, RefusesWhatQwen2MoeOlmoeAndGlm4MoeDoNotImplement) {
       {[](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; }, "rope_scaling:"},
   });
   ExpectRefusals(OtherConfig("glm4moe"), {
-      {[](json& c) { c["use_qk_norm"] = true; }, "use_qk_norm: true is not supported"},
       {[](json& c) { c["n_group"] = 8; }, "n_group: 8 is not supported"},
       {[](json& c) { c["partial_rotary_factor"] = 0.3; }, "partial_rotary_factor: 0.3 of head_dim 128"},
   });

@@ -215,5 +215,28 @@ TEST(SynthArchTest, MtpLayersAreRefusedWhereTheyDoNotBelongNamingTheFlag) {
   EXPECT_FALSE(std::filesystem::exists(dir.Join("pack")));
 }
 
+// GLM-4.5's per-head q/k norm (--qk-norm): head_dim-wide attn_q_norm / attn_k_norm in every block; the other
+// architectures have their own norm or none and refuse it.
+TEST(SynthArchTest, Glm4MoeQkNormAddsPerHeadNormsAndOthersRefuseIt) {
+  SynthGeometry g = *PresetGeometry("glm4moe", "tiny");
+  g.head_qk_norm = true;
+  EXPECT_THAT(CheckSynthGeometry(g), IsOk());
+  const std::vector<SynthTensor> tensors = SynthTensors(**FindSynthArch("glm4moe"), g);
+  int norms = 0;
+  for (const SynthTensor& t : tensors) {
+    if (t.name.find("attn_q_norm") == std::string::npos && t.name.find("attn_k_norm") == std::string::npos) continue;
+    ++norms;
+    EXPECT_EQ(t.ne, (std::vector<int64_t>{g.head_dim})) << t.name;
+  }
+  EXPECT_EQ(norms, 2 * g.n_layer);
+  g.head_qk_norm = false;
+  for (const SynthTensor& t : SynthTensors(**FindSynthArch("glm4moe"), g)) {
+    EXPECT_EQ(t.name.find("attn_q_norm"), std::string::npos) << t.name;
+  }
+  SynthGeometry q = *PresetGeometry("qwen2moe", "tiny");
+  q.head_qk_norm = true;
+  EXPECT_THAT(CheckSynthGeometry(q), StatusIsWith(absl::StatusCode::kInvalidArgument, "--qk-norm"));
+}
+
 }  // namespace
 }  // namespace strata::packtool

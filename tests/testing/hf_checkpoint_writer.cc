@@ -279,6 +279,8 @@ absl::Status WriteHfCheckpointFromGguf(const std::string& gguf_path, const std::
     config = DeepseekConfig(m, tokens.size());
   } else if (arch == "qwen2moe" || arch == "olmoe" || arch == "glm4moe") {
     config = OtherMoeConfig(arch, m, tokens.size());
+    // GLM-4.5 (not Air): the per-head q/k norm, which the GGUF says by its tensors.
+    if (arch == "glm4moe") config["use_qk_norm"] = file->FindTensor("blk.0.attn_q_norm.weight") != nullptr;
   } else if (gpt_oss) {
     const gguf::TensorInfo* gate = file->FindTensor("blk.0.ffn_gate_exps.weight");
     config = GptOssConfig(m, tokens.size(), gate != nullptr && gate->type == gguf::GgmlType::kMXFP4);

@@ -335,6 +335,9 @@ absl::Status LoadDense(const gguf::GgufModel& model, const TensorLoader& loader,
                                                    ", expected [", hp->n_embd, ", n_vocab]"));
   }
   hp->n_vocab = embd->ne[1];
+  // GLM-4.5 (not Air) normalizes each head of q and k: llama.cpp's glm4-moe.cpp applies attn_q_norm /
+  // attn_k_norm (RMSNorm over n_embd_head) where the file has them, after the biases and before RoPE.
+  if (hp->arch == "glm4moe" && loader.Has("blk.0.attn_q_norm.weight")) hp->qk_norm = true;
   const int64_t d = hp->n_embd;
   ASSIGN_OR_RETURN(w->token_embd, loader.LoadMatrix("token_embd.weight", d, hp->n_vocab));
   w->layers.resize(hp->n_layer);

@@ -386,5 +386,56 @@ TEST(EngineGptOssMxfp4Test, Mxfp4ExpertsConvertExactlyAndRunAsTheReference) {
   EXPECT_EQ(done->result.tokens, ReferenceGreedy(**ref, prompt, 4));
 }
 
+// GLM-4.5 (not Air) normalizes each head of q and k before its partial RoPE, which its GGUFs say by carrying
+// attn_q_norm / attn_k_norm: the engine takes the norm from the tensors and matches the reference (which
+// reads them the same way), at every position and in its greedy tokens; the CUDA backend refuses the block
+// by name until its twin has run on a GPU.
+TEST(EngineGlm45Test, PerHeadQkNormFromTheTensorsMatchesTheReference) {
+  ScratchDir dir;
+  packtool::SynthOptions o;
+  o.geometry = *packtool::PresetGeometry("glm4moe", "tiny");
+  o.geometry.head_qk_norm = true;
+  o.dense_type = gguf::GgmlType::kF32;
+  o.expert_type = gguf::GgmlType::kF32;
+  o.seed = 11;
+  o.threads = 2;
+  o.output = dir.Join("model.gguf");
+  ASSERT_TRUE(packtool::SynthesizeGguf(o).ok());
+  packtool::ConvertOptions c;
+  c.input = o.output;
+  c.output_dir = dir.Join("f16");
+  c.scheme = kernels::Scheme::kF16;
+  c.threads = 2;
+  ASSERT_TRUE(packtool::ConvertGguf(c, nullptr, nullptr).ok());
+
+  auto ref = ReferenceModel::FromGguf(o.output);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_TRUE((*ref)->hparams().qk_norm);
+  auto engine = Engine::Create(Options(c.output_dir));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_TRUE((*engine)->info().config.qk_norm);
+  const std::vector<model::Block> blocks = model::BlocksNeeded((*engine)->info().config);
+  EXPECT_NE(std::find(blocks.begin(), blocks.end(), model::Block::kHeadQkNormPartialRope), blocks.end());
+  const absl::Status cuda = CheckDeviceBlocks((*engine)->info().config, "cuda");
+  EXPECT_EQ(cuda.code(), absl::StatusCode::kUnimplemented) << cuda;
+  EXPECT_TRUE(absl::StrContains(cuda.message(), "per-head q/k RMSNorm with partial RoPE")) << cuda;
+
+  const std::vector<int32_t> prompt = {5, 77, 140, 3, 250, 31, 9};
+  GenerateRequest req = Greedy(prompt, 8);
+  req.prompt_logits = true;
+  auto done = GenerateWithin(**engine, req);
+  ASSERT_TRUE(done.ok()) << done.status();
+  ASSERT_TRUE(done->result.status.ok()) << done->result.status;
+  const int64_t n_vocab = (*ref)->n_vocab();
+  const std::vector<float> expected = (*ref)->Logits(prompt);
+  ASSERT_EQ(done->result.prompt_logits.size(), expected.size());
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    EXPECT_LT(RelativeError(done->result.prompt_logits.data() + p * n_vocab, expected.data() + p * n_vocab, n_vocab),
+              1e-3)
+        << "position " << p;
+  }
+  EXPECT_EQ(done->result.tokens, ReferenceGreedy(**ref, prompt, 8));
+}
+
 }  // namespace
 }  // namespace strata::runtime
