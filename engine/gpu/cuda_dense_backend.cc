@@ -331,6 +331,7 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
         absl::StrCat("a batch of ", n, " tokens exceeds the ", max_tokens_, " the device buffers hold"));
   }
   n_real_ = n;
+  guess_pending_ = false;  // a step that failed after a guess leaves nothing for this one to wait on
   wanted_.clear();
   int64_t max_pos = 0;
   for (int t = 0; t < n; ++t) {

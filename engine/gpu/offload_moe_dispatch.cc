@@ -500,6 +500,9 @@ void OffloadMoeDispatch::SetEntry(uint64_t blob, const uint8_t* ptr) {
 }
 
 absl::Status OffloadMoeDispatch::BeforeStep() {
+  // A step that failed between a guess and its layer's Run leaves neither a table nor copies for this one.
+  std::fill(prefetch_set_.begin(), prefetch_set_.end(), -1);
+  pending_stream_ = nullptr;
   // Publish the fills that have landed; later ones stay misses until they do.
   for (size_t i = 0; i < pending_.size();) {
     const cudaError_t q = cudaEventQuery(pending_[i].done);
@@ -519,7 +522,7 @@ absl::Status OffloadMoeDispatch::BeforeStep() {
   if (n_prefetch_ > 0 && stream_ != nullptr) {
     // The last step's copy of the control has run: every step ends with a sync.
     step_limit_ = gate_.limit();
-    ++step_stamp_;
+    step_stamp_ = static_cast<int32_t>(static_cast<uint32_t>(step_stamp_) + 1u);  // wraps
     int32_t* control = prefetch_control_host_.as<int32_t>();
     control[0] = step_limit_;
     control[1] = step_stamp_;
