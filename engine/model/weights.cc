@@ -116,10 +116,13 @@ absl::Status LoadGqaAttention(const gguf::GgufFile& dense, const std::string& p,
   if (c.qk_norm || c.qk_norm_whole) {
     ASSIGN_OR_RETURN(L.q_norm, LoadVector(dense, p + "attn_q_norm.weight", c.qk_norm ? c.head_dim : q_dim));
     ASSIGN_OR_RETURN(L.k_norm, LoadVector(dense, p + "attn_k_norm.weight", c.qk_norm ? c.head_dim : kv_dim));
-  } else if (dense.FindTensor(p + "attn_q_norm.weight") != nullptr) {
-    // GLM-4.5 (not Air) has them: never ignored, refused until the architecture's file switches them on.
-    return absl::UnimplementedError(absl::StrCat(dense.path(), ": tensor '", p, "attn_q_norm.weight' is a q/k norm, ",
-                                                 "which Strata does not implement for ", c.arch));
+  } else {
+    // A q/k norm the configuration does not switch on is never ignored (glm4moe's comes from block 0's tensors).
+    for (const char* norm : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
+      if (dense.FindTensor(p + norm) == nullptr) continue;
+      return absl::UnimplementedError(absl::StrCat(dense.path(), ": tensor '", p, norm, "' is a q/k norm, which ",
+                                                   "Strata does not implement for ", c.arch, " here"));
+    }
   }
   *per_token += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes();
   return absl::OkStatus();
