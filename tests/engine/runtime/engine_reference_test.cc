@@ -27,6 +27,30 @@ class EngineArchTest : public ::testing::TestWithParam<ArchPreset> {};
 
 // The small preset's GGUF holds f16 experts (half the bytes to write and convert), which the f16 pack
 // keeps exactly; it generates fewer tokens because the reference recomputes every position each step.
+// A prompt's logits from `engine` (an f16 pack) within 1e-3 of the reference's at every position, and
+// n_generate greedy tokens the reference's; returns those tokens.
+std::vector<int32_t> ExpectF16MatchesTheReference(Engine& engine, ReferenceModel& ref, int n_generate) {
+  const std::vector<int32_t> prompt = {5, 77, 140, 3, 250, 31, 9};
+  GenerateRequest req = Greedy(prompt, n_generate);
+  req.prompt_logits = true;
+  auto done = GenerateWithin(engine, req);
+  EXPECT_TRUE(done.ok()) << done.status();
+  if (!done.ok()) return {};
+  EXPECT_TRUE(done->result.status.ok()) << done->result.status;
+  const int64_t n_vocab = ref.n_vocab();
+  const std::vector<float> expected = ref.Logits(prompt);
+  EXPECT_EQ(done->result.prompt_logits.size(), expected.size());
+  if (done->result.prompt_logits.size() != expected.size()) return {};
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    EXPECT_LT(RelativeError(done->result.prompt_logits.data() + p * n_vocab, expected.data() + p * n_vocab, n_vocab),
+              1e-3)
+        << "position " << p;
+  }
+  EXPECT_EQ(done->result.tokens, ReferenceGreedy(ref, prompt, n_generate));
+  EXPECT_EQ(done->result.reason, FinishReason::kLength);
+  return done->result.tokens;
+}
+
 TEST_P(EngineArchTest, F16LogitsAndGreedyTokensMatchTheReference) {
   const bool tiny = GetParam().preset == "tiny";
   TinyModel model(GetParam().arch, tiny ? gguf::GgmlType::kF32 : gguf::GgmlType::kF16, GetParam().preset,
@@ -35,25 +59,9 @@ TEST_P(EngineArchTest, F16LogitsAndGreedyTokensMatchTheReference) {
   ASSERT_TRUE(ref.ok()) << ref.status();
   auto engine = Engine::Create(Options(model.Pack(kernels::Scheme::kF16)));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  const std::vector<int32_t> prompt = {5, 77, 140, 3, 250, 31, 9};
-  const int n_generate = tiny ? 12 : 4;
-  GenerateRequest req = Greedy(prompt, n_generate);
-  req.prompt_logits = true;
-  auto done = GenerateWithin(**engine, req);
-  ASSERT_TRUE(done.ok()) << done.status();
-  ASSERT_TRUE(done->result.status.ok()) << done->result.status;
-  const int64_t n_vocab = (*ref)->n_vocab();
-  const std::vector<float> expected = (*ref)->Logits(prompt);
-  ASSERT_EQ(done->result.prompt_logits.size(), expected.size());
-  for (size_t p = 0; p < prompt.size(); ++p) {
-    EXPECT_LT(RelativeError(done->result.prompt_logits.data() + p * n_vocab, expected.data() + p * n_vocab, n_vocab),
-              1e-3)
-        << "position " << p;
-  }
-  EXPECT_EQ(done->result.tokens, ReferenceGreedy(**ref, prompt, n_generate));
-  EXPECT_EQ(done->result.reason, FinishReason::kLength);
+  const std::vector<int32_t> tokens = ExpectF16MatchesTheReference(**engine, **ref, tiny ? 12 : 4);
   // A forward pass that varies: not one token forever.
-  std::set<int32_t> distinct(done->result.tokens.begin(), done->result.tokens.end());
+  std::set<int32_t> distinct(tokens.begin(), tokens.end());
   EXPECT_GE(distinct.size(), tiny ? 3u : 2u);
 }
 
@@ -420,21 +428,7 @@ TEST(EngineGlm45Test, PerHeadQkNormFromTheTensorsMatchesTheReference) {
   EXPECT_EQ(cuda.code(), absl::StatusCode::kUnimplemented) << cuda;
   EXPECT_TRUE(absl::StrContains(cuda.message(), "per-head q/k RMSNorm with partial RoPE")) << cuda;
 
-  const std::vector<int32_t> prompt = {5, 77, 140, 3, 250, 31, 9};
-  GenerateRequest req = Greedy(prompt, 8);
-  req.prompt_logits = true;
-  auto done = GenerateWithin(**engine, req);
-  ASSERT_TRUE(done.ok()) << done.status();
-  ASSERT_TRUE(done->result.status.ok()) << done->result.status;
-  const int64_t n_vocab = (*ref)->n_vocab();
-  const std::vector<float> expected = (*ref)->Logits(prompt);
-  ASSERT_EQ(done->result.prompt_logits.size(), expected.size());
-  for (size_t p = 0; p < prompt.size(); ++p) {
-    EXPECT_LT(RelativeError(done->result.prompt_logits.data() + p * n_vocab, expected.data() + p * n_vocab, n_vocab),
-              1e-3)
-        << "position " << p;
-  }
-  EXPECT_EQ(done->result.tokens, ReferenceGreedy(**ref, prompt, 8));
+  ExpectF16MatchesTheReference(**engine, **ref, 8);
 }
 
 }  // namespace

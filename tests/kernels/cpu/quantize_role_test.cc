@@ -191,21 +191,27 @@ double FormerS4SearchErr2(const float* w, int64_t n_groups) {
   return err2;
 }
 
+// n weights of std 0.02 (about): kind 0 light-tailed (synth's: a sum of four uniforms), 1 gaussian, 2 heavy-tailed.
+std::vector<float> WeightsOfKind(int kind, uint32_t seed, int64_t n) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> w(static_cast<size_t>(n));
+  for (float& v : w) {
+    if (kind == 0) v = 0.02f * 1.7320508f * (uniform(rng) + uniform(rng) + uniform(rng) + uniform(rng) - 2.0f);
+    if (kind == 1) v = 0.02f * normal(rng);
+    if (kind == 2) v = 0.02f * normal(rng) / (0.05f + 0.95f * uniform(rng));
+  }
+  return w;
+}
+
 // The s4 fit, with 15 passes over a group's weights where the search it replaced took 27, adds less error
 // than that search did, on light-tailed weights (synth's: a sum of four uniforms), gaussian and heavy-tailed
 // ones.
 TEST(QuantizeRoleTest, S4FitAddsLessErrorThanTheFormerSearch) {
   const int64_t rows = 256, cols = 1024;
   for (int kind = 0; kind < 3; ++kind) {
-    std::mt19937 rng(11 + kind);
-    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> w(rows * cols);
-    for (float& v : w) {
-      if (kind == 0) v = 0.02f * 1.7320508f * (uniform(rng) + uniform(rng) + uniform(rng) + uniform(rng) - 2.0f);
-      if (kind == 1) v = 0.02f * normal(rng);
-      if (kind == 2) v = 0.02f * normal(rng) / (0.05f + 0.95f * uniform(rng));
-    }
+    const std::vector<float> w = WeightsOfKind(kind, 11 + kind, rows * cols);
     std::vector<uint8_t> role(RoleBytes(Scheme::kS4, rows, cols));
     QuantizeError now;
     QuantizeRoleOnPath(CpuPath::kScalar, Scheme::kS4, w.data(), rows, cols, role.data(), &now);
@@ -273,16 +279,8 @@ QuantizeError FormerS2Search(const float* w, int64_t n_groups) {
 TEST(QuantizeRoleTest, S2FitAddsNoMoreErrorThanTheFormerSearch) {
   const int64_t rows = 256, cols = 1024;
   for (int kind = 0; kind < 3; ++kind) {
-    std::mt19937 rng(21 + kind);
-    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> w(rows * cols);
-    for (float& v : w) {
-      if (kind == 0) v = 0.02f * 1.7320508f * (uniform(rng) + uniform(rng) + uniform(rng) + uniform(rng) - 2.0f);
-      if (kind == 1) v = 0.02f * normal(rng);
-      if (kind == 2) v = 0.02f * normal(rng) / (0.05f + 0.95f * uniform(rng));
-      v = HalfToFloat(FloatToHalf(v));  // as an f16 source gives them, with ties at 2d
-    }
+    std::vector<float> w = WeightsOfKind(kind, 21 + kind, rows * cols);
+    for (float& v : w) v = HalfToFloat(FloatToHalf(v));  // as an f16 source gives them, with ties at 2d
     std::vector<uint8_t> role(RoleBytes(Scheme::kS2, rows, cols));
     QuantizeError now;
     QuantizeRoleOnPath(CpuPath::kScalar, Scheme::kS2, w.data(), rows, cols, role.data(), &now);
