@@ -38,7 +38,7 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
                                     Block::kSharedExpert, Block::kSharedExpertGate, Block::kPartialRope,
                                     Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks,
                                     Block::kSinkWindowAttention, Block::kYarnRope, Block::kSoftmaxTopKRouter,
-                                    Block::kBiasedClampedExperts});
+                                    Block::kBiasedClampedExperts, Block::kHeadQkNormPartialRope});
 }
 
 absl::Status CheckDeviceOptions(const DeviceOptions& options) {

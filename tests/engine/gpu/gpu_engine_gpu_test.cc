@@ -59,15 +59,16 @@ class Packs {
     static Packs packs;
     return packs;
   }
+  // `head_qk_norm`: GLM-4.5's per-head q/k norm on a glm4moe preset (which, as GLM-4.5-Air, has none).
   std::string Pack(const std::string& arch, const std::string& preset, kernels::Scheme scheme,
-                   gguf::GgmlType dense = gguf::GgmlType::kF16) {
-    const std::string out =
-        strata::testing::SharedScratchDir().Join("gpu-engine-" + arch + "-" + preset + "-" +
-                                                 std::string(kernels::SchemeName(scheme)) + "-" +
-                                                 std::to_string(static_cast<int>(dense)));
+                   gguf::GgmlType dense = gguf::GgmlType::kF16, bool head_qk_norm = false) {
+    const std::string out = strata::testing::SharedScratchDir().Join(
+        "gpu-engine-" + arch + "-" + preset + "-" + std::string(kernels::SchemeName(scheme)) + "-" +
+        std::to_string(static_cast<int>(dense)) + (head_qk_norm ? "-qknorm" : ""));
     if (!std::filesystem::exists(out)) {
       packtool::SynthOptions o;
       o.geometry = *packtool::PresetGeometry(arch, preset);
+      o.geometry.head_qk_norm = head_qk_norm;
       o.dense_type = dense;
       o.pack_scheme = scheme;
       o.exact_quantize = false;
@@ -335,6 +336,27 @@ TEST(GpuEngineBlocksTest, EachArchitectureRunsOnCudaWithItsBlocks) {
       ASSERT_TRUE(engine.ok()) << arch << " " << preset << ": " << engine.status();
       EXPECT_EQ((*engine)->info().backend.device, "cuda") << arch;
       EXPECT_EQ(model::BlocksNeeded((*engine)->info().config), blocks) << arch << " " << preset;
+    }
+  }
+}
+
+// GLM-4.5 (not Air): each head of q and k normed over head_dim before a RoPE of its first rope_dim values.
+TEST(GpuEngineGlm45Test, PerHeadQkNormBeforeAPartialRopeAgreesWithTheCpu) {
+  for (const char* preset : {"tiny", "small"}) {
+    for (kernels::Scheme scheme : {kernels::Scheme::kF16, kernels::Scheme::kS8}) {
+      const std::string pack = Packs::Get().Pack("glm4moe", preset, scheme, gguf::GgmlType::kF16, true);
+      auto engine = Engine::Create(Options(pack, "cuda", 1));
+      ASSERT_TRUE(engine.ok()) << preset << ": " << engine.status();
+      const std::vector<model::Block> blocks = model::BlocksNeeded((*engine)->info().config);
+      EXPECT_NE(std::find(blocks.begin(), blocks.end(), model::Block::kHeadQkNormPartialRope), blocks.end());
+      engine->reset();
+      const double bound = scheme == kernels::Scheme::kF16 ? 1e-3 : 5e-3;
+      const Agreement one = CheckAgainstCpu(pack, 1, 12, 16, bound, {}, /*max_events=*/1);
+      const Agreement many = CheckAgainstCpu(pack, 16, 9, 10, bound);
+      EXPECT_EQ(one.generation_events, 0) << preset;
+      std::printf("glm4moe+qk-norm %s %s: worst relative logit error %.2e, events %d of 17\n", preset,
+                  std::string(kernels::SchemeName(scheme)).c_str(), std::max(one.worst_error, many.worst_error),
+                  one.events + many.events);
     }
   }
 }
