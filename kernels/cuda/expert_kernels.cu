@@ -2,8 +2,9 @@
 //
 // ExpertFfn is three launches on the caller's stream:
 //  1. PrepareKernel: block 0 groups the (token, j) pairs by expert (a counting sort in shared memory into
-//     `list`, the pairs of an expert at consecutive positions, "slots") and cuts each expert's run into work items of up to
-//     tile_max slots; the other blocks quantize x (integer schemes).
+//     `list`, the pairs of an expert at consecutive positions, "slots"; a decode step's few pairs by one
+//     warp's match.any instead) and cuts each expert's run into work items of up to tile_max slots; the other
+//     blocks quantize x (integer schemes).
 //  2. GateUpKernel (expert_weight_kernels.cu), grid (work item, 32-row strip of ff): gate and up rows of the
 //     strip for every token of the item, then h = silu(g) * u for the strip (or gpt-oss's biased, clamped
 //     form: ExpertFfnExtras), which is one 32-block of h, quantized in the same kernel (f16 keeps it in
@@ -252,12 +253,52 @@ __device__ void GroupPairsByExpert(const GroupArgs& a, int32_t* counts) {
   }
 }
 
+// GroupPairsByExpert for at most 32 pairs (a decode step of up to 32 / k tokens) by warp 0 alone, with no
+// shared memory and no block barrier: lane p holds pair p, the lanes of one expert find each other
+// (match.any), and the runs follow each other in the order of their lowest lanes, not of their experts
+// (nothing downstream depends on the order of the runs either).
+__device__ void GroupFewPairsByExpert(const GroupArgs& a) {
+  const int lane = threadIdx.x % 32;
+  const unsigned lower_lanes = (1u << lane) - 1u;
+  int e = lane < a.n_pairs ? a.ids[lane] : -1;
+  const bool valid = e >= 0 && e < a.n_expert;
+  if (!valid) e = -1;
+  const unsigned peers = __match_any_sync(expert_internal::kFullMask, e);
+  const bool leader = valid && (peers & lower_lanes) == 0;
+  const int count = __popc(peers);
+  const int my_pairs = leader ? count : 0, my_items = leader ? (count + a.tile - 1) / a.tile : 0;
+  int scan_pairs = my_pairs, scan_items = my_items;  // inclusive over the lanes
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int up_pairs = __shfl_up_sync(expert_internal::kFullMask, scan_pairs, offset);
+    const int up_items = __shfl_up_sync(expert_internal::kFullMask, scan_items, offset);
+    if (lane >= offset) {
+      scan_pairs += up_pairs;
+      scan_items += up_items;
+    }
+  }
+  const int run_start = scan_pairs - my_pairs;  // a leader's first list position
+  const int leader_lane = __ffs(peers) - 1;
+  const int my_run_start = __shfl_sync(expert_internal::kFullMask, run_start, leader_lane);
+  if (valid) a.list[my_run_start + __popc(peers & lower_lanes)] = lane;
+  if (leader) {
+    const uint8_t* blob = a.blobs[e];
+    int item_at = scan_items - my_items;
+    for (int s = 0; s < count; s += a.tile) a.items[item_at++] = WorkItem{blob, run_start + s, min(a.tile, count - s)};
+  }
+  if (lane == 31) *a.n_items = scan_items;
+}
+
 __global__ void __launch_bounds__(kPrepThreads)
     PrepareKernel(GroupArgs group, const float* x, int64_t x_blocks, int8_t* xq, float* xscale, int32_t* xsum) {
   WaitForPriorKernels();
-  extern __shared__ int32_t expert_counts[];  // group.n_expert ints (block 0 only)
+  extern __shared__ int32_t expert_counts[];  // group.n_expert ints (block 0, more than 32 pairs)
   if (blockIdx.x == 0) {
-    GroupPairsByExpert(group, expert_counts);
+    if (group.n_pairs > 32) {
+      GroupPairsByExpert(group, expert_counts);
+    } else if (threadIdx.x < 32) {
+      GroupFewPairsByExpert(group);
+    }
     return;
   }
   QuantizeBlocks(x, x_blocks, xq, xscale, xsum, blockIdx.x - 1, gridDim.x - 1);
@@ -323,7 +364,7 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   int32_t* xsum = quantized ? reinterpret_cast<int32_t*>(ws + plan.xsum) : nullptr;
   const int64_t x_blocks = quantized ? int64_t{n_tokens} * (layout.n_embd / 32) : 0;
   const int64_t quant_ctas = (x_blocks + kPrepWarps * kQuantBlocksPerWarp - 1) / (kPrepWarps * kQuantBlocksPerWarp);
-  const size_t counts_bytes = static_cast<size_t>(n_expert) * sizeof(int32_t);
+  const size_t counts_bytes = pairs > 32 ? static_cast<size_t>(n_expert) * sizeof(int32_t) : 0;
   const absl::Status prepared =
       LaunchKernel("ExpertFfn prepare kernel", PrepareKernel, static_cast<unsigned>(1 + quant_ctas), kPrepThreads,
                    counts_bytes, stream, group, x, x_blocks, xq, xscale, xsum);

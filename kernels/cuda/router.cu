@@ -12,13 +12,15 @@
 // expert blocks of token block t to finish (a counter per token block, which that block resets to zero
 // for the next call or graph replay) then reads all of their logits and does the softmax and top-k, one
 // warp per token with the token's logits in registers: k rounds of a warp-wide maximum (redux.sync) of
-// each lane's best, no shared memory and no block barrier. Softmax, top-k and the weights follow
+// each lane's best, no shared memory and no block barrier (a block of one token uses all its warps instead:
+// BlockTopK). Softmax, top-k and the weights follow
 // strata::model::Softmax / TopK and Model::Forward: float exp, sum in double, probs times a float 1 / sum,
 // selection on the probs with ties to the lower id, weights as double quotients.
 
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -45,7 +47,6 @@ constexpr int kRowStride = 32 * kWarpsPerExpert;  // float4s between a lane's co
 constexpr int kDecodeWeightRun = 8;
 constexpr int kRouterTokens = 8;  // tokens per token block: one top-k warp each
 constexpr int kMaxExperts = 1024;
-constexpr int kExpertsPerLane = kMaxExperts / 32;
 constexpr int kMaxK = 32;
 
 int TokenBlocks(int n_tokens) { return (n_tokens + kRouterTokens - 1) / kRouterTokens; }
@@ -68,14 +69,17 @@ __device__ __forceinline__ float4 Normed(float4 x, float scale, float4 g) {
 }
 
 // The softmax and top-k of one token's n_expert logits by one warp; lane j < k writes the j-th choice.
-// Expert e is entry e / 32 of lane e % 32. A live expert's key is its prob's bits + 1 (probs are >= 0, so
-// the bits order like the values; a NaN counts as the smallest live prob), a chosen or absent one's 0.
+// Expert e is entry e / 32 of lane e % 32, kEntries >= n_expert / 32 entries a lane (the top-k warp is the
+// one serial part of the kernel: each entry costs every round a scan, so a lane holds no more than it needs).
+// A live expert's key is its prob's bits + 1 (probs are >= 0, so the bits order like the values; a NaN counts
+// as the smallest live prob), a chosen or absent one's 0.
+template <int kEntries>
 __device__ void WarpTopK(const float* logits, int n_expert, int k, int32_t* ids, float* weights) {
   const int lane = threadIdx.x % 32;
-  float v[kExpertsPerLane];
+  float v[kEntries];
   float local_max = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kExpertsPerLane; ++i) {
+  for (int i = 0; i < kEntries; ++i) {
     const int e = lane + 32 * i;
     v[i] = e < n_expert ? __ldcg(logits + e) : -INFINITY;  // from L2: written by other blocks
     local_max = fmaxf(local_max, v[i]);
@@ -83,18 +87,18 @@ __device__ void WarpTopK(const float* logits, int n_expert, int k, int32_t* ids,
   const float max_logit = detail::WarpMax(local_max);
   double sum = 0;
 #pragma unroll
-  for (int i = 0; i < kExpertsPerLane; ++i) {
+  for (int i = 0; i < kEntries; ++i) {
     if (lane + 32 * i < n_expert) {
       v[i] = expf(v[i] - max_logit);
       sum += v[i];
     }
   }
   const float inv = static_cast<float>(1.0 / detail::WarpSumDouble(sum));
-  unsigned key[kExpertsPerLane];
+  unsigned key[kEntries];
   unsigned best = 0;
   int best_i = 0;
 #pragma unroll
-  for (int i = 0; i < kExpertsPerLane; ++i) {
+  for (int i = 0; i < kEntries; ++i) {
     const float p = v[i] * inv;
     key[i] = lane + 32 * i >= n_expert ? 0u : (p == p ? __float_as_uint(p) + 1u : 1u);
     if (key[i] > best) {  // entries rise in id: equal keys keep the lower id
@@ -115,7 +119,7 @@ __device__ void WarpTopK(const float* logits, int n_expert, int k, int32_t* ids,
       best = 0;
       best_i = 0;
 #pragma unroll
-      for (int i = 0; i < kExpertsPerLane; ++i) {
+      for (int i = 0; i < kEntries; ++i) {
         if (i == static_cast<int>(id / 32)) key[i] = 0;
         if (key[i] > best) {
           best = key[i];
@@ -125,6 +129,134 @@ __device__ void WarpTopK(const float* logits, int n_expert, int k, int32_t* ids,
     }
   }
   // Every lane sums the k probs in the same order; lane j writes the j-th choice.
+  double total = 0;
+  for (int j = 0; j < k; ++j) total += __shfl_sync(kFullMask, my_p, j);
+  if (lane < k) {
+    ids[lane] = my_id;
+    weights[lane] = static_cast<float>(my_p / total);
+  }
+}
+
+// WarpTopK for a step of one token by all kRouterWarps warps of the block (which must all call it): expert e
+// is entry e / kRouterThreads of thread e % kRouterThreads. Each warp takes the k best of its experts (k rounds
+// of a warp maximum over two or four entries a lane instead of sixteen), then warp 0 takes the k best of the
+// warps' candidates; a decode step's top-k was one warp's chain of dependent instructions while the GPU
+// idled. The same keys, choice order (ties to the lower id) and weights as WarpTopK; the sum of the exps is
+// added in another order.
+template <int kEntries>
+__device__ void BlockTopK(const float* logits, int n_expert, int k, int32_t* ids, float* weights) {
+  __shared__ float s_max[kRouterWarps];
+  __shared__ double s_sum[kRouterWarps];
+  __shared__ unsigned s_key[kRouterWarps][kMaxK];
+  __shared__ unsigned s_id[kRouterWarps][kMaxK];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float v[kEntries];
+  float local_max = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kEntries; ++i) {
+    const int e = threadIdx.x + kRouterThreads * i;
+    v[i] = e < n_expert ? __ldcg(logits + e) : -INFINITY;  // from L2: written by other blocks
+    local_max = fmaxf(local_max, v[i]);
+  }
+  local_max = detail::WarpMax(local_max);
+  if (lane == 0) s_max[warp] = local_max;
+  __syncthreads();
+  float max_logit = s_max[0];
+#pragma unroll
+  for (int w = 1; w < kRouterWarps; ++w) max_logit = fmaxf(max_logit, s_max[w]);
+  double sum = 0;
+#pragma unroll
+  for (int i = 0; i < kEntries; ++i) {
+    if (static_cast<int>(threadIdx.x) + kRouterThreads * i < n_expert) {
+      v[i] = expf(v[i] - max_logit);
+      sum += v[i];
+    }
+  }
+  sum = detail::WarpSumDouble(sum);
+  if (lane == 0) s_sum[warp] = sum;
+  __syncthreads();
+  double total_exp = 0;
+#pragma unroll
+  for (int w = 0; w < kRouterWarps; ++w) total_exp += s_sum[w];
+  const float inv = static_cast<float>(1.0 / total_exp);
+  unsigned key[kEntries];
+  unsigned best = 0;
+  int best_i = 0;
+#pragma unroll
+  for (int i = 0; i < kEntries; ++i) {
+    const float p = v[i] * inv;
+    key[i] = static_cast<int>(threadIdx.x) + kRouterThreads * i >= n_expert ? 0u
+                                                                           : (p == p ? __float_as_uint(p) + 1u : 1u);
+    if (key[i] > best) {  // entries rise in id: equal keys keep the lower id
+      best = key[i];
+      best_i = i;
+    }
+  }
+  // This warp's k best (a warp with fewer live experts also offers keys of 0, which never win below).
+  for (int j = 0; j < k; ++j) {
+    const unsigned top = __reduce_max_sync(kFullMask, best);
+    const unsigned mine = threadIdx.x + kRouterThreads * static_cast<unsigned>(best_i);
+    const unsigned id = __reduce_min_sync(kFullMask, best == top ? mine : UINT_MAX);
+    if (lane == j) {
+      s_key[warp][j] = top;
+      s_id[warp][j] = id;
+    }
+    if (id % kRouterThreads == threadIdx.x) {
+      best = 0;
+      best_i = 0;
+#pragma unroll
+      for (int i = 0; i < kEntries; ++i) {
+        if (i == static_cast<int>(id / kRouterThreads)) key[i] = 0;
+        if (key[i] > best) {
+          best = key[i];
+          best_i = i;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  // Lane j < k holds pick j of every warp; the best of a lane's is the highest key, then the lowest id.
+  unsigned cand_key[kRouterWarps], cand_id[kRouterWarps];
+  unsigned best_key = 0, best_id = UINT_MAX;
+  int best_w = 0;
+#pragma unroll
+  for (int w = 0; w < kRouterWarps; ++w) {
+    cand_key[w] = lane < k ? s_key[w][lane] : 0u;
+    cand_id[w] = lane < k ? s_id[w][lane] : UINT_MAX;
+    if (cand_key[w] > best_key || (cand_key[w] == best_key && cand_id[w] < best_id)) {
+      best_key = cand_key[w];
+      best_id = cand_id[w];
+      best_w = w;
+    }
+  }
+  float my_p = 0.0f;
+  int my_id = 0;
+  for (int j = 0; j < k; ++j) {
+    const unsigned top = __reduce_max_sync(kFullMask, best_key);
+    const unsigned id = __reduce_min_sync(kFullMask, best_key == top ? best_id : UINT_MAX);
+    if (lane == j) {
+      my_id = static_cast<int>(id);
+      my_p = top > 1u ? __uint_as_float(top - 1u) : 0.0f;
+    }
+    if (best_key == top && best_id == id) {  // the owner drops the chosen candidate and finds its next best
+      best_key = 0;
+      best_id = UINT_MAX;
+#pragma unroll
+      for (int w = 0; w < kRouterWarps; ++w) {
+        if (w == best_w) cand_key[w] = 0;
+      }
+      best_w = 0;
+#pragma unroll
+      for (int w = 0; w < kRouterWarps; ++w) {
+        if (cand_key[w] > best_key || (cand_key[w] == best_key && cand_id[w] < best_id)) {
+          best_key = cand_key[w];
+          best_id = cand_id[w];
+          best_w = w;
+        }
+      }
+    }
+  }
   double total = 0;
   for (int j = 0; j < k; ++j) total += __shfl_sync(kFullMask, my_p, j);
   if (lane < k) {
@@ -146,14 +278,14 @@ __device__ __forceinline__ unsigned OrderedKey(float f) {
 // softmax over the chosen ones; as strata::model's CPU router computes them.
 // kLogitGating: gpt-oss's logit bias and softmax over the chosen k are read (a third instantiation, so that
 // the other gatings' code is what it was without them).
-template <bool kLogitGating>
+template <bool kLogitGating, int kEntries>
 __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const RouterGate& gate, int32_t* ids,
                               float* weights) {
   const int lane = threadIdx.x % 32;
-  float v[kExpertsPerLane];
+  float v[kEntries];
   float local_max = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kExpertsPerLane; ++i) {
+  for (int i = 0; i < kEntries; ++i) {
     const int e = lane + 32 * i;
     v[i] = e < n_expert ? __ldcg(logits + e) : -INFINITY;  // from L2: written by other blocks
     if (kLogitGating && gate.logit_bias != nullptr && e < n_expert) {
@@ -165,12 +297,12 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
     // The choice is on the logits themselves.
   } else if (gate.sigmoid) {
 #pragma unroll
-    for (int i = 0; i < kExpertsPerLane; ++i) v[i] = 1.0f / (1.0f + expf(-v[i]));
+    for (int i = 0; i < kEntries; ++i) v[i] = 1.0f / (1.0f + expf(-v[i]));
   } else {
     const float max_logit = detail::WarpMax(local_max);
     double sum = 0;
 #pragma unroll
-    for (int i = 0; i < kExpertsPerLane; ++i) {
+    for (int i = 0; i < kEntries; ++i) {
       if (lane + 32 * i < n_expert) {
         v[i] = expf(v[i] - max_logit);
         sum += v[i];
@@ -178,13 +310,13 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
     }
     const float inv = static_cast<float>(1.0 / detail::WarpSumDouble(sum));
 #pragma unroll
-    for (int i = 0; i < kExpertsPerLane; ++i) v[i] = v[i] * inv;
+    for (int i = 0; i < kEntries; ++i) v[i] = v[i] * inv;
   }
-  unsigned key[kExpertsPerLane];
+  unsigned key[kEntries];
   unsigned best = 0;
   int best_i = 0;
 #pragma unroll
-  for (int i = 0; i < kExpertsPerLane; ++i) {
+  for (int i = 0; i < kEntries; ++i) {
     const int e = lane + 32 * i;
     const float choice = gate.choice_bias != nullptr && !(kLogitGating && gate.softmax_top_k) && e < n_expert
                              ? __fadd_rn(v[i], __ldg(gate.choice_bias + e))
@@ -204,7 +336,7 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
     // The owner of the chosen expert has its prob.
     float owned = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kExpertsPerLane; ++i) {
+    for (int i = 0; i < kEntries; ++i) {
       if (i == static_cast<int>(id / 32)) owned = v[i];
     }
     const float p = __shfl_sync(kFullMask, owned, static_cast<int>(id % 32));
@@ -216,7 +348,7 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
       best = 0;
       best_i = 0;
 #pragma unroll
-      for (int i = 0; i < kExpertsPerLane; ++i) {
+      for (int i = 0; i < kEntries; ++i) {
         if (i == static_cast<int>(id / 32)) key[i] = 0;
         if (key[i] > best) {
           best = key[i];
@@ -388,12 +520,34 @@ __global__ void __launch_bounds__(kRouterThreads, kWeightRun == 1 ? 4 : 2)
   __syncthreads();
   if (!s_is_last) return;
   __threadfence();  // see the other blocks' logits
-  if (warp < block_tokens) {
-    const int64_t t = token0 + warp;
-    if constexpr (kGating == 0) {
-      WarpTopK(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
+  if (kGating == 0 && block_tokens == 1) {  // a decode step of one token: the whole block
+    const int64_t t = token0;
+    if (n_expert <= kRouterThreads) {
+      BlockTopK<1>(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
+    } else if (n_expert <= 2 * kRouterThreads) {
+      BlockTopK<2>(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
     } else {
-      WarpTopKGated<kGating == 2>(logits + t * n_expert, n_expert, k, gate, ids + t * k, weights + t * k);
+      BlockTopK<kMaxExperts / kRouterThreads>(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
+    }
+  } else if (warp < block_tokens) {
+    const int64_t t = token0 + warp;
+    const auto top_k = [&](auto entries) {
+      constexpr int kEntries = decltype(entries)::value;
+      if constexpr (kGating == 0) {
+        WarpTopK<kEntries>(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
+      } else {
+        WarpTopKGated<kGating == 2, kEntries>(logits + t * n_expert, n_expert, k, gate, ids + t * k,
+                                              weights + t * k);
+      }
+    };
+    if (n_expert <= 128) {
+      top_k(std::integral_constant<int, 4>{});
+    } else if (n_expert <= 256) {
+      top_k(std::integral_constant<int, 8>{});
+    } else if (n_expert <= 512) {
+      top_k(std::integral_constant<int, 16>{});
+    } else {
+      top_k(std::integral_constant<int, kMaxExperts / 32>{});
     }
   }
   if (threadIdx.x == 0) counters[blockIdx.y] = 0;  // every block of this token block has counted

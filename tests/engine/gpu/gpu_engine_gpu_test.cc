@@ -544,8 +544,9 @@ TEST(GpuOffloadPrefetchTest, CopiesAheadChangeNoResultAndAreCounted) {
         Offload early = offload;
         early.prefetch_after_layer = false;
         EXPECT_EQ(CheckAgainstCpu(pack, 8, 9, 12, 5e-3, early).gpu_logits, all.gpu_logits);
-        // Six sequences: a step of five or six tokens is padded to eight in its graph, beyond max_batch.
-        CheckAgainstCpu(pack, 6, 9, 12, 5e-3, offload);
+        // Six sequences: a step of five or six tokens is padded to eight in its graph, beyond max_batch. The
+        // same first sequence, so glm4moe's position-0 event again (measured 5.7e-3; six allow none by default).
+        CheckAgainstCpu(pack, 6, 9, 12, 5e-3, offload, /*max_events=*/1);
       }
       auto engine = Engine::Create(Options(pack, "cuda", 4, offload));
       ASSERT_TRUE(engine.ok()) << engine.status();

@@ -599,6 +599,14 @@ TEST_P(ExpertFfnGpuTest, HotExpertInNarrowTiles) {  // narrow: the hot expert's 
   RunCase({"hot expert narrow", 2048, 768, 64, 40, 2, Routing::kHotExpert, Weights::kRandomCodes});
 }
 
+// At most 32 pairs are grouped by one warp (match.any) instead of the counting sort: skipped and invalid ids,
+// an expert with more pairs than a narrow tile, and exactly 32 pairs.
+TEST_P(ExpertFfnGpuTest, FewPairsWithSkipsAndAHotExpert) {
+  RunCase({"4 tokens with skips", 2560, 640, 64, 4, 8, Routing::kWithSkips, Weights::kRandomCodes});
+  RunCase({"hot expert, 16 tokens", 2048, 768, 64, 16, 2, Routing::kHotExpert, Weights::kRandomCodes});
+  RunCase({"3 tokens, top-10 of 512", 2560, 640, 512, 3, 10, Routing::kRandom, Weights::kRandomCodes});
+}
+
 TEST_P(ExpertFfnGpuTest, PrefillWithAHotExpert) {  // wide: the hot expert's 303 pairs in 38 items
   RunCase({"prefill 300 tokens", 2560, 640, 32, 300, 4, Routing::kHotExpert, Weights::kRandomCodes});
   // The shapes of synth's small and tiny presets.
