@@ -32,8 +32,9 @@ struct ConvertOptions {
   kernels::Scheme scheme = kernels::Scheme::kS4;
   int threads = 0;         // 0 = one per core this process may use
   DenseTarget dense_type = DenseTarget::kKeep;  // the dense weight matrices' type in dense.gguf
-  // Roles whose source codes the scheme holds (source_transcode.h: q4_0, q4_1, q4_K into s4, mxfp4 into s8) are carried over
-  // code for code; false sends every role through the generic fit (for measuring what that adds).
+  // Roles whose source codes the scheme holds (source_transcode.h: q4_0, q4_1, q4_K into s4, mxfp4 into s8 or
+  // mxfp4) are carried over code for code; false sends every role through the generic fit (for measuring what
+  // that adds).
   bool transcode = true;
 };
 

@@ -108,8 +108,8 @@ absl::StatusOr<std::optional<kernels::Scheme>> ParseSchemeChoice(std::string_vie
   if (name == "auto") return std::optional<kernels::Scheme>();
   absl::StatusOr<kernels::Scheme> s = kernels::ParseScheme(name);
   if (!s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(std::string(field), ": unknown '", std::string(name), "'; expected auto, f16, s8, s4 or s2"));
+    return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": unknown '", std::string(name),
+                                                   "'; expected auto, f16, s8, s4, s2 or mxfp4"));
   }
   return std::optional<kernels::Scheme>(*s);
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
 #include "kernels/format/fp16.h"
+#include "kernels/format/mxfp4.h"
 
 namespace strata::packtool {
 namespace {
@@ -105,11 +106,45 @@ bool TranscodeMxfp4ToS8(const uint8_t* source, const float* values, int64_t rows
   return true;
 }
 
+// MXFP4 into mxfp4: the same numbers in the pack's layout, every block exact (the exponent byte is stored as
+// it is; a level's code is the source's nibble, with the source's -0 written as 0).
+void TranscodeMxfp4ToMxfp4(const uint8_t* source, const float* values, int64_t rows, int64_t cols, uint8_t* dst,
+                           kernels::QuantizeError* error) {
+  uint8_t code_of_level[25];  // level + 12 -> code
+  for (int q = 15; q >= 0; --q) code_of_level[kernels::kMxfp4Levels[q] + 12] = static_cast<uint8_t>(q);
+  const uint64_t row_bytes = static_cast<uint64_t>(cols / kGroup) * 17;
+  const int64_t groups = cols / kGroup;
+  std::vector<int8_t> levels(static_cast<size_t>(cols));
+  std::vector<uint8_t> codes(static_cast<size_t>(cols));
+  std::vector<int> exponents(static_cast<size_t>(groups));
+  std::vector<float> d(static_cast<size_t>(groups)), m(static_cast<size_t>(groups), 0.0f);
+  kernels::QuantizeError local;
+  for (int64_t r = 0; r < rows; ++r) {
+    (void)gguf::ReadMxfp4Codes(source + r * row_bytes, cols, levels.data(), exponents.data());  // whole blocks
+    const float* x = values + r * cols;
+    for (int64_t g = 0; g < groups; ++g) {
+      d[g] = kernels::Mxfp4Scale(static_cast<uint8_t>(exponents[g] + 128));
+      for (int64_t i = g * kGroup; i < (g + 1) * kGroup; ++i) {
+        codes[i] = code_of_level[levels[i] + 12];
+        const double w = x[i];
+        const double e = static_cast<double>(d[g] * static_cast<float>(levels[i])) - w;
+        local.err2 += e * e;
+        local.ref2 += w * w;
+        local.max_abs = std::max(local.max_abs, std::fabs(e));
+      }
+    }
+    kernels::PackRoleGroups(kernels::Scheme::kMxfp4, rows, cols, r * groups, groups, d.data(), m.data(),
+                            codes.data(), dst);
+  }
+  error->Merge(local);
+}
+
 }  // namespace
 
 bool CanTranscode(gguf::GgmlType type, kernels::Scheme scheme) {
   return (scheme == kernels::Scheme::kS4 && gguf::HasAffine4Codes(type)) ||
-         (scheme == kernels::Scheme::kS8 && type == gguf::GgmlType::kMXFP4);
+         ((scheme == kernels::Scheme::kS8 || scheme == kernels::Scheme::kMxfp4) &&
+          type == gguf::GgmlType::kMXFP4);
 }
 
 absl::Status TranscodeRole(gguf::GgmlType type, const uint8_t* source, const float* values, int64_t rows,
@@ -117,9 +152,13 @@ absl::Status TranscodeRole(gguf::GgmlType type, const uint8_t* source, const flo
   if (!CanTranscode(type, scheme)) {
     return absl::InvalidArgumentError(absl::StrCat("cannot carry ", gguf::TypeName(static_cast<uint32_t>(type)),
                                                    " codes into scheme ", std::string(kernels::SchemeName(scheme)),
-                                                   " as they are (q4_0, q4_1 and q4_K into s4, mxfp4 into s8 only)"));
+                                                   " as they are (q4_0, q4_1 and q4_K into s4, mxfp4 into s8 or mxfp4 only)"));
   }
   RETURN_IF_ERROR(kernels::CheckRoleShape(scheme, rows, cols));
+  if (type == gguf::GgmlType::kMXFP4 && scheme == kernels::Scheme::kMxfp4) {
+    TranscodeMxfp4ToMxfp4(source, values, rows, cols, dst, error);
+    return absl::OkStatus();
+  }
   if (type == gguf::GgmlType::kMXFP4) {
     if (!TranscodeMxfp4ToS8(source, values, rows, cols, dst, error)) {
       kernels::QuantizeRole(scheme, values, rows, cols, dst, error);

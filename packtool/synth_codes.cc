@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/format/fp16.h"
+#include "kernels/format/mxfp4.h"
 #include "kernels/format/role_layout.h"
 
 namespace strata::packtool {
@@ -129,6 +130,9 @@ double RandomCodeLevelMeanSquare(Scheme scheme) {
     case Scheme::kS2:
       for (int q = 0; q < 4; ++q) sum += static_cast<double>(2 * q - 3) * (2 * q - 3);
       return sum / 4;
+    case Scheme::kMxfp4:
+      for (int8_t level : kernels::kMxfp4Levels) sum += static_cast<double>(level) * level;
+      return sum / 16;
   }
   return 1.0;
 }
@@ -153,8 +157,13 @@ absl::Status FillRandomRole(Scheme scheme, int64_t rows, int64_t cols, float std
   const double base = stddev / std::sqrt(factor_mean_square * RandomCodeLevelMeanSquare(scheme));
   uint16_t scales[kScaleChoices], mins[kScaleChoices];
   for (int k = 0; k < kScaleChoices; ++k) {
-    scales[k] = kernels::FloatToHalf(static_cast<float>(base * ScaleFactor(k)));
-    const float d = kernels::HalfToFloat(scales[k]);
+    // mxfp4's scales are powers of two: the exponent byte nearest to the scale (the spread comes out coarser).
+    const double target = base * ScaleFactor(k);
+    scales[k] = scheme == Scheme::kMxfp4
+                    ? static_cast<uint16_t>(std::clamp(static_cast<int>(std::lround(std::log2(target))) + 128, 0, 255))
+                    : kernels::FloatToHalf(static_cast<float>(target));
+    const float d = scheme == Scheme::kMxfp4 ? kernels::Mxfp4Scale(static_cast<uint8_t>(scales[k]))
+                                             : kernels::HalfToFloat(scales[k]);
     // s4: w = d q + m with q uniform over 0 .. 15 is centred when m = -7.5 d.
     mins[k] = kernels::FloatToHalf(-7.5f * d);
     if (!(d > 0) || !std::isfinite(d) || !std::isfinite(kernels::HalfToFloat(mins[k]))) {
@@ -164,8 +173,8 @@ absl::Status FillRandomRole(Scheme scheme, int64_t rows, int64_t cols, float std
   }
 
   const int64_t codes_bytes = layout::CodesBytes(scheme, rows, cols);
-  // Every byte of the code plane is valid codes for s2 and s4 (all bit patterns are levels) and for s8 except
-  // -128.
+  // Every byte of the code plane is valid codes for s2, s4 and mxfp4 (all bit patterns are levels) and for s8
+  // except -128.
   FillRandomBytes(rng, /*no_0x80=*/scheme == Scheme::kS8, dst, codes_bytes);
 
   // The scale plane is a run of records, one per (tile, group), each holding a scale per row of the tile
@@ -176,6 +185,10 @@ absl::Status FillRandomRole(Scheme scheme, int64_t rows, int64_t cols, float std
     uint64_t bits = rng.Next();  // 16 rows x 4 bits
     for (int64_t i = 0; i < kernels::kRowTile; ++i, bits >>= 4) {
       const int k = static_cast<int>(bits & (kScaleChoices - 1));
+      if (scheme == Scheme::kMxfp4) {
+        record[i] = static_cast<uint8_t>(scales[k]);
+        continue;
+      }
       kernels::StoreHalf(scales[k], record + 2 * i);
       if (scheme == Scheme::kS4) kernels::StoreHalf(mins[k], record + layout::kMinOffsetInRecord + 2 * i);
     }

@@ -51,7 +51,7 @@ commands:
       the layers, as GLM-4.5's GGUFs carry them (block_count counts them, nextn_predict_layers says N, the
       blk.L.nextn.* tensors); Strata does not run them and convert leaves them out.
       Local only.
-  convert IN.gguf|FIRST-SHARD|HF_DIR OUT_DIR [--scheme auto|f16|s8|s4|s2] [--dense-type keep|f16|bf16|q8_0]
+  convert IN.gguf|FIRST-SHARD|HF_DIR OUT_DIR [--scheme auto|f16|s8|s4|s2|mxfp4] [--dense-type keep|f16|bf16|q8_0]
         [--threads N] [--tokenizer-gguf FILE.gguf]
       Converts a GGUF model, or a Hugging Face checkpoint (HF_DIR: config.json, *.safetensors and a
       byte-level BPE tokenizer.json, or --tokenizer-gguf naming a GGUF whose tokenizer to take instead;
@@ -161,7 +161,7 @@ int RunSynth(const std::vector<std::string>& args, const PackCliOptions& options
   absl::StatusOr<kernels::Scheme> scheme =
       kernels::ParseScheme(options.scheme == "auto" ? std::string("s4") : options.scheme);
   if (!scheme.ok()) {
-    return UsageError(io, absl::StrCat("--scheme: unknown '", options.scheme, "'; expected auto, f16, s8, s4 or s2"));
+    return UsageError(io, absl::StrCat("--scheme: unknown '", options.scheme, "'; expected auto, f16, s8, s4, s2 or mxfp4"));
   }
   synth.dense_type = *dense_type;
   synth.expert_type = *expert_type;

@@ -278,7 +278,7 @@ grpc::ServerWriteReactor<v1::ConvertProgress>* PackToolServiceImpl::Convert(grpc
   // Beside the output, so inside the root too; the library writes there first.
   const std::string partial = *output + ".partial";
   if (request->scheme().empty()) {
-    return new RefusedConvert(absl::InvalidArgumentError("scheme: is empty; expected auto, f16, s8, s4 or s2"), metrics_);
+    return new RefusedConvert(absl::InvalidArgumentError("scheme: is empty; expected auto, f16, s8, s4, s2 or mxfp4"), metrics_);
   }
   absl::StatusOr<std::optional<kernels::Scheme>> choice = packtool::ParseSchemeChoice(request->scheme(), "scheme");
   if (!choice.ok()) return new RefusedConvert(choice.status(), metrics_);

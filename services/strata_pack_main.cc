@@ -41,7 +41,7 @@ ABSL_FLAG(uint64_t, seed, 1, "synth: random seed");
 ABSL_FLAG(std::string, vocab, "", "synth: GGUF file to copy the tokenizer from");
 ABSL_FLAG(bool, pack_only, false, "synth: write a pack directly instead of a GGUF");
 ABSL_FLAG(std::string, scheme, "auto",
-          "convert, synth --pack-only: expert scheme (auto, f16, s8, s4 or s2); auto: the one the source's expert "
+          "convert, synth --pack-only: expert scheme (auto, f16, s8, s4, s2 or mxfp4); auto: the one the source's expert "
           "types call for (synth: s4)");
 ABSL_FLAG(int, threads, 0, "worker threads; 0: all cores (or the server's default)");
 ABSL_FLAG(std::string, dense_type, "keep", "convert: type of the dense weight matrices (keep, f16, bf16 or q8_0)");

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/format/mxfp4.h"
 
 namespace strata::gguf::internal {
 namespace {
@@ -263,10 +264,10 @@ void EncodeQ4_1(const float* x, uint8_t* b) {
 // MXFP4 (ggml type 39, ggml-common.h block_mxfp4): e (an E8M0 exponent byte), qs[16]; element j < 16 is
 // the low nibble of qs[j], element j + 16 the high one. A nibble is an E2M1 value, doubled in ggml's table
 // kvalues_mxfp4, and the scale is ggml_e8m0_to_fp32_half(e) = 2^(e - 128) (2^-128 and 2^-127, subnormal,
-// for e = 0 and 1), so element = kvalues_mxfp4[nibble] * 2^(e - 128) (dequantize_row_mxfp4).
-constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-float Mxfp4Scale(uint8_t e) { return std::ldexp(1.0f, static_cast<int>(e) - 128); }
+// for e = 0 and 1), so element = kvalues_mxfp4[nibble] * 2^(e - 128) (dequantize_row_mxfp4); the table and
+// the scale are kernels/format/mxfp4.h's.
+using kernels::Mxfp4Scale;
+constexpr const int8_t* kMxfp4Values = kernels::kMxfp4Levels;
 
 void DecodeMxfp4(const uint8_t* b, float* y) {
   const float d = Mxfp4Scale(b[0]);

@@ -33,7 +33,7 @@ absl::StatusOr<BlobLayout> LayoutFromManifest(const v1::Manifest& manifest) {
   auto scheme = kernels::ParseScheme(manifest.scheme());
   if (!scheme.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("manifest field 'scheme': unknown scheme '", manifest.scheme(), "' (expected f16, s8, s4 or s2)"));
+        absl::StrCat("manifest field 'scheme': unknown scheme '", manifest.scheme(), "' (expected f16, s8, s4, s2 or mxfp4)"));
   }
   const v1::Geometry& g = manifest.geometry();
   ASSIGN_OR_RETURN(BlobLayout expected, ComputeBlobLayout(*scheme, g.n_embd(), g.expert_ff()));

@@ -41,6 +41,13 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
                                     Block::kBiasedClampedExperts, Block::kHeadQkNormPartialRope});
 }
 
+absl::Status CheckDeviceScheme(kernels::Scheme scheme, std::string_view device) {
+  if (device != "cuda" || scheme != kernels::Scheme::kMxfp4) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("expert scheme ", std::string(kernels::SchemeName(scheme)),
+                                               " has no CUDA kernels yet (the CPU engine runs it; convert with "
+                                               "--scheme s8 for a pack that holds the same numbers on both)"));
+}
+
 absl::Status CheckDeviceOptions(const DeviceOptions& options) {
   if (options.device != "auto" && options.device != "cpu" && options.device != "cuda") {
     return absl::InvalidArgumentError(
@@ -107,7 +114,9 @@ absl::StatusOr<LoadedModel> LoadModel(
   };
   if (cuda) {
 #if STRATA_HAVE_CUDA
-    if (absl::Status s = CheckDeviceBlocks(m.config(), "cuda"); !s.ok()) {
+    absl::Status s = CheckDeviceBlocks(m.config(), "cuda");
+    if (s.ok()) s = CheckDeviceScheme(pack.layout().scheme, "cuda");
+    if (!s.ok()) {
       if (options.device == "cuda") return s;
       loaded.note = absl::StrCat(s.message(), ": running on the CPU");
       ASSIGN_OR_RETURN(loaded.source, pack::OpenExpertSource(pack, experts, source_stats));
@@ -152,7 +161,6 @@ absl::StatusOr<LoadedModel> LoadModel(
                      gpu::CreateCudaModelParts(pack, m.config(), m.weights(), o, plan, loaded.source.get(), pool));
     m.Attach(std::move(parts.backend), std::move(parts.dispatch));
     loaded.device = "cuda";
-    return loaded;
     return loaded;
 #endif
   }

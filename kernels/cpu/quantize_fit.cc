@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/format/mxfp4.h"
+
 namespace strata::kernels::internal {
 namespace {
 
@@ -154,6 +156,42 @@ void FitS2(const float* w, int n, float* d_out, uint8_t* codes, QuantizeError* e
   *d_out = best_d;
 }
 
+// The nearest mxfp4 level to x at scale d (a power of two, so |x| / d is exact unless it leaves float's
+// range): the magnitude's code is the number of midpoints between levels below |x| / d (a tie goes to the
+// smaller level), and a negative x with a non-zero magnitude takes codes 9..15.
+inline uint8_t CodeMxfp4(float x, float d) {
+  static constexpr float kMidpoints[7] = {0.5f, 1.5f, 2.5f, 3.5f, 5.0f, 7.0f, 10.0f};
+  const float a = std::fabs(x) / d;
+  uint8_t q = 0;
+  for (float t : kMidpoints) q += a > t ? 1 : 0;
+  return x < 0.0f && q != 0 ? static_cast<uint8_t>(q + 8) : q;
+}
+
+void FitMxfp4(const float* w, int n, float* d_out, uint8_t* codes, QuantizeError* error) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = MaxPs(amax, std::fabs(w[i]));
+  int best_e = 0;
+  if (amax > 0.0f) {
+    const int first = std::clamp(static_cast<int>(std::floor(std::log2(amax))) + 125, 0, 254);
+    float best_sse = 0.0f;
+    for (int e = first; e <= first + 1; ++e) {
+      const float d = Mxfp4Scale(static_cast<uint8_t>(e));
+      float sse = 0.0f;
+      for (int i = 0; i < n; ++i) {
+        const float diff = d * static_cast<float>(kMxfp4Levels[CodeMxfp4(w[i], d)]) - w[i];
+        sse = sse + diff * diff;
+      }
+      if (e == first || sse < best_sse) best_e = e, best_sse = sse;
+    }
+  }
+  const float d = Mxfp4Scale(static_cast<uint8_t>(best_e));
+  for (int i = 0; i < n; ++i) {
+    codes[i] = amax > 0.0f ? CodeMxfp4(w[i], d) : 0;
+    AddError(w[i], d * static_cast<float>(kMxfp4Levels[codes[i]]), error);
+  }
+  *d_out = d;
+}
+
 }  // namespace
 
 void FitGroupsScalar(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
@@ -169,6 +207,9 @@ void FitGroupsScalar(Scheme s, const float* w, int64_t n_groups, float* d, float
         break;
       case Scheme::kS4:
         FitS4(wg, n, &d[g], &m[g], cg, error);
+        break;
+      case Scheme::kMxfp4:
+        FitMxfp4(wg, n, &d[g], cg, error);
         break;
       default:
         FitS2(wg, n, &d[g], cg, error);

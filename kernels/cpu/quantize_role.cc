@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/format/fp16.h"
+#include "kernels/format/mxfp4.h"
 #include "kernels/format/role_layout.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/cpu/quantize_fit.h"
@@ -24,7 +25,7 @@ uint32_t ChunkBytes(const uint8_t* q) {
     return bytes;
   } else {
     constexpr int kBits = layout::CodeBits(S);
-    constexpr uint64_t kMask = (S == Scheme::kS4 ? 0x0F : 0x03) * 0x0101010101010101ull;
+    constexpr uint64_t kMask = (kBits == 4 ? 0x0F : 0x03) * 0x0101010101010101ull;
     uint64_t a;
     std::memcpy(&a, q, 8);
     a &= kMask;
@@ -41,9 +42,9 @@ uint32_t ChunkBytes(const uint8_t* q) {
 }
 
 // Writes the codes of `count` consecutive groups, starting at flat group index `first` (row-major over
-// rows x cols / group), into their places in the role, and their scale records (d and m given as halves). A
-// group covers whole chunks (Group is a multiple of ChunkCols), so each code byte is made from one group's
-// codes and assigned whole.
+// rows x cols / group), into their places in the role, and their scale records (d and m given as halves;
+// mxfp4's d as exponent bytes). A group covers whole chunks (Group is a multiple of ChunkCols), so each code
+// byte is made from one group's codes and assigned whole.
 template <Scheme S>
 void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const uint16_t* d, const uint16_t* m,
                 const uint8_t* codes, uint8_t* dst) {
@@ -61,7 +62,11 @@ void PackGroups(int64_t rows, int64_t cols, int64_t first, int64_t count, const 
       std::memcpy(chunk, &bytes, 4);
     }
     const int64_t off = layout::ScaleOffset(S, rows, cols, r, g);
-    StoreHalf(d[k], dst + off);
+    if constexpr (S == Scheme::kMxfp4) {
+      dst[off] = static_cast<uint8_t>(d[k]);
+    } else {
+      StoreHalf(d[k], dst + off);
+    }
     if constexpr (S == Scheme::kS4) StoreHalf(m[k], dst + off + layout::kMinOffsetInRecord);
     if (++g == groups_per_row) g = 0, ++r;
   }
@@ -79,9 +84,20 @@ void PackGroupHalves(Scheme scheme, int64_t rows, int64_t cols, int64_t first_gr
     case Scheme::kS2:
       PackGroups<Scheme::kS2>(rows, cols, first_group, n_groups, d, m, codes, dst);
       break;
-    default:
-      break;  // f16 has no codes
+    case Scheme::kMxfp4:
+      PackGroups<Scheme::kMxfp4>(rows, cols, first_group, n_groups, d, m, codes, dst);
+      break;
+    case Scheme::kF16:
+      break;  // no codes
   }
+}
+
+// A group's scale as PackGroupHalves takes it: the half of d, or mxfp4's exponent byte (d is 2^(e - 128)
+// there by construction; a d that is not gives exponent 0 rather than a wild byte).
+uint16_t ScaleWord(Scheme scheme, float d) {
+  if (scheme != Scheme::kMxfp4) return FloatToHalf(d);
+  const int e = Mxfp4ExponentOf(d);
+  return static_cast<uint16_t>(e < 0 ? 0 : e);
 }
 
 // FloatToHalf of src[0..n): with F16C on the SIMD paths (the same halves).
@@ -103,10 +119,19 @@ void QuantizeInteger(CpuPath path, Scheme s, const float* src, int64_t rows, int
     const int64_t count = std::min(kChunk, n_groups - first);
     const float* w = src + first * group;
     int64_t done = 0;
-    if (path == CpuPath::kAvx512) done = internal::FitGroupsAvx512(s, w, count, d, m, codes, error);
-    if (path == CpuPath::kAvx2) done = internal::FitGroupsAvx2(s, w, count, d, m, codes, error);
+    // mxfp4's fit is scalar on every path (a power of two and a nearest level a weight).
+    if (path == CpuPath::kAvx512 && s != Scheme::kMxfp4) {
+      done = internal::FitGroupsAvx512(s, w, count, d, m, codes, error);
+    }
+    if (path == CpuPath::kAvx2 && s != Scheme::kMxfp4) {
+      done = internal::FitGroupsAvx2(s, w, count, d, m, codes, error);
+    }
     internal::FitGroupsScalar(s, w + done * group, count - done, d + done, m + done, codes + done * group, error);
-    ToHalves(path, d, count, d_half);
+    if (s == Scheme::kMxfp4) {
+      for (int64_t k = 0; k < count; ++k) d_half[k] = ScaleWord(s, d[k]);
+    } else {
+      ToHalves(path, d, count, d_half);
+    }
     if (s == Scheme::kS4) ToHalves(path, m, count, m_half);
     PackGroupHalves(s, rows, cols, first, count, d_half, m_half, codes, dst);
   }
@@ -142,7 +167,7 @@ void PackRoleGroups(Scheme scheme, int64_t rows, int64_t cols, int64_t first_gro
   for (int64_t done = 0; done < n_groups; done += kChunk) {
     const int64_t count = std::min(kChunk, n_groups - done);
     for (int64_t k = 0; k < count; ++k) {
-      d_half[k] = FloatToHalf(d[done + k]);
+      d_half[k] = ScaleWord(scheme, d[done + k]);
       if (scheme == Scheme::kS4) m_half[k] = FloatToHalf(m[done + k]);
     }
     PackGroupHalves(scheme, rows, cols, first_group + done, count, d_half, m_half, codes + done * group, dst);
@@ -165,9 +190,12 @@ void DequantizeRole(Scheme scheme, const uint8_t* src, int64_t rows, int64_t col
       const layout::CodePos pos = layout::CodePosition(scheme, cols, r, c);
       const unsigned code = (src[pos.byte] >> pos.shift) & ((1u << bits) - 1);
       const int64_t off = layout::ScaleOffset(scheme, rows, cols, r, c / group);
-      const float d = HalfToFloat(LoadHalf(src + off));
+      const float d = scheme == Scheme::kMxfp4 ? Mxfp4Scale(src[off]) : HalfToFloat(LoadHalf(src + off));
       float w;
       switch (scheme) {
+        case Scheme::kMxfp4:
+          w = d * static_cast<float>(kMxfp4Levels[code]);
+          break;
         case Scheme::kS8:
           w = d * static_cast<float>(static_cast<int8_t>(code));
           break;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/format/fp16.h"
+#include "kernels/format/mxfp4.h"
 #include "kernels/format/role_layout.h"
 #include "kernels/cpu/quantize.h"
 
@@ -18,13 +19,15 @@ float DotF16(const uint8_t* role, int64_t cols, int64_t row, const QuantizedActi
   return static_cast<float>(acc);
 }
 
-// The integer level of a code: q, q, 2q-3 for s8, s4, s2.
+// The integer level of a code: q, q, 2q-3, L(q) for s8, s4, s2, mxfp4.
 inline int32_t Level(Scheme s, unsigned code) {
   switch (s) {
     case Scheme::kS8:
       return static_cast<int8_t>(code);
     case Scheme::kS4:
       return static_cast<int32_t>(code);
+    case Scheme::kMxfp4:
+      return kMxfp4Levels[code];
     default:
       return 2 * static_cast<int32_t>(code) - 3;
   }
@@ -42,7 +45,7 @@ float DotInteger(Scheme s, const uint8_t* role, int64_t rows, int64_t cols, int6
       isum += Level(s, (role[pos.byte] >> pos.shift) & mask) * x.q[c];
     }
     const int64_t off = layout::ScaleOffset(s, rows, cols, row, b * kActBlock / group);
-    const float d = HalfToFloat(LoadHalf(role + off));
+    const float d = s == Scheme::kMxfp4 ? Mxfp4Scale(role[off]) : HalfToFloat(LoadHalf(role + off));
     const float ds = d * x.scale[b];
     acc = std::fmaf(static_cast<float>(isum), ds, acc);
     if (s == Scheme::kS4) {

@@ -277,6 +277,10 @@ void RoleGemvAvx512(Scheme scheme, const uint8_t* role, int64_t rows, int64_t co
     }
     return;
   }
+  if (scheme == Scheme::kMxfp4) {  // no VNNI kernel of its own yet: AVX-512 CPUs have AVX2's
+    RoleGemvAvx2(scheme, role, rows, cols, row_begin, row_end, xs, n_tokens, outs);
+    return;
+  }
   // Tiles outermost: a tile stays in cache while further token groups reuse it.
   for (int64_t tile = row_begin / kRowTile; tile * kRowTile < row_end; ++tile) {
     const int64_t r0 = tile * kRowTile;

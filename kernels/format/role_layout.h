@@ -14,17 +14,21 @@ namespace strata::kernels::layout {
 // Bytes of one chunk: 16 rows x 4 int8 lanes.
 inline constexpr int64_t kChunkBytes = 64;
 
-STRATA_HOST_DEVICE inline constexpr int CodeBits(Scheme s) { return s == Scheme::kS8 ? 8 : s == Scheme::kS4 ? 4 : 2; }
+STRATA_HOST_DEVICE inline constexpr int CodeBits(Scheme s) {
+  return s == Scheme::kS8 ? 8 : s == Scheme::kS4 || s == Scheme::kMxfp4 ? 4 : 2;
+}
 STRATA_HOST_DEVICE inline constexpr int CodesPerByte(Scheme s) { return 8 / CodeBits(s); }
 STRATA_HOST_DEVICE inline constexpr int64_t Group(Scheme s) { return s == Scheme::kS2 ? 64 : 32; }
-// Halves a scale record holds per row: scale (and min for s4).
+// Halves a scale record holds per row: scale (and min for s4); mxfp4's rows have one exponent byte instead.
 STRATA_HOST_DEVICE inline constexpr int64_t HalvesPerRecord(Scheme s) { return s == Scheme::kS4 ? 2 : 1; }
+// Bytes of one row's scale in a record.
+STRATA_HOST_DEVICE inline constexpr int64_t ScaleBytes(Scheme s) { return s == Scheme::kMxfp4 ? 1 : 2; }
 // Cols one chunk covers.
 STRATA_HOST_DEVICE inline constexpr int64_t ChunkCols(Scheme s) { return 4 * CodesPerByte(s); }
 
 STRATA_HOST_DEVICE inline int64_t CodesBytes(Scheme s, int64_t rows, int64_t cols) { return rows * cols / CodesPerByte(s); }
 STRATA_HOST_DEVICE inline int64_t TileCodesBytes(Scheme s, int64_t cols) { return kRowTile * cols / CodesPerByte(s); }
-STRATA_HOST_DEVICE inline int64_t RecordBytes(Scheme s) { return kRowTile * 2 * HalvesPerRecord(s); }
+STRATA_HOST_DEVICE inline int64_t RecordBytes(Scheme s) { return kRowTile * ScaleBytes(s) * HalvesPerRecord(s); }
 STRATA_HOST_DEVICE inline int64_t TileScaleBytes(Scheme s, int64_t cols) { return cols / Group(s) * RecordBytes(s); }
 
 STRATA_HOST_DEVICE inline const uint8_t* TileCodes(Scheme s, const uint8_t* role, int64_t cols, int64_t tile) {
@@ -46,10 +50,10 @@ STRATA_HOST_DEVICE inline CodePos CodePosition(Scheme s, int64_t cols, int64_t r
   return {tile * TileCodesBytes(s, cols) + chunk * kChunkBytes + 4 * i + j, static_cast<int>(p * CodeBits(s))};
 }
 
-// Byte offset of the scale half of (row, group); the s4 min follows it at +32 bytes.
+// Byte offset of the scale (a half; mxfp4: the exponent byte) of (row, group); the s4 min follows it at +32.
 STRATA_HOST_DEVICE inline int64_t ScaleOffset(Scheme s, int64_t rows, int64_t cols, int64_t row, int64_t group) {
   const int64_t tile = row / kRowTile, i = row % kRowTile;
-  return CodesBytes(s, rows, cols) + tile * TileScaleBytes(s, cols) + group * RecordBytes(s) + 2 * i;
+  return CodesBytes(s, rows, cols) + tile * TileScaleBytes(s, cols) + group * RecordBytes(s) + ScaleBytes(s) * i;
 }
 inline constexpr int64_t kMinOffsetInRecord = 2 * kRowTile;
 

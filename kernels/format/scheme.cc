@@ -16,8 +16,9 @@ absl::StatusOr<Scheme> ParseScheme(std::string_view name) {
   if (name == "s8") return Scheme::kS8;
   if (name == "s4") return Scheme::kS4;
   if (name == "s2") return Scheme::kS2;
+  if (name == "mxfp4") return Scheme::kMxfp4;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown expert scheme '", Sv(name), "': expected one of f16, s8, s4, s2"));
+      absl::StrCat("unknown expert scheme '", Sv(name), "': expected one of f16, s8, s4, s2, mxfp4"));
 }
 
 std::string_view SchemeName(Scheme scheme) {
@@ -30,6 +31,8 @@ std::string_view SchemeName(Scheme scheme) {
       return "s4";
     case Scheme::kS2:
       return "s2";
+    case Scheme::kMxfp4:
+      return "mxfp4";
   }
   return "unknown";
 }
@@ -48,6 +51,8 @@ double SchemeBitsPerWeight(Scheme scheme) {
       return 5.0;
     case Scheme::kS2:
       return 2.25;
+    case Scheme::kMxfp4:
+      return 4.25;
   }
   return 0.0;
 }
@@ -62,6 +67,8 @@ double SchemeErrorBound(Scheme scheme) {
       return 0.085;
     case Scheme::kS2:
       return 0.37;
+    case Scheme::kMxfp4:
+      return 0.14;
   }
   return 0.0;
 }
@@ -92,6 +99,8 @@ uint64_t RoleBytes(Scheme scheme, int64_t rows, int64_t cols) {
       return n / 2 + n / 32 * 4;
     case Scheme::kS2:
       return n / 4 + n / 64 * 2;
+    case Scheme::kMxfp4:
+      return n / 2 + n / 32;
   }
   return 0;
 }

@@ -44,7 +44,7 @@ TEST(SourceSchemeTest, AutoOrANamedScheme) {
   ASSERT_TRUE(choice.ok());
   EXPECT_EQ(choice->value(), Scheme::kS2);
   EXPECT_THAT(ParseSchemeChoice("s3", "--scheme").status(),
-              StatusIsWith(absl::StatusCode::kInvalidArgument, "--scheme: unknown 's3'; expected auto, f16, s8, s4 or s2"));
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "--scheme: unknown 's3'; expected auto, f16, s8, s4, s2 or mxfp4"));
 }
 
 // The scheme a model's experts call for, and what converting with it adds (bench/RESULTS.md has every

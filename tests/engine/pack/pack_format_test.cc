@@ -45,7 +45,7 @@ TEST(PackFormatTest, SeedGeometryS2BlobMatchesTheSeedEngine) {
 }
 
 TEST(PackFormatTest, RolesAreAlignedAndDoNotOverlap) {
-  for (Scheme s : {Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2}) {
+  for (Scheme s : {Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2, Scheme::kMxfp4}) {
     auto layout = ComputeBlobLayout(s, 192, 320);
     ASSERT_TRUE(layout.ok()) << layout.status();
     for (int r = 0; r < 3; ++r) {

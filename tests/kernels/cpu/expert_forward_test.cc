@@ -13,7 +13,7 @@
 namespace strata::kernels {
 namespace {
 
-constexpr Scheme kAllSchemes[] = {Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2};
+constexpr Scheme kAllSchemes[] = {Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2, Scheme::kMxfp4};
 
 std::vector<float> Gaussian(int64_t n, float sigma, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, sigma);

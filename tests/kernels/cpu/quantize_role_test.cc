@@ -19,7 +19,7 @@
 namespace strata::kernels {
 namespace {
 
-constexpr Scheme kSchemes[] = {Scheme::kS8, Scheme::kS4, Scheme::kS2, Scheme::kF16};
+constexpr Scheme kSchemes[] = {Scheme::kS8, Scheme::kS4, Scheme::kS2, Scheme::kF16, Scheme::kMxfp4};
 constexpr CpuPath kSimdPaths[] = {CpuPath::kAvx2, CpuPath::kAvx512};
 
 // Weights of several kinds, each group drawn from one: gaussian, heavy-tailed, constant (every code equal),
@@ -122,7 +122,7 @@ TEST(QuantizeRoleTest, F16cRoundingIsFloatToHalfForEveryKindOfFloat) {
 // The error QuantizeRole reports is the error of the role as DequantizeRole decodes it.
 TEST(QuantizeRoleTest, ReportedErrorIsThatOfTheDecodedRole) {
   const int64_t rows = 64, cols = 256;
-  for (Scheme s : {Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2}) {
+  for (Scheme s : {Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2, Scheme::kMxfp4}) {
     const std::vector<float> w = MixedWeights(rows * cols, 64, 77);
     std::vector<uint8_t> role(RoleBytes(s, rows, cols));
     QuantizeError reported;

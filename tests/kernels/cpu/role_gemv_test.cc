@@ -20,7 +20,7 @@
 namespace strata::kernels {
 namespace {
 
-constexpr Scheme kAllSchemes[] = {Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2};
+constexpr Scheme kAllSchemes[] = {Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2, Scheme::kMxfp4};
 constexpr CpuPath kAllPaths[] = {CpuPath::kScalar, CpuPath::kAvx2, CpuPath::kAvx512};
 constexpr float kSentinel = -12345.0f;
 
@@ -100,6 +100,10 @@ std::vector<uint8_t> RandomRole(Scheme s, int64_t rows, int64_t cols, std::mt199
     for (int64_t i = 0; i < codes; ++i) {
       if (role[i] == 0x80) role[i] = 0x81;
     }
+  }
+  if (s == Scheme::kMxfp4) {  // exponent bytes: scales 2^-10 .. 2^9
+    for (size_t i = codes; i < role.size(); ++i) role[i] = static_cast<uint8_t>(118 + rng() % 20);
+    return role;
   }
   const int64_t halves = (static_cast<int64_t>(role.size()) - codes) / 2;
   for (int64_t i = 0; i < halves; ++i) {
@@ -267,11 +271,14 @@ TEST_F(RoleGemvTest, ExtremeValuesStayExact) {
   // Largest codes against the largest activations: the s16 partial sums of the AVX2 path are at their
   // bound, and the int32 sums at theirs.
   const int64_t rows = 32, cols = 4096;
-  for (Scheme s : {Scheme::kS8, Scheme::kS4, Scheme::kS2}) {
+  for (Scheme s : {Scheme::kS8, Scheme::kS4, Scheme::kS2, Scheme::kMxfp4}) {
     for (int sign : {1, -1}) {
       std::mt19937 rng(5);
       std::vector<uint8_t> role = RandomRole(s, rows, cols, rng);
-      const uint8_t code = s == Scheme::kS8 ? (sign > 0 ? 0x7F : 0x81) : 0xFF;
+      // mxfp4: +-12, its largest levels.
+      const uint8_t code = s == Scheme::kS8       ? (sign > 0 ? 0x7F : 0x81)
+                           : s == Scheme::kMxfp4 ? (sign > 0 ? 0x77 : 0xFF)
+                                                  : 0xFF;
       std::memset(role.data(), code, layout::CodesBytes(s, rows, cols));
       std::vector<float> xf(cols, 1.0f * sign);
       QuantizedActivation x;

@@ -1,5 +1,6 @@
 #include "kernels/cpu/quantize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -7,12 +8,13 @@
 
 #include "gtest/gtest.h"
 #include "kernels/format/fp16.h"
+#include "kernels/format/mxfp4.h"
 #include "tests/testing/test_util.h"
 
 namespace strata::kernels {
 namespace {
 
-constexpr Scheme kAllSchemes[] = {Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2};
+constexpr Scheme kAllSchemes[] = {Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2, Scheme::kMxfp4};
 
 std::vector<float> Gaussian(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -46,6 +48,7 @@ TEST(SchemeTest, GroupsAndBits) {
   EXPECT_EQ(SchemeGroup(Scheme::kS8), 32);
   EXPECT_EQ(SchemeGroup(Scheme::kS4), 32);
   EXPECT_EQ(SchemeGroup(Scheme::kS2), 64);
+  EXPECT_EQ(SchemeGroup(Scheme::kMxfp4), 32);
   for (Scheme s : kAllSchemes) {
     // bits/weight must agree with RoleBytes.
     EXPECT_DOUBLE_EQ(SchemeBitsPerWeight(s), RoleBytes(s, 64, 1024) * 8.0 / (64 * 1024)) << SchemeName(s);
@@ -59,6 +62,7 @@ TEST(SchemeTest, RoleBytes) {
   EXPECT_EQ(RoleBytes(Scheme::kS8, 16, 32), 16u * 32 + 16 * 2);
   EXPECT_EQ(RoleBytes(Scheme::kS4, 16, 32), 16u * 16 + 16 * 4);
   EXPECT_EQ(RoleBytes(Scheme::kS2, 16, 64), 16u * 16 + 16 * 2);
+  EXPECT_EQ(RoleBytes(Scheme::kMxfp4, 16, 32), 16u * 16 + 16 * 1);  // as GGUF's 17-byte blocks
 }
 
 TEST(SchemeTest, CheckRoleShape) {
@@ -114,8 +118,9 @@ TEST(Fp16Test, RoundsToNearestEven) {
 struct DocLayout {
   Scheme s;
   int64_t rows, cols;
-  int bits() const { return s == Scheme::kS8 ? 8 : s == Scheme::kS4 ? 4 : 2; }
+  int bits() const { return s == Scheme::kS8 ? 8 : s == Scheme::kS4 || s == Scheme::kMxfp4 ? 4 : 2; }
   int64_t group() const { return s == Scheme::kS2 ? 64 : 32; }
+  int scale_bytes() const { return s == Scheme::kMxfp4 ? 1 : 2; }
   int64_t Byte(int64_t r, int64_t c) const {
     const int64_t P = 8 / bits(), t = r / 16, i = r % 16, k = c / (4 * P), p = (c % (4 * P)) / 4, j = c % 4;
     (void)p;
@@ -126,21 +131,22 @@ struct DocLayout {
     return static_cast<int>((c % (4 * P)) / 4 * bits());
   }
   int64_t Scale(int64_t r, int64_t c) const {
-    const int64_t record = s == Scheme::kS4 ? 64 : 32;
-    return rows * cols * bits() / 8 + ((r / 16) * (cols / group()) + c / group()) * record + 2 * (r % 16);
+    const int64_t record = s == Scheme::kS4 ? 64 : 16 * scale_bytes();
+    return rows * cols * bits() / 8 + ((r / 16) * (cols / group()) + c / group()) * record +
+           scale_bytes() * (r % 16);
   }
 };
 
 TEST(SchemeTest, DequantizeFollowsDocumentedLayout) {
   std::mt19937 rng(7);
-  for (Scheme s : {Scheme::kS8, Scheme::kS4, Scheme::kS2}) {
+  for (Scheme s : {Scheme::kS8, Scheme::kS4, Scheme::kS2, Scheme::kMxfp4}) {
     const int64_t rows = 32, cols = 128;
     const DocLayout doc{s, rows, cols};
     std::vector<uint8_t> role(RoleBytes(s, rows, cols));
     for (uint8_t& b : role) b = static_cast<uint8_t>(rng());
-    // Give every scale and min a distinct, exactly representable value.
+    // Give every scale and min a distinct, exactly representable value (mxfp4: its random exponent bytes).
     const int64_t records = rows / 16 * (cols / doc.group()) * (s == Scheme::kS4 ? 32 : 16);
-    for (int64_t i = 0; i < records; ++i) {
+    for (int64_t i = 0; i < records && s != Scheme::kMxfp4; ++i) {
       StoreHalf(FloatToHalf(0.5f + static_cast<float>(i % 97) / 64.0f), role.data() + doc.Scale(0, 0) + 2 * i);
     }
     std::vector<float> w(rows * cols);
@@ -148,9 +154,15 @@ TEST(SchemeTest, DequantizeFollowsDocumentedLayout) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         const unsigned code = (role[doc.Byte(r, c)] >> doc.Shift(c)) & ((1u << doc.bits()) - 1);
-        const float d = HalfToFloat(LoadHalf(role.data() + doc.Scale(r, c)));
+        // mxfp4: 2^(e - 128) and twice the E2M1 value (OCP MX: sign, 2 exponent bits, 1 mantissa bit).
+        const float d = s == Scheme::kMxfp4 ? std::ldexp(1.0f, role[doc.Scale(r, c)] - 128)
+                                            : HalfToFloat(LoadHalf(role.data() + doc.Scale(r, c)));
         float expect;
-        if (s == Scheme::kS8) {
+        if (s == Scheme::kMxfp4) {
+          const int e2 = (code >> 1) & 3, m1 = code & 1;
+          const float e2m1 = e2 == 0 ? 0.5f * m1 : std::ldexp(1.0f + 0.5f * m1, e2 - 1);
+          expect = d * (2.0f * ((code & 8) != 0 ? -e2m1 : e2m1));
+        } else if (s == Scheme::kS8) {
           expect = d * static_cast<int8_t>(code);
         } else if (s == Scheme::kS4) {
           expect = d * code + HalfToFloat(LoadHalf(role.data() + doc.Scale(r, c) + 32));
@@ -201,6 +213,11 @@ TEST(SchemeTest, RepresentableWeightsRoundTripExactly) {
           } else if (s == Scheme::kS4) {
             const int q = i == 0 ? 0 : i == 1 ? 15 : static_cast<int>(rng() % 16);
             v = d * q + m;
+          } else if (s == Scheme::kMxfp4) {
+            // A power-of-two scale per group and levels reaching 12 (the fit's exponent is then this one).
+            const float p = std::ldexp(1.0f, -static_cast<int>(3 + (r * 7 + g) % 12));
+            const int q = i == 0 ? 7 : static_cast<int>(rng() % 16);
+            v = p * static_cast<float>(kMxfp4Levels[q]);
           } else {
             const int q = i == 0 ? 3 : static_cast<int>(rng() % 4);
             v = d * (2 * q - 3);
@@ -306,6 +323,44 @@ TEST(ActivationTest, NonFiniteInputsFollowDefinition) {
   EXPECT_EQ(q.sum[1], -127);
   EXPECT_EQ(q.q[70], 0);
   EXPECT_EQ(q.q[71], 127);
+}
+
+TEST(Mxfp4Test, ScaleIsTwoToTheEMinus128ForEveryByteAndInverts) {
+  for (int e = 0; e < 256; ++e) {
+    const float d = Mxfp4Scale(static_cast<uint8_t>(e));
+    ASSERT_EQ(d, std::ldexp(1.0f, e - 128)) << e;
+    ASSERT_EQ(Mxfp4ExponentOf(d), e) << e;
+  }
+  EXPECT_EQ(Mxfp4ExponentOf(3.0f), -1);
+  EXPECT_EQ(Mxfp4ExponentOf(0.0f), -1);
+  EXPECT_EQ(Mxfp4ExponentOf(-1.0f), -1);
+  EXPECT_EQ(Mxfp4ExponentOf(std::ldexp(1.0f, -129)), -1);
+  EXPECT_EQ(Mxfp4ExponentOf(INFINITY), -1);
+}
+
+// The fit's rules (quantize_fit.h): the better of two exponents, the nearest level, a tie to the smaller level
+// and, between exponents of equal error, the first.
+TEST(Mxfp4Test, FitTakesTheNearestLevelAndTheBetterOfTwoExponents) {
+  std::vector<uint8_t> role(RoleBytes(Scheme::kMxfp4, 16, 32));
+  std::vector<float> rows(16 * 32, 0.0f);
+  std::fill(rows.begin(), rows.begin() + 32, 1.9f);
+  std::vector<float> decoded(rows.size());
+  QuantizeRole(Scheme::kMxfp4, rows.data(), 16, 32, role.data());
+  DequantizeRole(Scheme::kMxfp4, role.data(), 16, 32, decoded.data());
+  // ggml's exponent gives 12 * 2^-3 = 1.5 at most; the next one 8 * 2^-2 = 2.0, nearer.
+  for (int i = 0; i < 32; ++i) ASSERT_EQ(decoded[i], 2.0f) << i;
+
+  std::fill(rows.begin(), rows.end(), 0.0f);
+  const float group[6] = {12.0f, 5.0f, -5.0f, 2.5f, 0.25f, -0.75f};
+  std::copy(group, group + 6, rows.begin());
+  QuantizeRole(Scheme::kMxfp4, rows.data(), 16, 32, role.data());
+  DequantizeRole(Scheme::kMxfp4, role.data(), 16, 32, decoded.data());
+  // Scale 1 (ggml's; 2^1 errs more on -0.75): 5 is midway between 4 and 6 and 2.5 between 2 and 3 (both go
+  // down), 0.25 is below the first midpoint, -0.75 nearest to -1.
+  const float expect[6] = {12.0f, 4.0f, -4.0f, 2.0f, 0.0f, -1.0f};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(decoded[i], expect[i]) << i;
+  EXPECT_EQ(role[RoleBytes(Scheme::kMxfp4, 16, 32) - 16], 128);  // row 0's exponent byte: 2^0
+  for (int i = 6; i < 16 * 32; ++i) ASSERT_EQ(decoded[i], 0.0f) << i;
 }
 
 TEST(ReferenceTest, DotMatchesDequantizedProduct) {
