@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/gguf/ggml_types.h"
+#include "engine/pack/pack.h"
 #include "engine/runtime/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -120,6 +121,64 @@ TEST(SourceTranscodeTest, Mxfp4CarriesIntoS8Exactly) {
   std::vector<uint8_t> expected(role.size());
   kernels::QuantizeRole(Scheme::kS8, tiny_values.data(), rows, cols, expected.data());
   EXPECT_EQ(role, expected);
+}
+
+// MXFP4 carries into the mxfp4 scheme exactly at its own size, whatever its exponents (2^-30, which s8's
+// half scale cannot hold, included), with the source's -0 written as 0.
+TEST(SourceTranscodeTest, Mxfp4CarriesIntoMxfp4ExactlyForEveryExponent) {
+  const int64_t rows = 32, cols = 512;
+  ASSERT_TRUE(CanTranscode(GgmlType::kMXFP4, Scheme::kMxfp4));
+  EXPECT_FALSE(CanTranscode(GgmlType::kQ4_0, Scheme::kMxfp4));
+  EncodedRole src = EncodeRole(GgmlType::kMXFP4, rows, cols, 6);
+  src.bytes[0] = 128 - 30;  // block 0: 2^-30
+  src.bytes[17] = 0;        // block 1: 2^-128, subnormal
+  src.bytes[34 + 1] = 0x88;  // block 2: -0 in two places
+  ASSERT_TRUE(gguf::Dequantize(GgmlType::kMXFP4, src.bytes.data(), src.values.data(), rows * cols).ok());
+  std::vector<uint8_t> role(kernels::RoleBytes(Scheme::kMxfp4, rows, cols));
+  EXPECT_EQ(role.size(), src.bytes.size());  // 17 bytes a block in both
+  kernels::QuantizeError reported;
+  ASSERT_THAT(TranscodeRole(GgmlType::kMXFP4, src.bytes.data(), src.values.data(), rows, cols, Scheme::kMxfp4,
+                            role.data(), &reported),
+              IsOk());
+  std::vector<float> decoded(rows * cols);
+  kernels::DequantizeRole(Scheme::kMxfp4, role.data(), rows, cols, decoded.data());
+  EXPECT_EQ(decoded, src.values);
+  EXPECT_EQ(reported.err2, 0.0);
+  EXPECT_GT(reported.ref2, 0.0);
+  // For comparison only: the generic fit starts from ggml's exponent rule, the one that wrote this source, so
+  // here it finds the source's grid too; the transcoding does not depend on how a file's encoder chose.
+  std::vector<uint8_t> fitted(role.size());
+  kernels::QuantizeError generic;
+  kernels::QuantizeRole(Scheme::kMxfp4, src.values.data(), rows, cols, fitted.data(), &generic);
+  std::printf("mxfp4 -> mxfp4: transcoded rel_rms %.3e, generic fit %.3e\n", RelRms(reported), RelRms(generic));
+}
+
+// The same MXFP4 model converted to s8 and to mxfp4 holds the same numbers, and the int8 dot products of
+// both schemes are exact: the CPU engine's logits are identical, from half the expert bytes.
+TEST(SourceTranscodeTest, Mxfp4AndS8PacksOfAnMxfp4ModelGiveTheSameLogits) {
+  ScratchDir dir;
+  const std::string model = dir.Join("model.gguf");
+  SynthOptions o = TinyOptions(model, GgmlType::kMXFP4);
+  ASSERT_THAT(SynthesizeGguf(o), IsOk());
+  for (Scheme scheme : {Scheme::kS8, Scheme::kMxfp4}) {
+    ConvertOptions c;
+    c.input = model;
+    c.output_dir = dir.Join(std::string(kernels::SchemeName(scheme)));
+    c.scheme = scheme;
+    c.threads = 2;
+    auto manifest = ConvertGguf(c, nullptr, nullptr);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    for (const auto& e : manifest->quant_error()) EXPECT_EQ(e.rel_rms(), 0.0) << e.role();
+  }
+  const std::vector<int32_t> tokens = {1, 17, 42, 99, 5, 63, 7, 120};
+  EXPECT_EQ(EngineLogits(dir.Join("mxfp4"), tokens), EngineLogits(dir.Join("s8"), tokens));
+  // An expert's role bytes (each blob is padded to 4 KiB, which at this size is most of it).
+  auto mxfp4 = pack::Pack::Open(dir.Join("mxfp4")), s8 = pack::Pack::Open(dir.Join("s8"));
+  ASSERT_TRUE(mxfp4.ok() && s8.ok());
+  EXPECT_EQ((*mxfp4)->layout().scheme, Scheme::kMxfp4);
+  for (int r = 0; r < 3; ++r) {  // 4.25 bits a weight against 8.5
+    EXPECT_EQ((*mxfp4)->layout().role_bytes[r] * 2, (*s8)->layout().role_bytes[r]) << r;
+  }
 }
 
 TEST(SourceTranscodeTest, OnlyFourBitAffineSourcesIntoS4) {

@@ -105,7 +105,8 @@ TEST_P(EngineSchemeTest, QuantizedLogitsStayNearTheReferenceOfTheSameWeights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, EngineSchemeTest,
-                         ::testing::Values(kernels::Scheme::kS8, kernels::Scheme::kS4, kernels::Scheme::kS2),
+                         ::testing::Values(kernels::Scheme::kS8, kernels::Scheme::kS4, kernels::Scheme::kS2,
+                                           kernels::Scheme::kMxfp4),
                          [](const auto& info) { return std::string(kernels::SchemeName(info.param)); });
 
 class EngineDeepseek2SchemeTest : public ::testing::TestWithParam<kernels::Scheme> {};
