@@ -155,13 +155,18 @@ absl::Status FillRandomRole(Scheme scheme, int64_t rows, int64_t cols, float std
   double factor_mean_square = 0;
   for (int k = 0; k < kScaleChoices; ++k) factor_mean_square += ScaleFactor(k) * ScaleFactor(k) / kScaleChoices;
   const double base = stddev / std::sqrt(factor_mean_square * RandomCodeLevelMeanSquare(scheme));
+  // mxfp4's scales are powers of two: the choices are two neighbouring ones, p and 2p, mixed so that their
+  // mean square is the one above to within 3/32 of p^2 (the spread's standard deviation within about 5%).
+  const double mean_square = base * base * factor_mean_square;
+  const int p_exponent = static_cast<int>(std::floor(0.5 * std::log2(mean_square)));
+  const double p2 = std::ldexp(1.0, 2 * p_exponent);
+  const int n_high = std::clamp(static_cast<int>(std::lround((kScaleChoices * mean_square / p2 - kScaleChoices) / 3)),
+                                0, kScaleChoices);
   uint16_t scales[kScaleChoices], mins[kScaleChoices];
   for (int k = 0; k < kScaleChoices; ++k) {
-    // mxfp4's scales are powers of two: the exponent byte nearest to the scale (the spread comes out coarser).
-    const double target = base * ScaleFactor(k);
-    scales[k] = scheme == Scheme::kMxfp4
-                    ? static_cast<uint16_t>(std::clamp(static_cast<int>(std::lround(std::log2(target))) + 128, 0, 255))
-                    : kernels::FloatToHalf(static_cast<float>(target));
+    const int exponent_byte = std::clamp(p_exponent + (k < n_high ? 1 : 0) + 128, 0, 255);
+    scales[k] = scheme == Scheme::kMxfp4 ? static_cast<uint16_t>(exponent_byte)
+                                         : kernels::FloatToHalf(static_cast<float>(base * ScaleFactor(k)));
     const float d = scheme == Scheme::kMxfp4 ? kernels::Mxfp4Scale(static_cast<uint8_t>(scales[k]))
                                              : kernels::HalfToFloat(scales[k]);
     // s4: w = d q + m with q uniform over 0 .. 15 is centred when m = -7.5 d.

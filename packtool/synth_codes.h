@@ -11,8 +11,8 @@
 //     (row, group) scale drawn from 16 values spread over +-23% around a base, the base chosen so that
 //     the decoded weights have mean 0 and standard deviation `stddev` (up to rounding the scales to half,
 //     at most 5e-4 relative). s4 mins are -7.5 x scale (rounded to half), which centres the 16 levels.
-//   mxfp4: every code uniform over its 16 (0 twice, as 0 and -0); the scales the powers of two nearest to
-//     those above, so the standard deviation is `stddev` only to within the spread of that rounding.
+//   mxfp4: every code uniform over its 16 (0 twice, as 0 and -0); the scales two neighbouring powers of two
+//     mixed so that the standard deviation is `stddev` within about 5%.
 //   f16: halves of stddev x a standard normal value (one of 4096 quantiles, so truncated at about +-3.7).
 // Deterministic: the bytes are a pure function of (scheme, shape, stddev, stream, first). They are not
 // the bytes the float-then-quantize path writes for the same stream.

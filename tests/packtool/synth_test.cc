@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/quantize.h"
 #include "kernels/format/fp16.h"
+#include "kernels/format/mxfp4.h"
 #include "kernels/format/role_layout.h"
 #include "packtool/synth_codes.h"
 #include "packtool/synth_values.h"
@@ -409,7 +410,7 @@ TEST(SynthTest, PackOnlyEqualsSynthesizeThenConvert) {
 // ---- Random codes (exact_quantize = false) ----
 
 constexpr kernels::Scheme kAllSchemes[] = {kernels::Scheme::kF16, kernels::Scheme::kS8, kernels::Scheme::kS4,
-                                           kernels::Scheme::kS2};
+                                           kernels::Scheme::kS2, kernels::Scheme::kMxfp4};
 
 std::string Name(kernels::Scheme scheme) { return std::string(kernels::SchemeName(scheme)); }
 
@@ -505,8 +506,10 @@ TEST(SynthRandomCodesTest, DecodedWeightsHaveTheSpreadOfTheFloatWeights) {
       const double n = static_cast<double>(w.size() * blobs.count);
       const double mean = sum / n, spread = std::sqrt(sum2 / n - mean * mean);
       const double expected = RoleStd(o.geometry, r);
-      // Over 16 x 32768 weights the sample's own spread is ~0.1%; scales rounded to half add ~0.05%.
-      EXPECT_NEAR(spread / expected, 1.0, 0.01) << Name(scheme) << " " << kernels::kRoleNames[r];
+      // Over 16 x 32768 weights the sample's own spread is ~0.1%; scales rounded to half add ~0.05%; mxfp4's
+      // powers of two up to 5%.
+      EXPECT_NEAR(spread / expected, 1.0, scheme == kernels::Scheme::kMxfp4 ? 0.05 : 0.01)
+          << Name(scheme) << " " << kernels::kRoleNames[r];
       EXPECT_LT(std::fabs(mean), 0.01 * expected) << Name(scheme) << " " << kernels::kRoleNames[r];
     }
   }
@@ -515,7 +518,8 @@ TEST(SynthRandomCodesTest, DecodedWeightsHaveTheSpreadOfTheFloatWeights) {
 TEST(SynthRandomCodesTest, CodesAreInRangeAndScalesPositiveAndS4Centred) {
   ScratchDir dir;
   namespace layout = kernels::layout;
-  for (kernels::Scheme scheme : {kernels::Scheme::kS8, kernels::Scheme::kS4, kernels::Scheme::kS2}) {
+  for (kernels::Scheme scheme :
+       {kernels::Scheme::kS8, kernels::Scheme::kS4, kernels::Scheme::kS2, kernels::Scheme::kMxfp4}) {
     const SynthOptions o = RandomCodeOptions(dir.Join(Name(scheme)), scheme);
     ASSERT_TRUE(SynthesizePack(o, nullptr, nullptr).ok()) << Name(scheme);
     const PackBlobs blobs = ReadBlobs(o.output, o);
@@ -536,7 +540,8 @@ TEST(SynthRandomCodesTest, CodesAreInRangeAndScalesPositiveAndS4Centred) {
         for (int64_t row = 0; row < rows; ++row) {
           for (int64_t g = 0; g < cols / layout::Group(scheme); ++g) {
             const uint8_t* at = role + layout::ScaleOffset(scheme, rows, cols, row, g);
-            const float d = kernels::HalfToFloat(kernels::LoadHalf(at));
+            const float d = scheme == kernels::Scheme::kMxfp4 ? kernels::Mxfp4Scale(*at)
+                                                              : kernels::HalfToFloat(kernels::LoadHalf(at));
             ASSERT_TRUE(d > 0 && std::isfinite(d)) << Name(scheme) << " scale " << d;
             if (scheme == kernels::Scheme::kS4) {
               // w = d q + m over q = 0 .. 15 is centred when m = -7.5 d (up to rounding m to half).
@@ -599,6 +604,7 @@ TEST(SynthRandomCodesTest, RoleFillerRefusesABadSpreadAndKnowsItsLevels) {
   EXPECT_DOUBLE_EQ(RandomCodeLevelMeanSquare(kernels::Scheme::kS2), 5.0);
   EXPECT_DOUBLE_EQ(RandomCodeLevelMeanSquare(kernels::Scheme::kS4), 21.25);
   EXPECT_DOUBLE_EQ(RandomCodeLevelMeanSquare(kernels::Scheme::kS8), 5397.5);
+  EXPECT_DOUBLE_EQ(RandomCodeLevelMeanSquare(kernels::Scheme::kMxfp4), 34.25);  // 2 x 274 / 16
 }
 
 class SynthRandomCodesEngineTest : public ::testing::TestWithParam<kernels::Scheme> {};
