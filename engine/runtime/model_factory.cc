@@ -43,8 +43,9 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
 
 absl::Status CheckDeviceScheme(kernels::Scheme scheme, std::string_view device) {
   if (device != "cuda" || scheme != kernels::Scheme::kMxfp4) return absl::OkStatus();
+  // Its CUDA kernels exist but have not run on a GPU yet (kernels/cuda/expert_kernels.h).
   return absl::UnimplementedError(absl::StrCat("expert scheme ", std::string(kernels::SchemeName(scheme)),
-                                               " has no CUDA kernels yet (the CPU engine runs it; convert with "
+                                               " is not enabled on CUDA yet (the CPU engine runs it; convert with "
                                                "--scheme s8 for a pack that holds the same numbers on both)"));
 }
 

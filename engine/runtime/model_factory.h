@@ -55,8 +55,8 @@ absl::StatusOr<model::CacheOptions> ExpertCacheOptions(const pack::Pack& pack, c
 // for such a model and runs --device auto on the CPU, saying why in LoadedModel::note.
 absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_view device);
 
-// The same for the pack's expert scheme: UNIMPLEMENTED naming the scheme where the backend of `device` has
-// no kernels for it (CUDA and mxfp4), with the same consequences in LoadModel.
+// The same for the pack's expert scheme: UNIMPLEMENTED naming the scheme where the backend of `device` does
+// not run it (CUDA and mxfp4, whose kernels have not run on a GPU yet), with the same consequences in LoadModel.
 absl::Status CheckDeviceScheme(kernels::Scheme scheme, std::string_view device);
 
 // Whether this build has CUDA and a device is visible; `why` says what was found, for logs.

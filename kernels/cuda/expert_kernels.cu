@@ -99,7 +99,7 @@ uint64_t ExpectedRoleBytes(Scheme s, int64_t rows, int64_t cols) {
 // The shape rules of kernels/format for all three roles, and role sizes and offsets the kernels can trust.
 absl::Status CheckLayout(const ExpertLayout& l) {
   const int scheme = static_cast<int>(l.scheme);
-  if (scheme < 0 || scheme > static_cast<int>(Scheme::kS2)) {
+  if (scheme < 0 || scheme > static_cast<int>(Scheme::kMxfp4)) {
     return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: layout.scheme ", scheme, " is not a scheme"));
   }
   const int64_t multiple = l.scheme == Scheme::kS2 ? 64 : 32;

@@ -6,7 +6,7 @@
 // schemes the 32-col blocks b = cl, cl + 8, ...; for f16 the 8-col segments at 8cl, 8cl + 64, ....
 // For the integer schemes a lane's 16-byte load at chunk k of a tile's codes is rows 4rg..4rg+3 of that
 // chunk, one int32 a row; plane p of such an int32 (shift p * bits) is a dp4a operand against activation
-// int32 k * codes_per_byte + p. Each block's integer sum is exact; each lane accumulates its blocks in
+// int32 k * codes_per_byte + p (mxfp4's plane mapped to its int8 levels first). Each block's integer sum is exact; each lane accumulates its blocks in
 // ascending order in f32 (fmaf, as DotRowReference per block), and the 8 lanes of a row are added in a
 // fixed tree, so results do not depend on the tile size, the ring depth or the routing.
 //
@@ -23,6 +23,7 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/expert_kernels_internal.cuh"
 #include "kernels/format/expert_layout.h"
+#include "kernels/format/mxfp4.h"
 #include "kernels/format/role_layout.h"
 
 namespace strata::kernels::cuda::expert_internal {
@@ -74,9 +75,22 @@ struct IntScheme {
   static constexpr int kPlanes = 8 / kBits;      // codes per byte
   static constexpr int kChunksPerBlock = kBits;  // 64-byte chunks a 32-col block spans: 32 / (4 * kPlanes)
   static constexpr int kBlocksPerGroup = static_cast<int>(lay::Group(S) / 32);
-  static constexpr int kRecordBytes = static_cast<int>(2 * kRowTile * lay::HalvesPerRecord(S));
+  static constexpr int kRecordBytes = static_cast<int>(kRowTile * lay::ScaleBytes(S) * lay::HalvesPerRecord(S));
+  static constexpr int kLaneScaleBytes = 4 * static_cast<int>(lay::ScaleBytes(S));  // rows 4rg..4rg+3 of a record
   static constexpr unsigned kPlaneMask = S == Scheme::kS2 ? 0x03030303u : 0x0F0F0F0Fu;
 };
+
+// Four mxfp4 codes (one a byte, 0..15) as the int8 levels of kernels/format/mxfp4.h, a dp4a operand: the
+// magnitude's 3 bits pick a byte of {0, 1, 2, 3 | 4, 6, 8, 12} (prmt), and bit 3 selects its negative.
+__device__ __forceinline__ int Mxfp4Operand(unsigned codes) {
+  unsigned x = codes & 0x07070707u;
+  x = (x | (x >> 4)) & 0x00FF00FFu;                         // two 4-bit selectors in bytes 0 and 2
+  const unsigned selector = (x & 0xFFu) | ((x >> 8) & 0xFF00u);
+  const unsigned positive = __byte_perm(0x03020100u, 0x0C080604u, selector);
+  const unsigned negative = __byte_perm(0xFDFEFF00u, 0xF4F8FAFCu, selector);  // 0, -1, -2, -3 | -4, -6, -8, -12
+  const unsigned sign = ((codes >> 3) & 0x01010101u) * 0xFFu;                 // 0xFF in each negative byte
+  return static_cast<int>((positive & ~sign) | (negative & sign));
+}
 
 // One lane's share of a 32-col block: codes[c] = the int32 of rows 4rg..4rg+3 (x, y, z, w) in the block's
 // chunk c; d = their scales, two halves a word, low half first; m = their mins (s4).
@@ -113,7 +127,7 @@ struct IntUnits {
         act(a) {
     const int rg = lane & 3;
     codes = role + first_tile * tile_codes_bytes + 16 * rg;
-    scales = role + lay::CodesBytes(S, rows, cols) + first_tile * tile_scale_bytes + 8 * rg;
+    scales = role + lay::CodesBytes(S, rows, cols) + first_tile * tile_scale_bytes + Sc::kLaneScaleBytes * rg;
 #pragma unroll
     for (int t = 0; t < T; ++t) first_block[t] = first[t];
   }
@@ -127,15 +141,23 @@ struct IntUnits {
 #pragma unroll
     for (int c = 0; c < Sc::kChunksPerBlock; ++c) blk.codes[c] = LoadWeights16(chunk + 64 * c);
     const uint8_t* record = scales + tile * tile_scale_bytes + (b / Sc::kBlocksPerGroup) * Sc::kRecordBytes;
-    blk.d = __ldg(reinterpret_cast<const uint2*>(record));
+    // mxfp4: the four rows' exponent bytes in d.x.
+    blk.d = S == Scheme::kMxfp4 ? make_uint2(__ldg(reinterpret_cast<const unsigned*>(record)), 0u)
+                                : __ldg(reinterpret_cast<const uint2*>(record));
     blk.m = S == Scheme::kS4 ? __ldg(reinterpret_cast<const uint2*>(record + lay::kMinOffsetInRecord))
                              : make_uint2(0, 0);
     return blk;
   }
 
   __device__ __forceinline__ void Accumulate(const Data& blk, int b, float (&acc)[4][T]) const {
-    const float d[4] = {HalfBitsToFloat(blk.d.x), HalfBitsToFloat(blk.d.x >> 16), HalfBitsToFloat(blk.d.y),
-                        HalfBitsToFloat(blk.d.y >> 16)};
+    float d[4];
+    if constexpr (S == Scheme::kMxfp4) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d[i] = Mxfp4Scale(static_cast<uint8_t>(blk.d.x >> (8 * i)));
+    } else {
+      d[0] = HalfBitsToFloat(blk.d.x), d[1] = HalfBitsToFloat(blk.d.x >> 16);
+      d[2] = HalfBitsToFloat(blk.d.y), d[3] = HalfBitsToFloat(blk.d.y >> 16);
+    }
     const float m[4] = {HalfBitsToFloat(blk.m.x), HalfBitsToFloat(blk.m.x >> 16), HalfBitsToFloat(blk.m.y),
                         HalfBitsToFloat(blk.m.y >> 16)};
     // op[i][j]: row 4rg+i's codes of the block's cols 4j .. 4j+3, against activation int32 j.
@@ -148,9 +170,10 @@ struct IntUnits {
       for (int p = 0; p < Sc::kPlanes; ++p) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          op[i][c * Sc::kPlanes + p] =
-              S == Scheme::kS8 ? static_cast<int>(words[i])
-                               : static_cast<int>((words[i] >> (Sc::kBits * p)) & Sc::kPlaneMask);
+          const unsigned plane = (words[i] >> (Sc::kBits * p)) & Sc::kPlaneMask;
+          op[i][c * Sc::kPlanes + p] = S == Scheme::kS8       ? static_cast<int>(words[i])
+                                       : S == Scheme::kMxfp4 ? Mxfp4Operand(plane)
+                                                              : static_cast<int>(plane);
         }
       }
     }
@@ -161,7 +184,7 @@ struct IntUnits {
       const int4 a0 = __ldg(xq), a1 = __ldg(xq + 1);
       const int a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
       const float xs = __ldg(act.scale + block);
-      const int xsum = S == Scheme::kS8 ? 0 : __ldg(act.sum + block);
+      const int xsum = S == Scheme::kS8 || S == Scheme::kMxfp4 ? 0 : __ldg(act.sum + block);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         int dot = 0;
@@ -485,6 +508,8 @@ absl::Status LaunchWeightKernels(Scheme scheme, const FfnArgs& args, int tile_ma
       return LaunchForScheme<Scheme::kS4>(a, tile_max, max_items, stream);
     case Scheme::kS2:
       return LaunchForScheme<Scheme::kS2>(a, tile_max, max_items, stream);
+    case Scheme::kMxfp4:
+      return LaunchForScheme<Scheme::kMxfp4>(a, tile_max, max_items, stream);
   }
   return absl::InvalidArgumentError("ExpertFfn: unknown scheme");
 }

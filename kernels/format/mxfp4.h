@@ -9,13 +9,15 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/format/scheme.h"  // STRATA_HOST_DEVICE
+
 namespace strata::kernels {
 
 // Twice the E2M1 value of each code (ggml's kvalues_mxfp4): codes 8..15 are the negatives of 0..7.
 inline constexpr int8_t kMxfp4Levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-// 2^(e - 128), exact in float for every byte (e = 0 and 1 are subnormal floats).
-inline float Mxfp4Scale(uint8_t e) {
+// 2^(e - 128), exact in float for every byte (e = 0 and 1 are subnormal floats). CUDA kernels call it too.
+STRATA_HOST_DEVICE inline float Mxfp4Scale(uint8_t e) {
   const uint32_t bits = e >= 2 ? (static_cast<uint32_t>(e) - 1u) << 23 : 0x00200000u << e;
   float d;
   std::memcpy(&d, &bits, sizeof d);

@@ -136,13 +136,18 @@ void RandomCodesRole(Scheme s, int64_t rows, int64_t cols, std::mt19937_64& rng,
     if (s == Scheme::kS8 && v == 0x80) v = 0x81;  // s8 codes are in [-127, 127]
     dst[i] = v;
   }
-  // Scales so that weights have a variance of about 1 / cols (level standard deviations ~74, 4.6, 2.2).
-  const float level_sd = s == Scheme::kS8 ? 73.9f : s == Scheme::kS4 ? 4.61f : 2.24f;
+  // Scales so that weights have a variance of about 1 / cols (level standard deviations ~74, 4.6, 2.2, 5.9);
+  // mxfp4's are the nearest powers of two, as exponent bytes.
+  const float level_sd = s == Scheme::kS8 ? 73.9f : s == Scheme::kS4 ? 4.61f : s == Scheme::kS2 ? 2.24f : 5.85f;
   const int64_t records = rows / kRowTile * (cols / layout::Group(s));
   for (int64_t r = 0; r < records; ++r) {
     uint8_t* record = dst + codes + r * layout::RecordBytes(s);
     for (int i = 0; i < kRowTile; ++i) {
       const float d = (0.5f + Uniform(rng)) * inv_sqrt_cols / level_sd;
+      if (s == Scheme::kMxfp4) {
+        record[i] = static_cast<uint8_t>(std::lround(std::log2(d)) + 128);
+        continue;
+      }
       StoreHalf(FloatToHalf(d), record + 2 * i);
       if (s == Scheme::kS4) StoreHalf(FloatToHalf(-7.5f * d * (0.5f + Uniform(rng))), record + 32 + 2 * i);
     }
@@ -787,7 +792,7 @@ TEST_P(ExpertFfnGpuTest, RejectsBadArguments) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ExpertFfnGpuTest,
-                         ::testing::Values(Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2),
+                         ::testing::Values(Scheme::kF16, Scheme::kS8, Scheme::kS4, Scheme::kS2, Scheme::kMxfp4),
                          [](const ::testing::TestParamInfo<Scheme>& info) {
                            return std::string(SchemeName(info.param));
                          });
