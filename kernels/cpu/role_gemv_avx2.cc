@@ -3,11 +3,10 @@
 // plane is multiplied with vpmaddubsw (u8 x s8 -> s16 pairs) and widened with vpmaddwd; the s16 partial
 // sums stay below 2^15 for the value ranges of each scheme, so the block sums are exact. s8 weights are
 // made unsigned with the sign trick (|w| times sign(w)*x), since 255 * 127 pairs would saturate; mxfp4's
-// codes become their signed levels by a byte shuffle of the level table, then take the same trick.
+// codes become their levels plus 12 (unsigned) by a byte shuffle, corrected by the activation's code sum.
 
 #include <immintrin.h>
 
-#include <array>
 #include <cstring>
 
 #include "kernels/cpu/role_gemv_internal.h"
@@ -151,46 +150,52 @@ void HalfS8(const uint8_t* codes, const uint8_t* scales, int64_t cols, const Tok
   }
 }
 
-// Eight rows' mxfp4 scales from their exponent bytes.
+// Eight rows' mxfp4 scales from their exponent bytes, as Mxfp4Scale builds them: (e - 1) << 23 is the float
+// 2^(e - 128) for e >= 2; e = 0 and 1 are the subnormals 0x00200000 << e.
 inline __m256 LoadMxfp4Scales8(const uint8_t* p) {
-  static const std::array<float, 256> kScales = [] {
-    std::array<float, 256> t{};
-    for (int e = 0; e < 256; ++e) t[e] = Mxfp4Scale(static_cast<uint8_t>(e));
-    return t;
-  }();
-  return _mm256_setr_ps(kScales[p[0]], kScales[p[1]], kScales[p[2]], kScales[p[3]], kScales[p[4]], kScales[p[5]],
-                        kScales[p[6]], kScales[p[7]]);
+  const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  const __m256i is_normal = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1));
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, is_normal));
 }
 
+// mxfp4's levels offset by 12 are unsigned (0..24), vpmaddubsw's weight operand: isum = sum (L + 12) x - 12 sum x,
+// with sum x the activation block's code sum.
 template <int T>
 void HalfMxfp4(const uint8_t* codes, const uint8_t* scales, int64_t cols, const Tokens<T>& x, __m256* acc) {
   const __m256i m15 = _mm256_set1_epi8(15);
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Levels)));
+  const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Levels));
+  const __m256i offset_levels = _mm256_broadcastsi128_si256(_mm_add_epi8(levels, _mm_set1_epi8(12)));
   for (int64_t b = 0; b < cols / 32; ++b) {
     const __m256 d = LoadMxfp4Scales8(scales + b * 16);
-    __m256i s16[T];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      const __m256i v = Load32(codes + (4 * b + k) * 64);
-      const __m256i lo = _mm256_shuffle_epi8(levels, _mm256_and_si256(v, m15));
-      const __m256i hi = _mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_srli_epi16(v, 4), m15));
-      const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
-      const int64_t c = b * 32 + k * 8;
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        // At most 8 pairs of 12 * 127 per s16 lane: no overflow.
-        const __m256i xl = _mm256_sign_epi8(Broadcast4(x.q[t] + c), lo);
-        const __m256i xh = _mm256_sign_epi8(Broadcast4(x.q[t] + c + 4), hi);
-        s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(_mm256_maddubs_epi16(alo, xl),
-                                                           _mm256_maddubs_epi16(ahi, xh)));
-      }
-    }
     __m256i isum[T];
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) isum[t] = _mm256_madd_epi16(s16[t], ones);
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int pair = 0; pair < 2; ++pair) {
+      __m256i s16[T];
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+      for (int k = 2 * pair; k < 2 * pair + 2; ++k) {
+        const __m256i v = Load32(codes + (4 * b + k) * 64);
+        const __m256i lo = _mm256_shuffle_epi8(offset_levels, _mm256_and_si256(v, m15));
+        const __m256i hi = _mm256_shuffle_epi8(offset_levels, _mm256_and_si256(_mm256_srli_epi16(v, 4), m15));
+        const int64_t c = b * 32 + k * 8;
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+          // Two chunks: at most 8 pairs of 24 * 127 per s16 lane, no overflow.
+          s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, Broadcast4(x.q[t] + c)),
+                                                             _mm256_maddubs_epi16(hi, Broadcast4(x.q[t] + c + 4))));
+        }
+      }
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], ones));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) isum[t] = _mm256_sub_epi32(isum[t], _mm256_set1_epi32(12 * x.sum[t][b]));
     BlockStep<T>(x, b, d, isum, acc);
   }
 }

@@ -293,6 +293,19 @@ TEST_F(RoleGemvTest, ExtremeValuesStayExact) {
   }
 }
 
+// mxfp4's scales as the SIMD paths widen them: the subnormal 2^-128 and 2^-127 (bytes 0 and 1), the first
+// normal ones and large ones, on every row of a tile and in every block.
+TEST_F(RoleGemvTest, Mxfp4ExponentsOfEveryKindStayExact) {
+  const int64_t rows = 32, cols = 256;
+  std::mt19937 rng(17);
+  std::vector<uint8_t> role = RandomRole(Scheme::kMxfp4, rows, cols, rng);
+  const uint8_t exponents[] = {0, 1, 2, 3, 100, 127, 128, 129, 170, 180};
+  const int64_t codes = layout::CodesBytes(Scheme::kMxfp4, rows, cols);
+  for (size_t i = codes; i < role.size(); ++i) role[i] = exponents[(i * 7) % std::size(exponents)];
+  CheckAgainstReference(Scheme::kMxfp4, role, rows, cols, {RandomActivation(cols, rng), RandomActivation(cols, rng)},
+                        0, rows);
+}
+
 TEST(RoleGemvArgsTest, CheckArgs) {
   QuantizedActivation x;
   std::vector<float> xf(128, 1.0f);
