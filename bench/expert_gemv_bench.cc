@@ -60,6 +60,10 @@ void SanitizeRole(Scheme s, uint8_t* role, int64_t rows, int64_t cols) {
   }
   const int64_t codes = kernels::layout::CodesBytes(s, rows, cols);
   const uint64_t bytes = kernels::RoleBytes(s, rows, cols);
+  if (s == kernels::Scheme::kMxfp4) {  // exponent bytes: scales 2^-10 .. 2^9, none subnormal or huge
+    for (uint64_t i = codes; i < bytes; ++i) role[i] = static_cast<uint8_t>(118 + role[i] % 20);
+    return;
+  }
   for (uint64_t i = codes; i + 2 <= bytes; i += 2) {
     const uint16_t h = kernels::LoadHalf(role + i);
     kernels::StoreHalf(static_cast<uint16_t>((h & 0x83FF) | 0x2000), role + i);

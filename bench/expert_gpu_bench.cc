@@ -99,6 +99,10 @@ std::vector<uint8_t> RandomBlob(const ExpertLayout& l, uint64_t seed) {
     uint8_t* role = blob.data() + l.role_offset[r];
     const uint64_t halves_from = l.scheme == Scheme::kF16 ? 0 : kernels::layout::CodesBytes(l.scheme, l.rows(r), l.cols(r));
     const uint16_t exponent = l.scheme == Scheme::kF16 ? 0x2C00 : 0x2000;  // about 2^-4 and 2^-7
+    if (l.scheme == Scheme::kMxfp4) {  // exponent bytes: scales 2^-10 .. 2^9
+      for (uint64_t i = halves_from; i < l.role_bytes[r]; ++i) role[i] = static_cast<uint8_t>(118 + role[i] % 20);
+      continue;
+    }
     for (uint64_t i = halves_from; i + 2 <= l.role_bytes[r]; i += 2) {
       const uint16_t h = kernels::LoadHalf(role + i);
       kernels::StoreHalf(static_cast<uint16_t>((h & 0x83FF) | exponent), role + i);

@@ -21,11 +21,14 @@ int Rank(kernels::Scheme s) {
       return 0;
     case kernels::Scheme::kS4:
       return 1;
-    case kernels::Scheme::kS8:
+    case kernels::Scheme::kMxfp4:  // between s4 and s8: 4 bits on an uneven grid with a power-of-two scale
       return 2;
-    default:
+    case kernels::Scheme::kS8:
       return 3;
+    case kernels::Scheme::kF16:
+      return 4;
   }
+  return 4;
 }
 
 bool IsExpertTensorName(const std::string& name) {

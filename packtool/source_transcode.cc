@@ -110,7 +110,7 @@ bool TranscodeMxfp4ToS8(const uint8_t* source, const float* values, int64_t rows
 // it is; a level's code is the source's nibble, with the source's -0 written as 0).
 void TranscodeMxfp4ToMxfp4(const uint8_t* source, const float* values, int64_t rows, int64_t cols, uint8_t* dst,
                            kernels::QuantizeError* error) {
-  uint8_t code_of_level[25];  // level + 12 -> code
+  uint8_t code_of_level[25] = {};  // level + 12 -> code (ReadMxfp4Codes gives table levels only)
   for (int q = 15; q >= 0; --q) code_of_level[kernels::kMxfp4Levels[q] + 12] = static_cast<uint8_t>(q);
   const uint64_t row_bytes = static_cast<uint64_t>(cols / kGroup) * 17;
   const int64_t groups = cols / kGroup;

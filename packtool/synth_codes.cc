@@ -171,7 +171,7 @@ absl::Status FillRandomRole(Scheme scheme, int64_t rows, int64_t cols, float std
                                              : kernels::HalfToFloat(scales[k]);
     // s4: w = d q + m with q uniform over 0 .. 15 is centred when m = -7.5 d.
     mins[k] = kernels::FloatToHalf(-7.5f * d);
-    if (!(d > 0) || !std::isfinite(d) || !std::isfinite(kernels::HalfToFloat(mins[k]))) {
+    if (!(d > 0) || !std::isfinite(d) || (scheme == Scheme::kS4 && !std::isfinite(kernels::HalfToFloat(mins[k])))) {
       return absl::InternalError(absl::StrCat("random role: standard deviation ", stddev,
                                               " gives a scale that is not a positive, finite half"));
     }

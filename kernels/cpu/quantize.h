@@ -42,9 +42,10 @@ void QuantizeRoleOnPath(CpuPath path, Scheme scheme, const float* src, int64_t r
 // Writes groups [first_group, first_group + n_groups) of a role of an integer scheme (s8, s4, s2, mxfp4) from
 // codes already chosen, as QuantizeRole writes its fit: groups are numbered row-major (cols / Group per row),
 // group k's codes are codes[k * Group + i] (s8: the int8 code's byte; s4 and mxfp4: 0..15; s2: 0..3), its
-// scale d[k] and, for s4, its offset m[k] (ignored otherwise), both rounded to half (mxfp4: d[k] must be
-// Mxfp4Scale(e) of its exponent byte e; kernels/format/mxfp4.h). For converters that carry a source's codes
-// over unchanged. Writes whole code bytes: no need to clear dst first.
+// scale d[k] and, for s4, its offset m[k] (ignored otherwise), both rounded to half (mxfp4: d[k] should be
+// Mxfp4Scale(e) of an exponent byte e, kernels/format/mxfp4.h; another d is stored as the power of two nearest
+// to it in the log). For converters that carry a source's codes over unchanged. Writes whole code bytes: no
+// need to clear dst first.
 void PackRoleGroups(Scheme scheme, int64_t rows, int64_t cols, int64_t first_group, int64_t n_groups, const float* d,
                     const float* m, const uint8_t* codes, uint8_t* dst);
 

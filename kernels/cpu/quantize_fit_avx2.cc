@@ -206,6 +206,7 @@ struct Avx2 {
 
 int64_t FitGroupsAvx2(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
                       QuantizeError* error) {
+  if (s == Scheme::kMxfp4) return 0;  // mxfp4's fit is scalar on every path
   return FitGroupsSimd<Avx2>(s, w, n_groups, d, m, codes, error);
 }
 

@@ -92,12 +92,13 @@ void PackGroupHalves(Scheme scheme, int64_t rows, int64_t cols, int64_t first_gr
   }
 }
 
-// A group's scale as PackGroupHalves takes it: the half of d, or mxfp4's exponent byte (d is 2^(e - 128)
-// there by construction; a d that is not gives exponent 0 rather than a wild byte).
+// A group's scale as PackGroupHalves takes it: the half of d, or mxfp4's exponent byte: that of d where d is
+// 2^(e - 128), otherwise of the power of two nearest to |d| in the log (0 for d = 0 or not finite).
 uint16_t ScaleWord(Scheme scheme, float d) {
   if (scheme != Scheme::kMxfp4) return FloatToHalf(d);
-  const int e = Mxfp4ExponentOf(d);
-  return static_cast<uint16_t>(e < 0 ? 0 : e);
+  if (const int e = Mxfp4ExponentOf(d); e >= 0) return static_cast<uint16_t>(e);
+  if (!(std::fabs(d) > 0.0f) || !std::isfinite(d)) return 0;
+  return static_cast<uint16_t>(std::clamp(static_cast<int>(std::lround(std::log2(std::fabs(d)))) + 128, 0, 255));
 }
 
 // FloatToHalf of src[0..n): with F16C on the SIMD paths (the same halves).
@@ -118,14 +119,9 @@ void QuantizeInteger(CpuPath path, Scheme s, const float* src, int64_t rows, int
   for (int64_t first = 0; first < n_groups; first += kChunk) {
     const int64_t count = std::min(kChunk, n_groups - first);
     const float* w = src + first * group;
-    int64_t done = 0;
-    // mxfp4's fit is scalar on every path (a power of two and a nearest level a weight).
-    if (path == CpuPath::kAvx512 && s != Scheme::kMxfp4) {
-      done = internal::FitGroupsAvx512(s, w, count, d, m, codes, error);
-    }
-    if (path == CpuPath::kAvx2 && s != Scheme::kMxfp4) {
-      done = internal::FitGroupsAvx2(s, w, count, d, m, codes, error);
-    }
+    int64_t done = 0;  // mxfp4's SIMD fits do none: its fit is scalar on every path
+    if (path == CpuPath::kAvx512) done = internal::FitGroupsAvx512(s, w, count, d, m, codes, error);
+    if (path == CpuPath::kAvx2) done = internal::FitGroupsAvx2(s, w, count, d, m, codes, error);
     internal::FitGroupsScalar(s, w + done * group, count - done, d + done, m + done, codes + done * group, error);
     if (s == Scheme::kMxfp4) {
       for (int64_t k = 0; k < count; ++k) d_half[k] = ScaleWord(s, d[k]);

@@ -93,7 +93,8 @@ __device__ __forceinline__ int Mxfp4Operand(unsigned codes) {
 }
 
 // One lane's share of a 32-col block: codes[c] = the int32 of rows 4rg..4rg+3 (x, y, z, w) in the block's
-// chunk c; d = their scales, two halves a word, low half first; m = their mins (s4).
+// chunk c; d = their scales, two halves a word, low half first (mxfp4: four exponent bytes in d.x); m = their
+// mins (s4).
 template <Scheme S>
 struct IntBlock {
   int4 codes[IntScheme<S>::kChunksPerBlock];
@@ -112,7 +113,7 @@ struct IntUnits {
   static constexpr int kDepth = T >= 4 ? (kFullDepth > 1 ? kFullDepth / 2 : 1) : kFullDepth;
 
   const uint8_t* codes;   // the lane's 16 bytes of chunk 0 of the first tile
-  const uint8_t* scales;  // the lane's 8 bytes of record 0 of the first tile
+  const uint8_t* scales;  // the lane's 8 bytes (mxfp4: 4) of record 0 of the first tile
   int64_t tile_codes_bytes;
   int64_t tile_scale_bytes;
   int n_blocks;

@@ -275,10 +275,9 @@ TEST_F(RoleGemvTest, ExtremeValuesStayExact) {
     for (int sign : {1, -1}) {
       std::mt19937 rng(5);
       std::vector<uint8_t> role = RandomRole(s, rows, cols, rng);
-      // mxfp4: +-12, its largest levels.
-      const uint8_t code = s == Scheme::kS8       ? (sign > 0 ? 0x7F : 0x81)
-                           : s == Scheme::kMxfp4 ? (sign > 0 ? 0x77 : 0xFF)
-                                                  : 0xFF;
+      // mxfp4: +12 for both signs of x (levels + 12 = 24 is the unsigned operand's largest; the int16 sums
+      // reach +-24384).
+      const uint8_t code = s == Scheme::kS8 ? (sign > 0 ? 0x7F : 0x81) : s == Scheme::kMxfp4 ? 0x77 : 0xFF;
       std::memset(role.data(), code, layout::CodesBytes(s, rows, cols));
       std::vector<float> xf(cols, 1.0f * sign);
       QuantizedActivation x;

@@ -338,6 +338,25 @@ TEST(Mxfp4Test, ScaleIsTwoToTheEMinus128ForEveryByteAndInverts) {
   EXPECT_EQ(Mxfp4ExponentOf(INFINITY), -1);
 }
 
+// PackRoleGroups stores an mxfp4 scale that is 2^(e - 128) as e, and another one as the power of two nearest to
+// it in the log (a converter's mistake should not turn a group into zeros).
+TEST(Mxfp4Test, PackRoleGroupsStoresExponentsAndRoundsOtherScales) {
+  std::vector<uint8_t> role(RoleBytes(Scheme::kMxfp4, 16, 32), 0xEE);
+  std::vector<uint8_t> codes(16 * 32, 1);  // level 1 everywhere
+  std::vector<float> d(16), m(16, 0.0f);
+  for (int r = 0; r < 16; ++r) d[r] = Mxfp4Scale(static_cast<uint8_t>(100 + r));
+  d[3] = 3.0f;    // log2 1.58: 4
+  d[4] = 2.5f;    // log2 1.32: 2
+  d[5] = 0.0f;    // exponent 0
+  d[6] = -8.0f;   // the magnitude's
+  PackRoleGroups(Scheme::kMxfp4, 16, 32, 0, 16, d.data(), m.data(), codes.data(), role.data());
+  std::vector<float> back(16 * 32);
+  DequantizeRole(Scheme::kMxfp4, role.data(), 16, 32, back.data());
+  const float expect[16] = {d[0], d[1], d[2], 4.0f, 2.0f, Mxfp4Scale(0), 8.0f, d[7], d[8], d[9], d[10], d[11],
+                            d[12], d[13], d[14], d[15]};
+  for (int r = 0; r < 16; ++r) EXPECT_EQ(back[r * 32 + 31], expect[r]) << "row " << r;
+}
+
 // The fit's rules (quantize_fit.h): the better of two exponents, the nearest level, a tie to the smaller level
 // and, between exponents of equal error, the first.
 TEST(Mxfp4Test, FitTakesTheNearestLevelAndTheBetterOfTwoExponents) {

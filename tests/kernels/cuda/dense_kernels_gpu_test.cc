@@ -386,7 +386,8 @@ RouterInputs MakeRouterInputs(const RouterCase& c, int n_tokens, bool with_norm,
 TEST_F(DenseKernelsTest, RouterTopKMatchesTheCpu) {
   // Every bucket of the top-k warp's entries a lane (4, 8, 16, 32), at their edges and the seed's 512 top-10.
   const RouterCase cases[] = {{128, 2048, 8}, {8, 4096, 2},    {64, 2560, 6},   {1024, 256, 32}, {3, 64, 3},
-                              {40, 128, 1},   {512, 2560, 10}, {200, 512, 8},   {129, 256, 4},   {513, 256, 5}};
+                              {40, 128, 1},   {512, 2560, 10}, {200, 512, 8},   {129, 256, 4},   {513, 256, 5},
+                              {256, 256, 6},  {257, 256, 6}};
   for (const RouterCase& c : cases) {
     // One workspace for every call of a case, sized for the most tokens and zeroed once: each call must
     // leave its counters at zero for the next.
