@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <utility>
 
@@ -600,6 +601,10 @@ std::vector<float> ReferenceModel::MoeForward(const Layer& layer, const std::vec
     taken[best] = true;
     route->experts.push_back(best);
     picked_sum += probs[best];
+  }
+  route->margin = std::numeric_limits<double>::infinity();
+  for (size_t e = 0; e < probs.size(); ++e) {
+    if (!taken[e]) route->margin = std::min(route->margin, choice[route->experts.back()] - choice[e]);
   }
   route->weights.clear();
   if (hparams_.gpt_oss) {

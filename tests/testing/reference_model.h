@@ -151,10 +151,13 @@ class ReferenceModel {
     Matrix output;  // n_vocab x n_embd (a copy of token_embd when tied)
   };
 
-  // The experts one MoE block picked for one position, in pick order, with their normalized weights.
+  // The experts one MoE block picked for one position, in pick order, with their normalized weights, and how
+  // near the choice was to another: the last picked expert's choice value less the best unpicked one's
+  // (infinity when every expert is picked).
   struct Route {
     std::vector<int> experts;
     std::vector<float> weights;
+    double margin = 0;
   };
 
   // A full GGUF holding the expert tensors blk.N.ffn_{gate,up,down}_exps.weight (one file or split shards).

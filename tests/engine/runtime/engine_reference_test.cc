@@ -81,7 +81,9 @@ INSTANTIATE_TEST_SUITE_P(Architectures, EngineArchTest,
 class EngineSchemeTest : public ::testing::TestWithParam<kernels::Scheme> {};
 
 // Integer schemes quantize activations to int8 per 32, so the engine differs from the reference that uses
-// the same dequantized weights with float activations; the bounds are what that costs on the tiny model.
+// the same dequantized weights with float activations; the bounds are what that costs on the tiny model
+// (measured: at most 0.0076; mxfp4's pack has the one near-tie, at position 1, layer 1's margin 3.2e-3, where
+// the logits are off by 0.20: the next smallest margin after layer 0 among the four packs is 6.2e-3).
 TEST_P(EngineSchemeTest, QuantizedLogitsStayNearTheReferenceOfTheSameWeights) {
   TinyModel model("qwen3moe");
   const std::string pack = model.Pack(GetParam());
@@ -95,22 +97,39 @@ TEST_P(EngineSchemeTest, QuantizedLogitsStayNearTheReferenceOfTheSameWeights) {
   auto done = GenerateWithin(**engine, req);
   ASSERT_TRUE(done.ok() && done->result.status.ok());
   const int64_t n_vocab = (*ref)->n_vocab();
-  const std::vector<float> expected = (*ref)->Logits(prompt);
+  std::vector<std::vector<ReferenceModel::Route>> routes;
+  const std::vector<float> expected = (*ref)->Logits(prompt, &routes);
+  // A routing near-tie after the first MoE layer (whose router input no expert has touched yet) is within what
+  // the int8 activations move: they change the experts' outputs by ~0.5%, a later router's probabilities of this
+  // model by up to ~0.003. Such a position may go either way; at most one is allowed.
+  constexpr double kNearTie = 0.004;
   double worst = 0;
+  int near_ties = 0;
   for (size_t p = 0; p < prompt.size(); ++p) {
-    worst = std::max(worst, RelativeError(done->result.prompt_logits.data() + p * n_vocab,
-                                          expected.data() + p * n_vocab, n_vocab));
+    double margin = INFINITY;
+    bool first_moe_layer = true;
+    for (const std::vector<ReferenceModel::Route>& layer : routes) {
+      if (layer[p].experts.empty()) continue;  // a dense layer
+      if (!first_moe_layer) margin = std::min(margin, layer[p].margin);
+      first_moe_layer = false;
+    }
+    const double error = RelativeError(done->result.prompt_logits.data() + p * n_vocab,
+                                       expected.data() + p * n_vocab, n_vocab);
+    if (margin < kNearTie) {
+      ++near_ties;
+      std::printf("%s: position %zu has a routing margin of %.2e (logits off by %.3f)\n",
+                  std::string(kernels::SchemeName(GetParam())).c_str(), p, margin, error);
+      continue;
+    }
+    worst = std::max(worst, error);
   }
+  EXPECT_LE(near_ties, 1) << kernels::SchemeName(GetParam());
   EXPECT_LT(worst, 0.02) << kernels::SchemeName(GetParam());
 }
 
-// Not mxfp4: on this model and prompt its pack's logits are off at position 1 alone (measured: 0.20 there, at
-// most 0.0076 at the other five), the shape of a routing near-tie tipped by the int8 activations (not proven
-// here: the reference does not report routing margins). The
-// engine's mxfp4 path is checked instead by giving exactly the logits of its s8 path on the same numbers
-// (SourceTranscodeTest.Mxfp4AndS8PacksOfAnMxfp4ModelGiveTheSameLogits), and s8 is checked here.
 INSTANTIATE_TEST_SUITE_P(Schemes, EngineSchemeTest,
-                         ::testing::Values(kernels::Scheme::kS8, kernels::Scheme::kS4, kernels::Scheme::kS2),
+                         ::testing::Values(kernels::Scheme::kS8, kernels::Scheme::kS4, kernels::Scheme::kS2,
+                                           kernels::Scheme::kMxfp4),
                          [](const auto& info) { return std::string(kernels::SchemeName(info.param)); });
 
 class EngineDeepseek2SchemeTest : public ::testing::TestWithParam<kernels::Scheme> {};
