@@ -8,6 +8,7 @@
 #include "engine/status_macros.h"
 #include "kernels/format/fp16.h"
 #include "kernels/format/mxfp4.h"
+#include "kernels/format/role_layout.h"
 
 namespace strata::packtool {
 namespace {
@@ -106,36 +107,33 @@ bool TranscodeMxfp4ToS8(const uint8_t* source, const float* values, int64_t rows
   return true;
 }
 
-// MXFP4 into mxfp4: the same numbers in the pack's layout, every block exact (the exponent byte is stored as
-// it is; a level's code is the source's nibble, with the source's -0 written as 0).
+// MXFP4 into mxfp4: the same numbers in the pack's layout, a byte shuffle. A GGUF block is its exponent byte e,
+// then qs[16] with col c < 16 in qs[c]'s low nibble and col c + 16 in its high one; the pack's chunk q (cols
+// 8q .. 8q + 7 of a block) holds, in a row's byte j (0..3), col 8q + j low and col 8q + 4 + j high. Every nibble
+// and exponent is stored as it is, so nothing is added: the error reported is 0 against sum w^2 of the values.
 void TranscodeMxfp4ToMxfp4(const uint8_t* source, const float* values, int64_t rows, int64_t cols, uint8_t* dst,
                            kernels::QuantizeError* error) {
-  uint8_t code_of_level[25] = {};  // level + 12 -> code (ReadMxfp4Codes gives table levels only)
-  for (int q = 15; q >= 0; --q) code_of_level[kernels::kMxfp4Levels[q] + 12] = static_cast<uint8_t>(q);
-  const uint64_t row_bytes = static_cast<uint64_t>(cols / kGroup) * 17;
+  namespace layout = kernels::layout;
+  constexpr kernels::Scheme kScheme = kernels::Scheme::kMxfp4;
   const int64_t groups = cols / kGroup;
-  std::vector<int8_t> levels(static_cast<size_t>(cols));
-  std::vector<uint8_t> codes(static_cast<size_t>(cols));
-  std::vector<int> exponents(static_cast<size_t>(groups));
-  std::vector<float> d(static_cast<size_t>(groups)), m(static_cast<size_t>(groups), 0.0f);
-  kernels::QuantizeError local;
   for (int64_t r = 0; r < rows; ++r) {
-    (void)gguf::ReadMxfp4Codes(source + r * row_bytes, cols, levels.data(), exponents.data());  // whole blocks
-    const float* x = values + r * cols;
-    for (int64_t g = 0; g < groups; ++g) {
-      d[g] = kernels::Mxfp4Scale(static_cast<uint8_t>(exponents[g] + 128));
-      for (int64_t i = g * kGroup; i < (g + 1) * kGroup; ++i) {
-        codes[i] = code_of_level[levels[i] + 12];
-        const double w = x[i];
-        const double e = static_cast<double>(d[g] * static_cast<float>(levels[i])) - w;
-        local.err2 += e * e;
-        local.ref2 += w * w;
-        local.max_abs = std::max(local.max_abs, std::fabs(e));
+    const uint8_t* block = source + r * groups * 17;
+    for (int64_t g = 0; g < groups; ++g, block += 17) {
+      const uint8_t* qs = block + 1;
+      uint8_t* chunk = dst + layout::CodePosition(kScheme, cols, r, g * kGroup).byte;
+      for (int q = 0; q < 4; ++q, chunk += layout::kChunkBytes) {
+        // Cols 8q + j and 8q + 4 + j: nibbles of qs[(8q) % 16 + j] and qs[(8q) % 16 + 4 + j], high for q >= 2.
+        const uint8_t* lo_src = qs + (8 * q) % 16;
+        const int shift = q >= 2 ? 4 : 0;
+        for (int j = 0; j < 4; ++j) {
+          chunk[j] = static_cast<uint8_t>(((lo_src[j] >> shift) & 0x0F) | (((lo_src[4 + j] >> shift) & 0x0F) << 4));
+        }
       }
+      dst[layout::ScaleOffset(kScheme, rows, cols, r, g)] = block[0];
     }
-    kernels::PackRoleGroups(kernels::Scheme::kMxfp4, rows, cols, r * groups, groups, d.data(), m.data(),
-                            codes.data(), dst);
   }
+  kernels::QuantizeError local;
+  for (int64_t i = 0; i < rows * cols; ++i) local.ref2 += static_cast<double>(values[i]) * values[i];
   error->Merge(local);
 }
 

@@ -15,8 +15,8 @@
 //   doubled table) times 2^(e - 128); s8 stores that integer as its code and the power of two as its half
 //   scale: exact (the generic s8 fit adds 0.5%, s4 6.8%). A block whose power of two a half cannot hold
 //   (below 2^-24 or above 2^15, with a non-zero value) makes the role go through QuantizeRole.
-//   mxfp4 -> mxfp4: the source's numbers in the pack's layout (the exponent byte as it is, each level's
-//   code): exact for every block, at the source's 4.25 bits a weight.
+//   mxfp4 -> mxfp4: the source's bytes rearranged into the pack's layout (every code and exponent byte as it
+//   is): exact for every block, at the source's 4.25 bits a weight.
 //
 // Pure functions, any thread.
 

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/format/role_layout.h"
 #include "packtool/convert.h"
 #include "tests/packtool/packtool_test_util.h"
 #include "tests/testing/test_util.h"
@@ -124,7 +125,7 @@ TEST(SourceTranscodeTest, Mxfp4CarriesIntoS8Exactly) {
 }
 
 // MXFP4 carries into the mxfp4 scheme exactly at its own size, whatever its exponents (2^-30, which s8's
-// half scale cannot hold, included), with the source's -0 written as 0.
+// half scale cannot hold, included), -0 codes too; the reported error is 0 against the values' sum of squares.
 TEST(SourceTranscodeTest, Mxfp4CarriesIntoMxfp4ExactlyForEveryExponent) {
   const int64_t rows = 32, cols = 512;
   ASSERT_TRUE(CanTranscode(GgmlType::kMXFP4, Scheme::kMxfp4));
@@ -144,7 +145,19 @@ TEST(SourceTranscodeTest, Mxfp4CarriesIntoMxfp4ExactlyForEveryExponent) {
   kernels::DequantizeRole(Scheme::kMxfp4, role.data(), rows, cols, decoded.data());
   EXPECT_EQ(decoded, src.values);
   EXPECT_EQ(reported.err2, 0.0);
-  EXPECT_GT(reported.ref2, 0.0);
+  double ref2 = 0;
+  for (float v : src.values) ref2 += static_cast<double>(v) * v;
+  EXPECT_EQ(reported.ref2, ref2);
+  // Code for code: every nibble of the source is in the role (as the decoded values above also say).
+  for (int64_t r = 0; r < rows; r += 7) {
+    for (int64_t c = 0; c < cols; c += 5) {
+      const uint8_t* block = src.bytes.data() + (r * cols + c) / 32 * 17;
+      const int within = static_cast<int>(c % 32);
+      const unsigned source = within < 16 ? block[1 + within] & 0x0F : block[1 + within - 16] >> 4;
+      const kernels::layout::CodePos pos = kernels::layout::CodePosition(Scheme::kMxfp4, cols, r, c);
+      ASSERT_EQ((role[pos.byte] >> pos.shift) & 0x0F, source) << "row " << r << " col " << c;
+    }
+  }
   // For comparison only: the generic fit starts from ggml's exponent rule, the one that wrote this source, so
   // here it finds the source's grid too; the transcoding does not depend on how a file's encoder chose.
   std::vector<uint8_t> fitted(role.size());
