@@ -485,6 +485,42 @@ TEST_F(DenseKernelsTest, RouterTopKBreaksExactTiesTowardTheLowerId) {
   }
 }
 
+// Experts e and e + 32 m share a row (sixteen to a row of 512 experts), so a token's ten best are ten experts
+// of one row, in different warps of the one-token top-k (BlockTopK) and in the same thread's two entries
+// (e and e + 256): they must come as the ten lowest ids of that row, in order, with equal weights, for a lone
+// token, a full token block, and the lone token of the last block of nine.
+TEST_F(DenseKernelsTest, RouterTopKBreaksTiesAcrossWarpsTowardTheLowerIds) {
+  constexpr int kExperts = 512, kN = 256, kK = 10, kMostTokens = 9;
+  const uint64_t seed = NextSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  Random rng(seed);
+  std::vector<float> w = RandomFloats(static_cast<size_t>(kExperts) * kN, -0.0625f, 0.0625f, rng);
+  for (int e = 32; e < kExperts; ++e) std::copy_n(&w[(e % 32) * kN], kN, &w[e * kN]);
+  DeviceArray<float> dw(w.size()), dx(static_cast<size_t>(kMostTokens) * kN), dweights(kMostTokens * kK);
+  DeviceArray<int32_t> dids(kMostTokens * kK);
+  const size_t ws_bytes = RouterWorkspaceBytes(kMostTokens, kExperts);
+  DeviceArray<uint8_t> workspace(ws_bytes);
+  Check(cudaMemset(workspace.get(), 0, ws_bytes), "memset");
+  dw.Upload(w);
+  for (int n_tokens : {1, 8, kMostTokens}) {
+    dx.Upload(RandomFloats(static_cast<size_t>(kMostTokens) * kN, -1.0f, 1.0f, rng));
+    const absl::Status s = RouterTopK(dw.get(), kExperts, kN, dx.get(), RouterNorm{}, RouterGate{}, n_tokens, kK,
+                                      dids.get(), dweights.get(), workspace.get(), ws_bytes, stream_);
+    ASSERT_TRUE(s.ok()) << s;
+    Sync();
+    const std::vector<int32_t> ids = dids.Download();
+    const std::vector<float> weights = dweights.Download();
+    for (int t = 0; t < n_tokens; ++t) {
+      const int base = ids[t * kK];
+      ASSERT_LT(base, 32) << "token " << t << " of " << n_tokens;
+      for (int j = 0; j < kK; ++j) {
+        EXPECT_EQ(ids[t * kK + j], base + 32 * j) << "token " << t << " of " << n_tokens << ", choice " << j;
+        EXPECT_EQ(weights[t * kK + j], weights[t * kK]) << "token " << t << " of " << n_tokens << ", choice " << j;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // A decode step captured once in a CUDA graph and replayed with new token ids and positions.
 
