@@ -331,6 +331,15 @@ absl::StatusOr<pack::v1::Manifest> ConvertGguf(const ConvertOptions& options, co
       return true;
     };
   }
+  if (any_transcoded) {
+    const kernels::Scheme scheme = options.scheme;
+    job.transcodes_without_values = [&blocks, scheme](int64_t moe_layer, int64_t) {
+      for (int r = 0; r < 3; ++r) {
+        if (!TranscodesWithoutValues(blocks[moe_layer].role[r]->type, scheme)) return false;
+      }
+      return true;
+    };
+  }
   job.prefetch_expert = [&blocks](int64_t moe_layer, int64_t expert) {
     for (int r = 0; r < 3; ++r) {
       const std::span<const uint8_t> slice = ExpertSlice(*blocks[moe_layer].role[r], expert);

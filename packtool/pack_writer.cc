@@ -230,14 +230,21 @@ absl::StatusOr<pack::v1::Manifest> WritePack(const PackWriteJob& job, const Conv
   // Fills `blob` from f32 weights, quantizing them and adding the error to `local` in the same pass.
   auto quantize_expert = [&](int64_t moe_layer, int64_t expert, std::vector<float>* f32, std::vector<uint8_t>& blob,
                              RoleStats* local) -> absl::Status {
-    absl::Status s = job.fill_expert(moe_layer, expert, f32[0].data(), f32[1].data(), f32[2].data());
+    const bool without_values =
+        job.transcode_role && job.transcodes_without_values && job.transcodes_without_values(moe_layer, expert);
+    absl::Status s = without_values ? absl::OkStatus()
+                                    : job.fill_expert(moe_layer, expert, f32[0].data(), f32[1].data(), f32[2].data());
     // A transcoder reads the source bytes too: they are released after it.
     if (job.release_expert && !job.transcode_role) job.release_expert(moe_layer, expert);
     for (int r = 0; s.ok() && r < 3; ++r) {
       uint8_t* dst = blob.data() + layout.role_offset[r];
       if (job.transcode_role) {
-        absl::StatusOr<bool> transcoded = job.transcode_role(moe_layer, expert, r, f32[r].data(), dst, &local[r]);
+        const float* values = without_values ? nullptr : f32[r].data();
+        absl::StatusOr<bool> transcoded = job.transcode_role(moe_layer, expert, r, values, dst, &local[r]);
         s = transcoded.status();
+        if (s.ok() && without_values && !*transcoded) {
+          s = absl::InternalError("pack writer: a role said to need no values was not transcoded");
+        }
         if (!s.ok() || *transcoded) continue;
       }
       kernels::QuantizeRole(layout.scheme, f32[r].data(), rows[r], cols[r], dst, &local[r]);

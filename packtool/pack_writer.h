@@ -59,6 +59,9 @@ struct PackWriteJob {
   std::function<absl::StatusOr<bool>(int64_t moe_layer, int64_t expert, int role, const float* values, uint8_t* dst,
                                      kernels::QuantizeError* error)>
       transcode_role;
+  // Optional, with transcode_role: true when transcode_role writes all three roles of this expert without their
+  // values; fill_expert is then not called and transcode_role gets null values.
+  std::function<bool(int64_t moe_layer, int64_t expert)> transcodes_without_values;
   // Called after each expert is done with its source bytes (e.g. to drop mapped pages). May be null.
   std::function<void(int64_t moe_layer, int64_t expert)> release_expert;
   // Called by a worker, before it fills an expert, for an expert one round ahead (e.g. to have the disk

@@ -111,7 +111,8 @@ bool TranscodeMxfp4ToS8(const uint8_t* source, const float* values, int64_t rows
 // then qs[16] with col c < 16 in qs[c]'s low nibble and col c + 16 in its high one; the pack's chunk q (cols
 // 8q .. 8q + 7 of a block) holds, in a row's byte j (0..3), col 8q + j low and col 8q + 4 + j high. Every nibble
 // and exponent is stored as it is, so nothing is added: the error reported is 0 against sum w^2 of the values.
-void TranscodeMxfp4ToMxfp4(const uint8_t* source, const float* values, int64_t rows, int64_t cols, uint8_t* dst,
+// (sum w^2 comes from the codes: the decoded values are not needed.)
+void TranscodeMxfp4ToMxfp4(const uint8_t* source, int64_t rows, int64_t cols, uint8_t* dst,
                            kernels::QuantizeError* error) {
   namespace layout = kernels::layout;
   constexpr kernels::Scheme kScheme = kernels::Scheme::kMxfp4;
@@ -132,12 +133,26 @@ void TranscodeMxfp4ToMxfp4(const uint8_t* source, const float* values, int64_t r
       dst[layout::ScaleOffset(kScheme, rows, cols, r, g)] = block[0];
     }
   }
+  // sum w^2 = sum over blocks of d^2 times the block's sum of L^2 (exact integers, d a power of two).
   kernels::QuantizeError local;
-  for (int64_t i = 0; i < rows * cols; ++i) local.ref2 += static_cast<double>(values[i]) * values[i];
+  for (int64_t b = 0; b < rows * groups; ++b) {
+    const uint8_t* block = source + b * 17;
+    int32_t levels2 = 0;
+    for (int j = 1; j < 17; ++j) {
+      const int lo = kernels::kMxfp4Levels[block[j] & 0x0F], hi = kernels::kMxfp4Levels[block[j] >> 4];
+      levels2 += lo * lo + hi * hi;
+    }
+    const double d = kernels::Mxfp4Scale(block[0]);
+    local.ref2 += d * d * levels2;
+  }
   error->Merge(local);
 }
 
 }  // namespace
+
+bool TranscodesWithoutValues(gguf::GgmlType type, kernels::Scheme scheme) {
+  return type == gguf::GgmlType::kMXFP4 && scheme == kernels::Scheme::kMxfp4;
+}
 
 bool CanTranscode(gguf::GgmlType type, kernels::Scheme scheme) {
   return (scheme == kernels::Scheme::kS4 && gguf::HasAffine4Codes(type)) ||
@@ -153,9 +168,14 @@ absl::Status TranscodeRole(gguf::GgmlType type, const uint8_t* source, const flo
                                                    " as they are (q4_0, q4_1 and q4_K into s4, mxfp4 into s8 or mxfp4 only)"));
   }
   RETURN_IF_ERROR(kernels::CheckRoleShape(scheme, rows, cols));
-  if (type == gguf::GgmlType::kMXFP4 && scheme == kernels::Scheme::kMxfp4) {
-    TranscodeMxfp4ToMxfp4(source, values, rows, cols, dst, error);
+  if (TranscodesWithoutValues(type, scheme)) {
+    TranscodeMxfp4ToMxfp4(source, rows, cols, dst, error);
     return absl::OkStatus();
+  }
+  if (values == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("carrying ", gguf::TypeName(static_cast<uint32_t>(type)),
+                                                   " codes into scheme ", std::string(kernels::SchemeName(scheme)),
+                                                   " needs the decoded values"));
   }
   if (type == gguf::GgmlType::kMXFP4) {
     if (!TranscodeMxfp4ToS8(source, values, rows, cols, dst, error)) {

@@ -32,11 +32,17 @@ namespace strata::packtool {
 // Whether roles stored as `type` convert to `scheme` code for code.
 bool CanTranscode(gguf::GgmlType type, kernels::Scheme scheme);
 
+// Whether the conversion is exact for every role, so that TranscodeRole needs no decoded values (mxfp4 into
+// mxfp4): the pack writer then skips decoding the role.
+bool TranscodesWithoutValues(gguf::GgmlType type, kernels::Scheme scheme);
+
 // Converts a rows x cols role (`source`: its rows in `type`, row after row; `values`: the same decoded by
-// gguf::Dequantize, the reference for the error) into `dst` (kernels::RoleBytes bytes), and adds the error
-// of the written role against `values` to *error, as QuantizeRole does. A group whose scale or offset does
-// not fit a half (weights beyond +-65504) makes the whole role go through QuantizeRole instead.
-// INVALID_ARGUMENT unless CanTranscode(type, scheme) and the shape passes kernels::CheckRoleShape.
+// gguf::Dequantize, the reference for the error; null where TranscodesWithoutValues) into `dst`
+// (kernels::RoleBytes bytes), and adds the error of the written role against the values to *error, as
+// QuantizeRole does (an exact transcode adds 0 against their sum of squares, formed from the codes when values
+// is null). A group whose scale or offset does not fit a half (weights beyond +-65504) makes the whole role go
+// through QuantizeRole instead. INVALID_ARGUMENT unless CanTranscode(type, scheme) and the shape passes
+// kernels::CheckRoleShape, or values is null where the conversion needs them.
 absl::Status TranscodeRole(gguf::GgmlType type, const uint8_t* source, const float* values, int64_t rows,
                            int64_t cols, kernels::Scheme scheme, uint8_t* dst, kernels::QuantizeError* error);
 

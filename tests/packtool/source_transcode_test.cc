@@ -147,7 +147,20 @@ TEST(SourceTranscodeTest, Mxfp4CarriesIntoMxfp4ExactlyForEveryExponent) {
   EXPECT_EQ(reported.err2, 0.0);
   double ref2 = 0;
   for (float v : src.values) ref2 += static_cast<double>(v) * v;
-  EXPECT_EQ(reported.ref2, ref2);
+  EXPECT_DOUBLE_EQ(reported.ref2, ref2);  // formed from the codes, in another order
+  // No values needed: the same bytes and error from the source alone.
+  ASSERT_TRUE(TranscodesWithoutValues(GgmlType::kMXFP4, Scheme::kMxfp4));
+  EXPECT_FALSE(TranscodesWithoutValues(GgmlType::kMXFP4, Scheme::kS8));
+  std::vector<uint8_t> alone(role.size());
+  kernels::QuantizeError alone_error;
+  ASSERT_THAT(TranscodeRole(GgmlType::kMXFP4, src.bytes.data(), nullptr, rows, cols, Scheme::kMxfp4, alone.data(),
+                            &alone_error),
+              IsOk());
+  EXPECT_EQ(alone, role);
+  EXPECT_EQ(alone_error.ref2, reported.ref2);
+  EXPECT_THAT(TranscodeRole(GgmlType::kMXFP4, src.bytes.data(), nullptr, rows, cols, Scheme::kS8, alone.data(),
+                            &alone_error),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "needs the decoded values"));
   // Code for code: every nibble of the source is in the role (as the decoded values above also say).
   for (int64_t r = 0; r < rows; r += 7) {
     for (int64_t c = 0; c < cols; c += 5) {
