@@ -172,7 +172,9 @@ void FitMxfp4(const float* w, int n, float* d_out, uint8_t* codes, QuantizeError
   for (int i = 0; i < n; ++i) amax = MaxPs(amax, std::fabs(w[i]));
   int best_e = 0;
   if (amax > 0.0f) {
-    const int first = std::clamp(static_cast<int>(std::floor(std::log2(amax))) + 125, 0, 254);
+    int exponent;  // amax = m 2^exponent with m in [0.5, 1): floor(log2(amax)) = exponent - 1, exactly
+    std::frexp(amax, &exponent);
+    const int first = std::clamp(exponent - 1 + 125, 0, 254);
     float best_sse = 0.0f;
     for (int e = first; e <= first + 1; ++e) {
       const float d = Mxfp4Scale(static_cast<uint8_t>(e));

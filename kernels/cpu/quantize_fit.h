@@ -26,8 +26,9 @@
 //   sum l^2, err = d * (d * D - 2N) (sum x^2 left out, the same for every candidate), and the least-squares
 //   scale of those codes is half(float(N / D)). The least err wins, ties to the earlier (d_0, d_1, its
 //   least squares, d_2, ...); scales not above 0 are skipped (and d_k's least squares with them).
-// mxfp4 (group 32, scalar on every path): amax = max |w|; the exponents e0 = floor(log2(amax)) + 125 (ggml's
-//   choice: its top level 12 * 2^(e0 - 128) is 1.5 times the power of two at or below amax) and e0 + 1, each
+// mxfp4 (group 32, scalar on every path): amax = max |w|; the exponents e0 = floor(log2(amax)) + 125 (read from
+//   amax's exponent, exactly; ggml's choice: its top level 12 * 2^(e0 - 128) is 1.5 times the power of two at
+//   or below amax) and e0 + 1, each
 //   weight at the nearest level (CodeMxfp4); the least squared error (float, in order) wins, ties to e0. An
 //   all-zero group has exponent 0 and codes 0.
 // (s4 tried 12 shrunk ranges before, without the last two steps: 27 passes over a group's weights where it
