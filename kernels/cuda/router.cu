@@ -140,9 +140,10 @@ __device__ void WarpTopK(const float* logits, int n_expert, int k, int32_t* ids,
 // WarpTopK for a step of one token by all kRouterWarps warps of the block (which must all call it): expert e
 // is entry e / kRouterThreads of thread e % kRouterThreads. Each warp takes the k best of its experts (k rounds
 // of a warp maximum over two or four entries a lane instead of sixteen), then warp 0 takes the k best of the
-// warps' candidates; a decode step's top-k was one warp's chain of dependent instructions while the GPU
-// idled. The same keys, choice order (ties to the lower id) and weights as WarpTopK; the sum of the exps is
-// added in another order.
+// warps' candidates. The same keys, choice order (ties to the lower id) and weights as WarpTopK, except that
+// the sum of the exps is added in another order, so a token's weights can differ in the last bit between a
+// one-token block and a fuller one (and a choice flip at an exact rounding edge): to mend by summing the exps in
+// WarpTopK's order (through shared memory), which needs a GPU run to verify.
 template <int kEntries>
 __device__ void BlockTopK(const float* logits, int n_expert, int k, int32_t* ids, float* weights) {
   __shared__ float s_max[kRouterWarps];
