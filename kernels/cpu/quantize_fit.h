@@ -55,8 +55,8 @@ namespace strata::kernels::internal {
 void FitGroupsScalar(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
                      QuantizeError* error);
 
-// The SIMD paths fit the largest multiple of their batch (FitBatchAvx2/Avx512 groups) and return how many
-// groups they did (none for mxfp4); the caller fits the rest with FitGroupsScalar. Call only where CpuPathAvailable says.
+// The SIMD paths fit the largest multiple of their batch (FitBatchAvx2/Avx512 groups) and return how many groups they
+// did (none for mxfp4); the caller fits the rest with FitGroupsScalar. Call only where CpuPathAvailable says.
 int64_t FitGroupsAvx2(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,
                       QuantizeError* error);
 int64_t FitGroupsAvx512(Scheme s, const float* w, int64_t n_groups, float* d, float* m, uint8_t* codes,

@@ -3,12 +3,12 @@
 
 // The routed experts of a MoE layer on the GPU: the SwiGLU expert of kernels/cpu/expert_forward.h
 //   h = silu(gate . x) * (up . x),  out = down . h
-// over blobs laid out by kernels/format/expert_layout.h, for every scheme (f16, s8, s4, s2, mxfp4: its kernels compiled but not yet run on a GPU, so the engine
-// refuses mxfp4 packs on CUDA until ExpertFfnGpuTest/mxfp4 passes). The integer
-// schemes quantize x and h exactly as kernels/cpu's QuantizeActivation does and compute each 32-block's
-// integer sum exactly as DotRowReference does; only the order of the float accumulation over blocks
-// differs from the CPU (so results agree to float rounding, except where that rounding moves an int8 code
-// of h across a rounding boundary). f16 computes in f32 against the unquantized activations.
+// over blobs laid out by kernels/format/expert_layout.h, for every scheme (f16, s8, s4, s2, mxfp4: its kernels compiled
+// but not yet run on a GPU, so the engine refuses mxfp4 packs on CUDA until ExpertFfnGpuTest/mxfp4 passes). The integer
+// schemes quantize x and h exactly as kernels/cpu's QuantizeActivation does and compute each 32-block's integer sum
+// exactly as DotRowReference does; only the order of the float accumulation over blocks differs from the CPU (so
+// results agree to float rounding, except where that rounding moves an int8 code of h across a rounding boundary). f16
+// computes in f32 against the unquantized activations.
 //
 // Promises of every function here:
 //  - Enqueue-only: each call validates its host arguments, enqueues kernels on `stream` and returns. It

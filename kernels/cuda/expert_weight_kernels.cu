@@ -4,11 +4,11 @@
 // A warp computes whole 16-row tiles of a role for the T tokens of a work item. Lane = 4 * cl + rg: rg
 // (0..3) picks rows 4rg..4rg+3 of each tile and cl (0..7) the lane's share of the cols: for the integer
 // schemes the 32-col blocks b = cl, cl + 8, ...; for f16 the 8-col segments at 8cl, 8cl + 64, ....
-// For the integer schemes a lane's 16-byte load at chunk k of a tile's codes is rows 4rg..4rg+3 of that
-// chunk, one int32 a row; plane p of such an int32 (shift p * bits) is a dp4a operand against activation
-// int32 k * codes_per_byte + p (mxfp4's plane mapped to its int8 levels first). Each block's integer sum is exact; each lane accumulates its blocks in
-// ascending order in f32 (fmaf, as DotRowReference per block), and the 8 lanes of a row are added in a
-// fixed tree, so results do not depend on the tile size, the ring depth or the routing.
+// For the integer schemes a lane's 16-byte load at chunk k of a tile's codes is rows 4rg..4rg+3 of that chunk, one
+// int32 a row; plane p of such an int32 (shift p * bits) is a dp4a operand against activation int32 k * codes_per_byte
+// + p (mxfp4's plane mapped to its int8 levels first). Each block's integer sum is exact; each lane accumulates its
+// blocks in ascending order in f32 (fmaf, as DotRowReference per block), and the 8 lanes of a row are added in a fixed
+// tree, so results do not depend on the tile size, the ring depth or the routing.
 //
 // Every lane keeps a ring of units (a block, or an f16 segment) loaded ahead of use so that HBM sees
 // enough outstanding requests; the ring runs on across the tile boundaries of a warp that owns several
