@@ -191,6 +191,20 @@ struct GroupArgs {
   int32_t* n_items;
 };
 
+// Inclusive sums of two counts over the lanes of a full warp (lane L gets the sums of lanes 0 .. L).
+__device__ __forceinline__ void WarpInclusiveScan(int* a, int* b) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int up_a = __shfl_up_sync(expert_internal::kFullMask, *a, offset);
+    const int up_b = __shfl_up_sync(expert_internal::kFullMask, *b, offset);
+    if (lane >= offset) {
+      *a += up_a;
+      *b += up_b;
+    }
+  }
+}
+
 // A counting sort of the valid pairs by expert, run by one block of kPrepThreads threads, with counts[e]
 // (n_expert ints of shared memory) first expert e's pair count, then its next free list position. The
 // order of pairs inside an expert's run depends on atomics; nothing downstream depends on it.
@@ -215,15 +229,7 @@ __device__ void GroupPairsByExpert(const GroupArgs& a, int32_t* counts) {
     my_items += (counts[e] + a.tile - 1) / a.tile;
   }
   int scan_pairs = my_pairs, scan_items = my_items;  // inclusive, within the warp
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const int up_pairs = __shfl_up_sync(expert_internal::kFullMask, scan_pairs, offset);
-    const int up_items = __shfl_up_sync(expert_internal::kFullMask, scan_items, offset);
-    if (lane >= offset) {
-      scan_pairs += up_pairs;
-      scan_items += up_items;
-    }
-  }
+  WarpInclusiveScan(&scan_pairs, &scan_items);
   if (lane == 31) warp_totals[warp] = make_int2(scan_pairs, scan_items);
   __syncthreads();
   if (tid == 0) {
@@ -268,15 +274,7 @@ __device__ void GroupFewPairsByExpert(const GroupArgs& a) {
   const int count = __popc(peers);
   const int my_pairs = leader ? count : 0, my_items = leader ? (count + a.tile - 1) / a.tile : 0;
   int scan_pairs = my_pairs, scan_items = my_items;  // inclusive over the lanes
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const int up_pairs = __shfl_up_sync(expert_internal::kFullMask, scan_pairs, offset);
-    const int up_items = __shfl_up_sync(expert_internal::kFullMask, scan_items, offset);
-    if (lane >= offset) {
-      scan_pairs += up_pairs;
-      scan_items += up_items;
-    }
-  }
+  WarpInclusiveScan(&scan_pairs, &scan_items);
   const int run_start = scan_pairs - my_pairs;  // a leader's first list position
   const int leader_lane = __ffs(peers) - 1;
   const int my_run_start = __shfl_sync(expert_internal::kFullMask, run_start, leader_lane);

@@ -68,6 +68,22 @@ __device__ __forceinline__ float4 Normed(float4 x, float scale, float4 g) {
   return make_float4(x.x * scale * g.x, x.y * scale * g.y, x.z * scale * g.z, x.w * scale * g.w);
 }
 
+// A lane's best entry after it drops entry `dropped` (none for -1): the highest key, the lower index (so the
+// lower expert id) among equal keys.
+template <int kEntries>
+__device__ __forceinline__ void DropAndFindBest(unsigned (&key)[kEntries], int dropped, unsigned* best, int* best_i) {
+  *best = 0;
+  *best_i = 0;
+#pragma unroll
+  for (int i = 0; i < kEntries; ++i) {
+    if (i == dropped) key[i] = 0;
+    if (key[i] > *best) {
+      *best = key[i];
+      *best_i = i;
+    }
+  }
+}
+
 // The softmax and top-k of one token's n_expert logits by one warp; lane j < k writes the j-th choice.
 // Expert e is entry e / 32 of lane e % 32, kEntries >= n_expert / 32 entries a lane (the top-k warp is the
 // one serial part of the kernel: each entry costs every round a scan, so a lane holds no more than it needs).
@@ -116,16 +132,7 @@ __device__ void WarpTopK(const float* logits, int n_expert, int k, int32_t* ids,
       my_p = top > 1u ? __uint_as_float(top - 1u) : 0.0f;
     }
     if (static_cast<int>(id % 32) == lane) {  // the owner drops the chosen expert and finds its next best
-      best = 0;
-      best_i = 0;
-#pragma unroll
-      for (int i = 0; i < kEntries; ++i) {
-        if (i == static_cast<int>(id / 32)) key[i] = 0;
-        if (key[i] > best) {
-          best = key[i];
-          best_i = i;
-        }
-      }
+      DropAndFindBest(key, static_cast<int>(id / 32), &best, &best_i);
     }
   }
   // Every lane sums the k probs in the same order; lane j writes the j-th choice.
@@ -203,16 +210,7 @@ __device__ void BlockTopK(const float* logits, int n_expert, int k, int32_t* ids
       s_id[warp][j] = id;
     }
     if (id % kRouterThreads == threadIdx.x) {
-      best = 0;
-      best_i = 0;
-#pragma unroll
-      for (int i = 0; i < kEntries; ++i) {
-        if (i == static_cast<int>(id / kRouterThreads)) key[i] = 0;
-        if (key[i] > best) {
-          best = key[i];
-          best_i = i;
-        }
-      }
+      DropAndFindBest(key, static_cast<int>(id / kRouterThreads), &best, &best_i);
     }
   }
   __syncthreads();
@@ -346,16 +344,7 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
       my_p = p;
     }
     if (static_cast<int>(id % 32) == lane) {  // the owner drops the chosen expert and finds its next best
-      best = 0;
-      best_i = 0;
-#pragma unroll
-      for (int i = 0; i < kEntries; ++i) {
-        if (i == static_cast<int>(id / 32)) key[i] = 0;
-        if (key[i] > best) {
-          best = key[i];
-          best_i = i;
-        }
-      }
+      DropAndFindBest(key, static_cast<int>(id / 32), &best, &best_i);
     }
   }
   if (kLogitGating && gate.softmax_top_k) {
