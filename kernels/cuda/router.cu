@@ -147,14 +147,14 @@ __device__ void WarpTopK(const float* logits, int n_expert, int k, int32_t* ids,
 // WarpTopK for a step of one token by all kRouterWarps warps of the block (which must all call it): expert e
 // is entry e / kRouterThreads of thread e % kRouterThreads. Each warp takes the k best of its experts (k rounds
 // of a warp maximum over two or four entries a lane instead of sixteen), then warp 0 takes the k best of the
-// warps' candidates. The same keys, choice order (ties to the lower id) and weights as WarpTopK, except that
-// the sum of the exps is added in another order, so a token's weights can differ in the last bit between a
-// one-token block and a fuller one (and a choice flip at an exact rounding edge): to mend by summing the exps in
-// WarpTopK's order (through shared memory), which needs a GPU run to verify.
+// warps' candidates. The same keys, choice order (ties to the lower id) and weights as WarpTopK, bit for bit:
+// warp 0 adds the exps (through shared memory) in WarpTopK's order, so a token's routing does not depend on how
+// many tokens its block holds.
 template <int kEntries>
 __device__ void BlockTopK(const float* logits, int n_expert, int k, int32_t* ids, float* weights) {
   __shared__ float s_max[kRouterWarps];
-  __shared__ double s_sum[kRouterWarps];
+  __shared__ float s_exp[kMaxExperts];
+  __shared__ double s_total_exp;
   __shared__ unsigned s_key[kRouterWarps][kMaxK];
   __shared__ unsigned s_id[kRouterWarps][kMaxK];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -172,21 +172,23 @@ __device__ void BlockTopK(const float* logits, int n_expert, int k, int32_t* ids
   float max_logit = s_max[0];
 #pragma unroll
   for (int w = 1; w < kRouterWarps; ++w) max_logit = fmaxf(max_logit, s_max[w]);
-  double sum = 0;
 #pragma unroll
   for (int i = 0; i < kEntries; ++i) {
-    if (static_cast<int>(threadIdx.x) + kRouterThreads * i < n_expert) {
+    const int e = threadIdx.x + kRouterThreads * i;
+    if (e < n_expert) {
       v[i] = expf(v[i] - max_logit);
-      sum += v[i];
+      s_exp[e] = v[i];
     }
   }
-  sum = detail::WarpSumDouble(sum);
-  if (lane == 0) s_sum[warp] = sum;
   __syncthreads();
-  double total_exp = 0;
-#pragma unroll
-  for (int w = 0; w < kRouterWarps; ++w) total_exp += s_sum[w];
-  const float inv = static_cast<float>(1.0 / total_exp);
+  if (warp == 0) {  // lane l adds experts l, l + 32, ... as WarpTopK's lanes do, then the same butterfly
+    double sum = 0;
+    for (int e = lane; e < n_expert; e += 32) sum += s_exp[e];
+    sum = detail::WarpSumDouble(sum);
+    if (lane == 0) s_total_exp = sum;
+  }
+  __syncthreads();
+  const float inv = static_cast<float>(1.0 / s_total_exp);
   unsigned key[kEntries];
   unsigned best = 0;
   int best_i = 0;

@@ -3,6 +3,9 @@
 // ones. Outputs start as a NaN poison pattern, with poisoned guard bands around every device buffer and in
 // the gaps of strided outputs: a value never written, or written where it must not be, is reported.
 
+#include <bit>
+#include <utility>
+
 #include "tests/kernels/cuda/dense_test_support.h"
 
 namespace strata::kernels::cuda {
@@ -516,6 +519,56 @@ TEST_F(DenseKernelsTest, RouterTopKBreaksTiesAcrossWarpsTowardTheLowerIds) {
       for (int j = 0; j < kK; ++j) {
         EXPECT_EQ(ids[t * kK + j], base + 32 * j) << "token " << t << " of " << n_tokens << ", choice " << j;
         EXPECT_EQ(weights[t * kK + j], weights[t * kK]) << "token " << t << " of " << n_tokens << ", choice " << j;
+      }
+    }
+  }
+}
+
+// A token's ids and weights are the same bits whether its block holds it alone (the one-token top-k,
+// BlockTopK) or with seven others (one warp's top-k, WarpTopK): a sequence's routing must not change with the
+// batch it is stepped in. The token is the lone one, token 3 of 8, and the lone token of the last block of nine.
+TEST_F(DenseKernelsTest, RouterTopKOfATokenDoesNotDependOnItsBlock) {
+  const RouterCase cases[] = {{512, 2560, 10}, {128, 2048, 8}, {1024, 256, 32}, {257, 256, 6}};
+  for (const RouterCase& c : cases) {
+    constexpr int kMostTokens = 9;
+    const size_t ws_bytes = RouterWorkspaceBytes(kMostTokens, c.n_expert);
+    DeviceArray<uint8_t> workspace(ws_bytes);
+    Check(cudaMemset(workspace.get(), 0, ws_bytes), "memset");
+    const uint64_t seed = NextSeed();
+    SCOPED_TRACE(absl::StrCat(c.n_expert, " experts, k ", c.k, ", seed ", seed));
+    Random rng(seed);
+    const float w_scale = 1.0f / std::sqrt(static_cast<float>(c.n));
+    DeviceArray<float> dw(static_cast<size_t>(c.n_expert) * c.n), dx(static_cast<size_t>(kMostTokens) * c.n),
+        dweights(kMostTokens * c.k);
+    DeviceArray<int32_t> dids(kMostTokens * c.k);
+    dw.Upload(RandomFloats(static_cast<size_t>(c.n_expert) * c.n, -w_scale, w_scale, rng));
+    for (int trial = 0; trial < 8; ++trial) {
+      const std::vector<float> token = RandomFloats(c.n, -1.0f, 1.0f, rng);
+      std::vector<int32_t> first_ids;
+      std::vector<float> first_weights;
+      for (const auto& [n_tokens, slot] : {std::pair{1, 0}, std::pair{8, 3}, std::pair{kMostTokens, 8}}) {
+        std::vector<float> x = RandomFloats(static_cast<size_t>(kMostTokens) * c.n, -1.0f, 1.0f, rng);
+        std::copy(token.begin(), token.end(), x.begin() + static_cast<size_t>(slot) * c.n);
+        dx.Upload(x);
+        const absl::Status s = RouterTopK(dw.get(), c.n_expert, c.n, dx.get(), RouterNorm{}, RouterGate{}, n_tokens,
+                                          c.k, dids.get(), dweights.get(), workspace.get(), ws_bytes, stream_);
+        ASSERT_TRUE(s.ok()) << s;
+        Sync();
+        const std::vector<int32_t> all_ids = dids.Download();
+        const std::vector<float> all_weights = dweights.Download();
+        const std::vector<int32_t> ids(all_ids.begin() + slot * c.k, all_ids.begin() + (slot + 1) * c.k);
+        const std::vector<float> weights(all_weights.begin() + slot * c.k, all_weights.begin() + (slot + 1) * c.k);
+        if (first_ids.empty()) {
+          first_ids = ids;
+          first_weights = weights;
+          continue;
+        }
+        EXPECT_EQ(ids, first_ids) << "trial " << trial << ", token " << slot << " of " << n_tokens;
+        for (int j = 0; j < c.k; ++j) {
+          EXPECT_EQ(std::bit_cast<uint32_t>(weights[j]), std::bit_cast<uint32_t>(first_weights[j]))
+              << "trial " << trial << ", token " << slot << " of " << n_tokens << ", choice " << j << ": "
+              << weights[j] << " against " << first_weights[j] << " alone";
+        }
       }
     }
   }
