@@ -55,8 +55,9 @@ absl::StatusOr<kernels::Scheme> DefaultSchemeFor(gguf::GgmlType type) {
     case gguf::GgmlType::kQ5_K:
     case gguf::GgmlType::kQ6_K:
     case gguf::GgmlType::kQ8_0:
-    case gguf::GgmlType::kMXFP4:
       return kernels::Scheme::kS8;
+    case gguf::GgmlType::kMXFP4:  // its own codes and exponents, byte for byte
+      return kernels::Scheme::kMxfp4;
     default:
       return absl::UnimplementedError(absl::StrCat("expert type ", gguf::TypeName(static_cast<uint32_t>(type)),
                                                    " is not one Strata decodes"));

@@ -41,14 +41,6 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
                                     Block::kBiasedClampedExperts, Block::kHeadQkNormPartialRope});
 }
 
-absl::Status CheckDeviceScheme(kernels::Scheme scheme, std::string_view device) {
-  if (device != "cuda" || scheme != kernels::Scheme::kMxfp4) return absl::OkStatus();
-  // Its CUDA kernels exist but have not run on a GPU yet (kernels/cuda/expert_kernels.h).
-  return absl::UnimplementedError(absl::StrCat("expert scheme ", std::string(kernels::SchemeName(scheme)),
-                                               " is not enabled on CUDA yet (the CPU engine runs it; convert with "
-                                               "--scheme s8 for a pack that holds the same numbers on both)"));
-}
-
 absl::Status CheckDeviceOptions(const DeviceOptions& options) {
   if (options.device != "auto" && options.device != "cpu" && options.device != "cuda") {
     return absl::InvalidArgumentError(
@@ -116,7 +108,6 @@ absl::StatusOr<LoadedModel> LoadModel(
   if (cuda) {
 #if STRATA_HAVE_CUDA
     absl::Status s = CheckDeviceBlocks(m.config(), "cuda");
-    if (s.ok()) s = CheckDeviceScheme(pack.layout().scheme, "cuda");
     if (!s.ok()) {
       if (options.device == "cuda") return s;
       loaded.note = absl::StrCat(s.message(), ": running on the CPU");

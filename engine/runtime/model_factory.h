@@ -14,7 +14,6 @@
 #include "engine/model/model.h"
 #include "engine/pack/expert_source.h"
 #include "engine/pack/pack.h"
-#include "kernels/format/scheme.h"
 
 namespace strata::runtime {
 
@@ -54,10 +53,6 @@ absl::StatusOr<model::CacheOptions> ExpertCacheOptions(const pack::Pack& pack, c
 // UNIMPLEMENTED naming the architecture and the missing block otherwise. LoadModel refuses --device cuda
 // for such a model and runs --device auto on the CPU, saying why in LoadedModel::note.
 absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_view device);
-
-// The same for the pack's expert scheme: UNIMPLEMENTED naming the scheme where the backend of `device` does
-// not run it (CUDA and mxfp4, whose kernels have not run on a GPU yet), with the same consequences in LoadModel.
-absl::Status CheckDeviceScheme(kernels::Scheme scheme, std::string_view device);
 
 // Whether this build has CUDA and a device is visible; `why` says what was found, for logs.
 bool CudaDeviceAvailable(std::string* why);

@@ -26,7 +26,7 @@ TEST(SourceSchemeTest, EachDecodableTypeMapsToTheSchemeThatHoldsIt) {
       {GgmlType::kQ4_0, Scheme::kS4}, {GgmlType::kQ4_1, Scheme::kS4}, {GgmlType::kQ4_K, Scheme::kS4},
       {GgmlType::kQ3_K, Scheme::kS8}, {GgmlType::kQ2_K, Scheme::kS8}, {GgmlType::kQ5_0, Scheme::kS8},
       {GgmlType::kQ5_1, Scheme::kS8}, {GgmlType::kQ5_K, Scheme::kS8}, {GgmlType::kQ6_K, Scheme::kS8},
-      {GgmlType::kQ8_0, Scheme::kS8}, {GgmlType::kMXFP4, Scheme::kS8}};
+      {GgmlType::kQ8_0, Scheme::kS8}, {GgmlType::kMXFP4, Scheme::kMxfp4}};
   for (const auto& [type, scheme] : expected) {
     auto got = DefaultSchemeFor(type);
     ASSERT_TRUE(got.ok()) << gguf::TypeName(static_cast<uint32_t>(type)) << ": " << got.status();
@@ -56,7 +56,7 @@ TEST(SourceSchemeTest, ModelsGetTheSchemeOfTheirExpertTypesWhichAddsAlmostNoErro
     Scheme scheme;
     double bound;  // on the added relative RMS error of each role; 0: none at all
   } cases[] = {{GgmlType::kQ4_0, Scheme::kS4, 0}, {GgmlType::kQ4_1, Scheme::kS4, 0}, {GgmlType::kQ8_0, Scheme::kS8, 0},
-               {GgmlType::kMXFP4, Scheme::kS8, 0},
+               {GgmlType::kMXFP4, Scheme::kMxfp4, 0},
                {GgmlType::kQ4_K, Scheme::kS4, 6e-4}, {GgmlType::kQ6_K, Scheme::kS8, 6e-3},
                {GgmlType::kQ5_K, Scheme::kS8, 6e-3}, {GgmlType::kQ3_K, Scheme::kS8, 6e-3},
                {GgmlType::kQ2_K, Scheme::kS8, 6e-3}};

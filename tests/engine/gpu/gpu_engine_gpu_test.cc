@@ -49,7 +49,7 @@ int64_t ExpertBlobs(const std::string& arch, const std::string& preset) {
 }
 
 constexpr kernels::Scheme kSchemes[] = {kernels::Scheme::kF16, kernels::Scheme::kS8, kernels::Scheme::kS4,
-                                        kernels::Scheme::kS2};
+                                        kernels::Scheme::kS2, kernels::Scheme::kMxfp4};
 
 // Packs made once per binary, in its shared scratch directory (removed when the tests end): experts as
 // random codes (SynthesizePack's fast path), dense weights f16.

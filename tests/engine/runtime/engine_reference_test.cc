@@ -377,9 +377,9 @@ TEST_P(EngineSlidingWindowTest, RingsGiveTheReferenceLogitsAndTokensFarPastTheir
 
 INSTANTIATE_TEST_SUITE_P(Presets, EngineSlidingWindowTest, ::testing::Values("tiny", "small"));
 
-// gpt-oss as it ships: MXFP4 experts. convert's default for them is s8, which holds them exactly: every role's
-// reported error is 0 and the reference reading the s8 pack gives the logits of the reference reading the
-// MXFP4 GGUF itself. The engine on the f16 pack (which holds MXFP4's values exactly too) matches that
+// gpt-oss as it ships: MXFP4 experts. convert's default for them is mxfp4, which carries their bytes; s8 holds
+// their values exactly too: for both, every role's reported error is 0 and the reference reading the pack gives
+// the logits of the reference reading the MXFP4 GGUF itself. The engine on the f16 pack (which holds MXFP4's values exactly too) matches that
 // reference. (The engine on the s8 pack quantizes activations to int8, which here flips a near-tied expert
 // choice at one position; EngineGptOssTest bounds that path.)
 TEST(EngineGptOssMxfp4Test, Mxfp4ExpertsConvertExactlyAndRunAsTheReference) {
@@ -387,21 +387,24 @@ TEST(EngineGptOssMxfp4Test, Mxfp4ExpertsConvertExactlyAndRunAsTheReference) {
   const std::string gguf_path = model.dir.Join("model.gguf");
   auto scheme = packtool::DefaultSchemeForModel(gguf_path);  // what --scheme auto picks
   ASSERT_TRUE(scheme.ok()) << scheme.status();
-  EXPECT_EQ(*scheme, kernels::Scheme::kS8);
-  const std::string s8 = model.Pack(kernels::Scheme::kS8);
-  auto manifest = pack::ReadManifest(s8);
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  ASSERT_GE(manifest->quant_error_size(), 3);
-  for (const auto& e : manifest->quant_error()) {
-    if (e.role() != "dense") EXPECT_EQ(e.rel_rms(), 0.0) << e.role();
-  }
+  EXPECT_EQ(*scheme, kernels::Scheme::kMxfp4);
   auto ref = ReferenceModel::FromGguf(gguf_path);
   ASSERT_TRUE(ref.ok()) << ref.status();
-  auto ref_s8 = ReferenceModel::FromPack(s8);
-  ASSERT_TRUE(ref_s8.ok()) << ref_s8.status();
   const std::vector<int32_t> prompt = {5, 77, 140, 3, 250, 31, 9, 200, 18, 64};
   const std::vector<float> expected = (*ref)->Logits(prompt);
-  EXPECT_EQ((*ref_s8)->Logits(prompt), expected);
+  for (kernels::Scheme s : {kernels::Scheme::kMxfp4, kernels::Scheme::kS8}) {
+    SCOPED_TRACE(kernels::SchemeName(s));
+    const std::string pack_dir = model.Pack(s);
+    auto manifest = pack::ReadManifest(pack_dir);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    ASSERT_GE(manifest->quant_error_size(), 3);
+    for (const auto& e : manifest->quant_error()) {
+      if (e.role() != "dense") EXPECT_EQ(e.rel_rms(), 0.0) << e.role();
+    }
+    auto ref_pack = ReferenceModel::FromPack(pack_dir);
+    ASSERT_TRUE(ref_pack.ok()) << ref_pack.status();
+    EXPECT_EQ((*ref_pack)->Logits(prompt), expected);
+  }
 
   auto engine = Engine::Create(Options(model.Pack(kernels::Scheme::kF16)));
   ASSERT_TRUE(engine.ok()) << engine.status();

@@ -171,18 +171,5 @@ TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNa
   }
 }
 
-// The mxfp4 scheme runs on the CPU only (its CUDA kernels have not run on a GPU yet): the CUDA check names it
-// (LoadModel then refuses --device cuda and runs --device auto on the CPU, as for a missing block); every other scheme
-// passes on both.
-TEST(ModelFactoryTest, SchemesWithoutCudaKernelsAreRefusedForCudaNamingTheScheme) {
-  for (kernels::Scheme s : {kernels::Scheme::kF16, kernels::Scheme::kS8, kernels::Scheme::kS4, kernels::Scheme::kS2,
-                            kernels::Scheme::kMxfp4}) {
-    EXPECT_TRUE(CheckDeviceScheme(s, "cpu").ok()) << kernels::SchemeName(s);
-    if (s != kernels::Scheme::kMxfp4) EXPECT_TRUE(CheckDeviceScheme(s, "cuda").ok()) << kernels::SchemeName(s);
-  }
-  EXPECT_THAT(CheckDeviceScheme(kernels::Scheme::kMxfp4, "cuda"),
-              StatusIsWith(absl::StatusCode::kUnimplemented, "expert scheme mxfp4 is not enabled on CUDA"));
-}
-
 }  // namespace
 }  // namespace strata::runtime
