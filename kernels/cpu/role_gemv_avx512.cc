@@ -1,7 +1,8 @@
 // RoleGemv for AVX512 with VNNI. A 16-row tile maps onto the 16 int32 lanes of a zmm register: every
 // 64-byte chunk, once unpacked, is the unsigned operand of vpdpbusd against 4 broadcast activation codes,
 // so each lane accumulates one row's exact block sum with no horizontal reduction. Signed levels are
-// made unsigned by an offset that the activation's block sum cancels (-128*sum for s8, -3*sum for s2).
+// made unsigned by an offset that the activation's block sum cancels (-128*sum for s8, -3*sum for s2, -12*sum for
+// mxfp4, whose levels come from a vpshufb table).
 // The float step per block is the reference's, lane by lane.
 //
 // Unpacking: byte shifts are the costly part, so with few tokens the planes of s2 and s4 are only masked
@@ -19,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/role_gemv_internal.h"
+#include "kernels/format/mxfp4.h"
 #include "kernels/format/role_layout.h"
 
 namespace strata::kernels::internal {
@@ -200,6 +202,46 @@ void TileS8(const uint8_t* codes, const uint8_t* scales, int64_t cols, const Tok
   }
 }
 
+// Sixteen rows' mxfp4 scales from their exponent bytes, as Mxfp4Scale builds them: (e - 1) << 23 is the float
+// 2^(e - 128) for e >= 2; e = 0 and 1 are the subnormals 0x00200000 << e.
+inline __m512 LoadMxfp4Scales16(const uint8_t* p) {
+  const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  const __mmask16 is_normal = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_normal, subnormal, normal));
+}
+
+// mxfp4's codes as their levels offset by 12 (0..24, vpshufb from a 16-entry table), vpdpbusd's unsigned
+// operand: isum = sum (L + 12) x - 12 sum x. The nibble layout is s4's.
+template <int T>
+void TileMxfp4(const uint8_t* codes, const uint8_t* scales, int64_t cols, const Tokens<T>& x, __m512* acc) {
+  const __m512i m15 = _mm512_set1_epi8(15);
+  const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Levels));
+  const __m512i offset_levels = _mm512_broadcast_i32x4(_mm_add_epi8(levels, _mm_set1_epi8(12)));
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const __m512 d = LoadMxfp4Scales16(scales + b * 16);
+    for (int k = 0; k < 4; ++k) Prefetch(codes + (4 * b + k) * 64);
+    if (b % 4 == 0) Prefetch(scales + b * 16);
+    __m512i isum[T];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_set1_epi32(-12 * x.sum[t][b]);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = _mm512_loadu_si512(codes + (4 * b + k) * 64);
+      const __m512i lo = _mm512_shuffle_epi8(offset_levels, _mm512_and_si512(v, m15));
+      const __m512i hi = _mm512_shuffle_epi8(offset_levels, _mm512_and_si512(_mm512_srli_epi16(v, 4), m15));
+      const int64_t c = b * 32 + k * 8;
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) {
+        isum[t] = Dot(isum[t], lo, x.q[t] + c);
+        isum[t] = Dot(isum[t], hi, x.q[t] + c + 4);
+      }
+    }
+    BlockStep<T>(x, b, d, isum, acc);
+  }
+}
+
 template <int T>
 void TileInteger(Scheme s, const uint8_t* role, int64_t rows, int64_t cols, int64_t tile, __mmask16 mask,
                  const QuantizedActivation* const* xs, float* const* outs) {
@@ -219,6 +261,9 @@ void TileInteger(Scheme s, const uint8_t* role, int64_t rows, int64_t cols, int6
       break;
     case Scheme::kS4:
       TileS4<T>(codes, scales, cols, x, acc);
+      break;
+    case Scheme::kMxfp4:
+      TileMxfp4<T>(codes, scales, cols, x, acc);
       break;
     default:
       TileS8<T>(codes, scales, cols, x, acc);
@@ -275,10 +320,6 @@ void RoleGemvAvx512(Scheme scheme, const uint8_t* role, int64_t rows, int64_t co
     for (int64_t r = row_begin; r < row_end; ++r) {
       ForTokenGroups(n_tokens, [&]<int T>(int t0) { RowF16<T>(role, cols, r, xs + t0, outs + t0); });
     }
-    return;
-  }
-  if (scheme == Scheme::kMxfp4) {  // no VNNI kernel of its own yet: AVX-512 CPUs have AVX2's
-    RoleGemvAvx2(scheme, role, rows, cols, row_begin, row_end, xs, n_tokens, outs);
     return;
   }
   // Tiles outermost: a tile stays in cache while further token groups reuse it.
