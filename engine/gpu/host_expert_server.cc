@@ -154,10 +154,13 @@ void HostExpertServer::Serve(int64_t request) {
     experts = counter_.Distinct(ids_, n_tokens * k);
   }
   uint64_t used = 0;
-  if (read_layer_ == moe_layer && n_tokens >= 1 && n_tokens <= max_tokens_ && k == k_) {
-    for (int32_t e : read_experts_) used += std::find(ids_, ids_ + n_tokens * k, e) != ids_ + n_tokens * k;
+  for (ReadAheadRecord& r : read_) {
+    if (r.layer != moe_layer) continue;
+    if (n_tokens >= 1 && n_tokens <= max_tokens_ && k == k_) {
+      for (int32_t e : r.experts) used += std::find(ids_, ids_ + n_tokens * k, e) != ids_ + n_tokens * k;
+    }
+    r.layer = -1;
   }
-  read_layer_ = -1;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The rows before the answer; answered even on failure, so the GPU never waits for a request in vain.
   std::atomic_thread_fence(std::memory_order_release);
@@ -204,13 +207,15 @@ void HostExpertServer::ReadAhead() {
     asm volatile("" : : "r"(sink));
     read[j].fetch_add(1, std::memory_order_relaxed);
   });
-  read_layer_ = layer;
-  read_experts_.clear();
+  ReadAheadRecord& record = read_[next_read_];
+  next_read_ = 1 - next_read_;
+  record.layer = layer;
+  record.experts.clear();
   for (size_t j = 0; j < experts.size(); ++j) {
-    if (read[j].load(std::memory_order_relaxed) == tasks_per_blob) read_experts_.push_back(experts[j]);
+    if (read[j].load(std::memory_order_relaxed) == tasks_per_blob) record.experts.push_back(experts[j]);
   }
   absl::MutexLock lock(&mu_);
-  stats_.read_ahead_experts += read_experts_.size();
+  stats_.read_ahead_experts += record.experts.size();
 }
 
 }  // namespace strata::gpu

@@ -104,8 +104,14 @@ class HostExpertServer {
   model::RoutingCounter counter_{1};                 // serving thread only
   int64_t served_ = 0;                               // serving thread only
   int64_t guess_seen_ = 0;                           // serving thread only
-  int32_t read_layer_ = -1;                          // serving thread only: the layer read ahead, its experts
-  std::vector<int32_t> read_experts_;                //   read whole, in expert order
+  // Serving thread only: the last two layers read ahead (the next guess can come before the request of the
+  // layer read ahead last) and the experts of each read whole, in expert order.
+  struct ReadAheadRecord {
+    int32_t layer = -1;
+    std::vector<int32_t> experts;
+  };
+  ReadAheadRecord read_[2];
+  int next_read_ = 0;
 
   mutable absl::Mutex mu_;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;
