@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
       flags.IntList("prefetch-experts", {strata::runtime::DeviceOptions().prefetch_experts});
   const std::string prefetch_start = flags.String("prefetch-start", "after-layer");
   // The host's threads read the guessed misses into the CPU's caches (runtime::DeviceOptions::host_read_ahead).
-  const std::vector<std::string> host_read_ahead = flags.StringList("host-read-ahead", {"on"});
+  const std::vector<std::string> host_read_ahead = flags.StringList("host-read-ahead", {"off"});
   for (const std::string& r : host_read_ahead) {
     if (r != "on" && r != "off") {
       std::fprintf(stderr, "--host-read-ahead: %s is neither on nor off\n", r.c_str());

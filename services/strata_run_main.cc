@@ -48,7 +48,7 @@ ABSL_FLAG(int, prefetch_experts, strata::runtime::DeviceOptions().prefetch_exper
 ABSL_FLAG(bool, pin_arena, true, "page-lock the expert arena for the GPU (--nopin-arena: as if locking were refused)");
 ABSL_FLAG(bool, host_read_ahead, strata::runtime::DeviceOptions().host_read_ahead,
           "decode: the host's expert threads read each layer's likely misses into the CPU's caches ahead, from a "
-          "guess of its routing made one layer early (--nohost-read-ahead: off)");
+          "guess of its routing made one layer early (off by default: slower on the host it was measured on)");
 // Sampling defaults: the engine's one set (runtime::SamplingParams), as the server and strata use.
 ABSL_FLAG(int, max_tokens, strata::runtime::SamplingParams().max_tokens, "tokens to generate at most");
 ABSL_FLAG(double, temperature, strata::runtime::SamplingParams().temperature, "sampling temperature; 0 = greedy");

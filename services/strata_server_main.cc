@@ -73,7 +73,7 @@ ABSL_FLAG(int, prefetch_experts, strata::runtime::DeviceOptions().prefetch_exper
 ABSL_FLAG(bool, pin_arena, true, "page-lock the expert arena for the GPU (--nopin-arena: as if locking were refused)");
 ABSL_FLAG(bool, host_read_ahead, strata::runtime::DeviceOptions().host_read_ahead,
           "decode: the host's expert threads read each layer's likely misses into the CPU's caches ahead, from a "
-          "guess of its routing made one layer early (--nohost-read-ahead: off)");
+          "guess of its routing made one layer early (off by default: slower on the host it was measured on)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
 ABSL_FLAG(std::string, chat_template_file, "",
           "a Jinja chat template used by Chat instead of the model's tokenizer.chat_template");

@@ -203,7 +203,9 @@ void HostExpertServer::ReadAhead() {
     const uint64_t begin = static_cast<uint64_t>(i % tasks_per_blob) * kReadAheadTaskBytes;
     const uint64_t end = std::min(begin + kReadAheadTaskBytes, blob_bytes);
     uint64_t sink = 0;
-    for (uint64_t at = begin; at < end; at += 64) sink ^= *reinterpret_cast<const volatile uint64_t*>(blobs[j] + at);
+    for (uint64_t at = begin; at < end; at += 64) {
+      sink ^= *reinterpret_cast<const volatile uint64_t*>(blobs[j] + at);
+    }
     asm volatile("" : : "r"(sink));
     read[j].fetch_add(1, std::memory_order_relaxed);
   });

@@ -11,9 +11,9 @@
 // without a request; otherwise it sleeps. With read_ahead, a guess of a coming layer's routing posted in the
 // mailbox (kernels/cuda PostGuessToHost) has the idle pool read those experts' blobs, in the order the host's
 // share is taken, into the CPU's caches (on the device host the CPU computes a cache-resident s2 expert about
-// 2.3x as fast as one from DRAM); a request that arrives meanwhile stops the reading at once. Owns the mailbox, the thread and the pool; the arena must outlive
-// it. Arm, Disarm, TakeError and stats may be called from the scheduler thread (one at a time); the device
-// views are read by the GPU.
+// 2.3x as fast as one from DRAM); a request that arrives meanwhile stops the reading at once.
+// Owns the mailbox, the thread and the pool; the arena must outlive it. Arm, Disarm, TakeError and stats may
+// be called from the scheduler thread (one at a time); the device views are read by the GPU.
 
 #include <atomic>
 #include <cstdint>

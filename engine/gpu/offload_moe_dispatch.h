@@ -73,8 +73,9 @@ struct OffloadOptions {
   bool prefetch_after_layer = true;
   // Decode steps with a host share (paths cpu and both): the guess of each layer's routing goes to the host,
   // whose idle threads read the likely misses' blobs into the CPU's caches before the layer's request comes
-  // (HostServerOptions::read_ahead). Needs no VRAM.
-  bool host_read_ahead = true;
+  // (HostServerOptions::read_ahead). Needs no VRAM. Off by default: on the H200 host it made decoding slower
+  // (bench/RESULTS.md, ninth session): the reads take DRAM time the GPU's PCIe reads of the layer before need.
+  bool host_read_ahead = false;
   // The model's expert extras (gpt-oss's biases and clamped activation): `extras` for the host's misses
   // (its biases point into the model's weights, which outlive the dispatch), `device_extras` for the GPU's
   // (null: plain SwiGLU experts).

@@ -91,7 +91,7 @@ struct Offload {
   bool stage_gpu_misses = true;
   int prefetch_experts = 0;
   bool prefetch_after_layer = true;
-  bool host_read_ahead = true;
+  bool host_read_ahead = false;
 };
 
 EngineOptions Options(const std::string& pack, const std::string& device, int max_seqs, const Offload& offload = {}) {
