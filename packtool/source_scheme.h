@@ -10,10 +10,9 @@
 //                      (source_transcode.h): 0 added (q4_0 through the generic fit: 4.8%)
 //   q4_K       -> s4   the same, with the scale and min products rounded to half: 4.3e-4 added
 //   q8_0       -> s8   held exactly (0 added)
-//   mxfp4      -> s8   held exactly, code for code (source_transcode.h): 0 added, at 8.5 bits a weight
-//                      against mxfp4's 4.25 (s4 adds 6.8%, the generic s8 fit 0.5%). --scheme mxfp4 holds it
-//                      exactly at its own 4.25 bits, on the CPU engine only for now: the default stays s8 until
-//                      the CUDA backend has mxfp4 kernels, so that a default pack runs on either device.
+//   mxfp4      -> mxfp4  its codes and exponent bytes carried over byte for byte (source_transcode.h): 0 added
+//                      at 4.25 bits a weight, on the CPU and CUDA engines; --scheme s8 holds it exactly too
+//                      at 8.5 bits (s4 adds 6.8%, the generic s8 fit 0.5%).
 //   q6_K, q5_K -> s8   0.48%, 0.49% added (s4: 7.0%, 6.3%, more than a 4-bit grid can carry)
 //   q3_K, q2_K -> s8   0.41%, 0.44% added; s4 adds 6.3% and 5.0% (its grid of 32 cannot hold two 16-weight
 //                      sub-blocks' scales) for half the size: pass --scheme s4 to choose that

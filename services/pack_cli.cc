@@ -58,9 +58,9 @@ commands:
       Qwen3Moe, Mixtral, DeepseekV2, DeepseekV3, GptOss, Qwen2Moe, Olmoe or Glm4Moe ...ForCausalLM; F16, BF16,
       F32, DeepSeek's FP8 block-scaled and gpt-oss's MXFP4 weights), into a pack directory.
       --scheme auto (the default) picks the scheme that adds the least error to the source's experts: s4
-      for f32, f16, bf16, and for q4_0, q4_1 and q4_K (their codes carried over as they are), s8 for q8_0,
-      mxfp4 (carried over exactly), q6_K, q5_K, q5_0, q5_1, q3_K and q2_K (the most precise one any expert
-      tensor needs). --dense-type
+      for f32, f16, bf16, and for q4_0, q4_1 and q4_K (their codes carried over as they are), mxfp4 for
+      mxfp4 (carried over byte for byte), s8 for q8_0, q6_K, q5_K, q5_0, q5_1, q3_K and q2_K (the most
+      precise one any expert tensor needs). --dense-type
       stores the dense weight matrices (attention, embeddings, output) as f16, bf16 or q8_0 instead of the
       source's type (keep, the default); norms and the router are copied as they are.
   validate DIR [--quick] [--threads N]
