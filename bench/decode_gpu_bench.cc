@@ -130,7 +130,6 @@ struct SummaryRow {
   int64_t slots;
   std::string reads, policy, launches;
   int prefetch;
-  std::string read_ahead;
   int64_t batch;
   double hit_rate, tokens_per_second, bound;
 };
@@ -141,7 +140,7 @@ int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
                              "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
                              "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
-                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--prefetch-experts 0,4] [--prefetch-start after-layer|with-guess] [--host-read-ahead on,off] "
+                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--prefetch-experts 0,4] [--prefetch-start after-layer|with-guess] "
                              "[--preset seed --scheme s2 --router-skew S (to make --pack when it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
@@ -166,14 +165,6 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> prefetch_experts =
       flags.IntList("prefetch-experts", {strata::runtime::DeviceOptions().prefetch_experts});
   const std::string prefetch_start = flags.String("prefetch-start", "after-layer");
-  // The host's threads read the guessed misses into the CPU's caches (runtime::DeviceOptions::host_read_ahead).
-  const std::vector<std::string> host_read_ahead = flags.StringList("host-read-ahead", {"off"});
-  for (const std::string& r : host_read_ahead) {
-    if (r != "on" && r != "off") {
-      std::fprintf(stderr, "--host-read-ahead: %s is neither on nor off\n", r.c_str());
-      return 2;
-    }
-  }
   if (prefetch_start != "after-layer" && prefetch_start != "with-guess") {
     std::fprintf(stderr, "--prefetch-start: '%s' is not after-layer or with-guess\n", prefetch_start.c_str());
     return 2;
@@ -288,26 +279,21 @@ int main(int argc, char** argv) {
     std::string reads;
     std::string dependent;
     int prefetch;
-    std::string read_ahead;
   };
   std::vector<Config> configs;
   for (int64_t slots : vram_experts) {
     for (const std::string& dependent : dependent_launch) {
       if (slots < 0) {
-        configs.push_back({slots, "staged", dependent, 0, "-"});
+        configs.push_back({slots, "staged", dependent, 0});
         continue;
       }
       for (const std::string& reads : miss_reads) {
-        for (int64_t prefetch : prefetch_experts) {
-          for (const std::string& ahead : host_read_ahead) {
-            configs.push_back({slots, reads, dependent, static_cast<int>(prefetch), ahead});
-          }
-        }
+        for (int64_t prefetch : prefetch_experts) configs.push_back({slots, reads, dependent, static_cast<int>(prefetch)});
       }
     }
   }
   std::vector<SummaryRow> summary;
-  for (const auto& [slots, reads, dependent, prefetch, read_ahead] : configs) {
+  for (const auto& [slots, reads, dependent, prefetch] : configs) {
     strata::kernels::cuda::SetDependentLaunch(dependent == "on");
     // With every expert in VRAM the policy decides nothing: that size runs with the first policy only.
     for (size_t policy_index = 0; policy_index < (slots < 0 ? 1 : policies.size()); ++policy_index) {
@@ -326,7 +312,6 @@ int main(int argc, char** argv) {
       eo.device.stage_gpu_misses = reads == "staged";
       eo.device.prefetch_experts = prefetch;
       eo.device.prefetch_after_layer = prefetch_start == "after-layer";
-      eo.device.host_read_ahead = read_ahead == "on";
       strata::bench::Timer load;
       auto engine = Engine::Create(eo);
       if (!engine.ok()) {
@@ -347,8 +332,7 @@ int main(int argc, char** argv) {
                   info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
                   slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
                   cache_policy.c_str(),
-                  slots < 0 ? "" : absl::StrCat(", GPU misses ", reads, ", prefetch ", prefetch, " a layer (", prefetch_start,
-                                                   "), host read-ahead ", read_ahead).c_str(),
+                  slots < 0 ? "" : absl::StrCat(", GPU misses ", reads, ", prefetch ", prefetch, " a layer (", prefetch_start, ")").c_str(),
                   strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off");
       if (!info.device_note.empty()) std::printf("note: %s\n", info.device_note.c_str());
       // Batch 1: hits from HBM, misses by the miss paths; at a hit rate h the bound is
@@ -374,12 +358,6 @@ int main(int argc, char** argv) {
                       experts * static_cast<double>(info.expert_bytes_per_token) /
                           (info.config.n_layer * info.config.n_expert_used) / busy / 1e9,
                       100.0 * waited / requests);
-          const double ahead = static_cast<double>(after.host_read_ahead - before.host_read_ahead);
-          const double used = static_cast<double>(after.host_read_ahead_used - before.host_read_ahead_used);
-          if (ahead > 0) {
-            std::printf("  host read-ahead: %.1f guessed experts read a layer share, %.1f%% of the host's experts\n",
-                        ahead / requests, experts > 0 ? 100.0 * used / experts : 0.0);
-          }
         }
         if (after.guessed > before.guessed) {
           const double guessed = static_cast<double>(after.guessed - before.guessed);
@@ -399,8 +377,8 @@ int main(int argc, char** argv) {
                     (long long)n, r.decode_tps, r.decode_tps / n, h, cache.host_share);
         if (n == 1) strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", bound, "HBM+miss bound");
         summary.push_back({slots, reads, cache_policy,
-                           strata::kernels::cuda::DependentLaunchEnabled() ? "dependent" : "plain", prefetch,
-                           read_ahead, n, h, r.decode_tps, bound});
+                           strata::kernels::cuda::DependentLaunchEnabled() ? "dependent" : "plain", prefetch, n, h,
+                           r.decode_tps, bound});
       }
       for (int64_t p : prefill) {
         RunConcurrent(**engine, 1, static_cast<int>(p), 1);  // warm up this prompt length
@@ -416,14 +394,13 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\ndecode by cache size and policy (router skew %g):\n", pack_skew);
-  std::printf("  %12s %-8s %-10s %-9s %8s %10s %5s %8s %10s %10s\n", "vram experts", "misses", "policy", "launches",
-              "prefetch", "read-ahead", "batch", "hit rate", "tokens/s", "bound");
+  std::printf("  %12s %-8s %-10s %-9s %8s %5s %8s %10s %10s\n", "vram experts", "misses", "policy", "launches",
+              "prefetch", "batch", "hit rate", "tokens/s", "bound");
   for (const SummaryRow& row : summary) {
     // The bound is batch 1's (HBM + miss paths at that hit rate).
-    std::printf("  %12s %-8s %-10s %-9s %8d %10s %5lld %8.3f %10.1f %10s\n",
+    std::printf("  %12s %-8s %-10s %-9s %8d %5lld %8.3f %10.1f %10s\n",
                 row.slots < 0 ? "all" : std::to_string(row.slots).c_str(), row.slots < 0 ? "-" : row.reads.c_str(),
-                row.policy.c_str(), row.launches.c_str(), row.prefetch, row.read_ahead.c_str(), (long long)row.batch,
-                row.hit_rate, row.tokens_per_second,
+                row.policy.c_str(), row.launches.c_str(), row.prefetch, (long long)row.batch, row.hit_rate, row.tokens_per_second,
                 row.batch == 1 ? absl::StrFormat("%.0f", row.bound).c_str() : "-");
   }
   return 0;

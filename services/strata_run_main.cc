@@ -46,9 +46,6 @@ ABSL_FLAG(int, prefetch_experts, strata::runtime::DeviceOptions().prefetch_exper
           "decode: experts not in VRAM copied ahead per layer, from a guess of its routing made one layer early "
           "(0 = none; copies stop while the guesses are mostly wrong)");
 ABSL_FLAG(bool, pin_arena, true, "page-lock the expert arena for the GPU (--nopin-arena: as if locking were refused)");
-ABSL_FLAG(bool, host_read_ahead, strata::runtime::DeviceOptions().host_read_ahead,
-          "decode: the host's expert threads read each layer's likely misses into the CPU's caches ahead, from a "
-          "guess of its routing made one layer early (off by default: slower on the host it was measured on)");
 // Sampling defaults: the engine's one set (runtime::SamplingParams), as the server and strata use.
 ABSL_FLAG(int, max_tokens, strata::runtime::SamplingParams().max_tokens, "tokens to generate at most");
 ABSL_FLAG(double, temperature, strata::runtime::SamplingParams().temperature, "sampling temperature; 0 = greedy");
@@ -124,7 +121,6 @@ int main(int argc, char** argv) {
   o.engine.device.miss_path = absl::GetFlag(FLAGS_miss_path);
   o.engine.device.pin_arena = absl::GetFlag(FLAGS_pin_arena);
   o.engine.device.prefetch_experts = absl::GetFlag(FLAGS_prefetch_experts);
-  o.engine.device.host_read_ahead = absl::GetFlag(FLAGS_host_read_ahead);
   if (o.engine.device.device != "auto" && o.engine.device.device != "cpu" && o.engine.device.device != "cuda") {
     std::cerr << "strata-run: --device: '" << o.engine.device.device << "' is not auto, cpu or cuda\n";
     return 2;

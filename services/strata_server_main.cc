@@ -71,9 +71,6 @@ ABSL_FLAG(int, prefetch_experts, strata::runtime::DeviceOptions().prefetch_exper
           "decode: experts not in VRAM copied ahead per layer, from a guess of its routing made one layer early "
           "(0 = none; copies stop while the guesses are mostly wrong)");
 ABSL_FLAG(bool, pin_arena, true, "page-lock the expert arena for the GPU (--nopin-arena: as if locking were refused)");
-ABSL_FLAG(bool, host_read_ahead, strata::runtime::DeviceOptions().host_read_ahead,
-          "decode: the host's expert threads read each layer's likely misses into the CPU's caches ahead, from a "
-          "guess of its routing made one layer early (off by default: slower on the host it was measured on)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
 ABSL_FLAG(std::string, chat_template_file, "",
           "a Jinja chat template used by Chat instead of the model's tokenizer.chat_template");
@@ -277,7 +274,6 @@ int main(int argc, char** argv) {
   options.device.miss_path = absl::GetFlag(FLAGS_miss_path);
   options.device.pin_arena = absl::GetFlag(FLAGS_pin_arena);
   options.device.prefetch_experts = absl::GetFlag(FLAGS_prefetch_experts);
-  options.device.host_read_ahead = absl::GetFlag(FLAGS_host_read_ahead);
   // Loading a large pack shows in the log (nothing for one loaded within a second).
   options.experts.on_load_progress = [progress = std::make_shared<strata::services::CountProgress>(
                                           "loading experts", strata::services::CountProgress::Unit::kBytes,

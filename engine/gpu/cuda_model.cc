@@ -124,7 +124,6 @@ absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, cons
     offload.stage_gpu_misses = options.stage_gpu_misses;
     offload.prefetch_experts = options.prefetch_experts;
     offload.prefetch_after_layer = options.prefetch_after_layer;
-    offload.host_read_ahead = options.host_read_ahead;
     offload.extras = extras;
     offload.device_extras = device_extras;
     // The scheduler thread sleeps through a step (below), so the host's expert threads take every core.

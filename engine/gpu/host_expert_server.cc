@@ -1,11 +1,9 @@
 #include "engine/gpu/host_expert_server.h"
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/status_macros.h"
@@ -19,17 +17,13 @@ constexpr int kPoolSpinMicros = 2000;
 // Armed, the serving thread spins this long after its last request, then polls every kIdlePoll.
 constexpr std::chrono::milliseconds kSpinBeforeSleeping{5};
 constexpr std::chrono::microseconds kIdlePoll{50};
-// A read-ahead task: a request waits at most for the tasks under way (about 3 us each from DRAM, a thread
-// reading about 5 GB/s with all 16 reading at once).
-constexpr uint64_t kReadAheadTaskBytes = 16 << 10;
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HostExpertServer>> HostExpertServer::Create(pack::ExpertSource* arena,
                                                                            const kernels::ExpertLayout& layout,
-                                                                           int64_t n_expert,
-                                                                           HostServerOptions options) {
-  const int max_tokens = options.max_tokens, k = options.k, threads = options.threads;
+                                                                           int64_t n_expert, int max_tokens, int k,
+                                                                           int threads, model::ExpertExtras extras) {
   if (arena == nullptr || max_tokens < 1 || k < 1 || threads < 1) {
     return absl::InvalidArgumentError(absl::StrCat("HostExpertServer: needs an arena, max_tokens ", max_tokens,
                                                    " >= 1, k ", k, " >= 1 and threads ", threads, " >= 1"));
@@ -41,25 +35,22 @@ absl::StatusOr<std::unique_ptr<HostExpertServer>> HostExpertServer::Create(pack:
   s->max_tokens_ = max_tokens;
   s->k_ = k;
   s->threads_ = threads;
-  s->read_ahead_ = options.read_ahead;
   const size_t pairs = static_cast<size_t>(max_tokens) * k;
   const size_t n_embd = static_cast<size_t>(layout.n_embd);
   const size_t header = 256;  // keeps the arrays 16-byte aligned
   const size_t ids_bytes = (pairs * sizeof(int32_t) + 255) / 256 * 256;
   const size_t x_bytes = static_cast<size_t>(max_tokens) * n_embd * sizeof(float);
-  const size_t parts_bytes = pairs * n_embd * sizeof(float);
-  ASSIGN_OR_RETURN(s->memory_, kernels::cuda::PinnedBuffer::Allocate(header + ids_bytes + x_bytes + parts_bytes +
-                                                                      pairs * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(s->memory_,
+                   kernels::cuda::PinnedBuffer::Allocate(header + ids_bytes + x_bytes + pairs * n_embd * sizeof(float)));
   uint8_t* base = s->memory_.as<uint8_t>();
   std::fill(base, base + header, uint8_t{0});
   s->mailbox_ = reinterpret_cast<kernels::cuda::HostMailbox*>(base);
   s->ids_ = reinterpret_cast<int32_t*>(base + header);
   s->x_ = reinterpret_cast<float*>(base + header + ids_bytes);
   s->parts_ = reinterpret_cast<float*>(base + header + ids_bytes + x_bytes);
-  s->guess_experts_ = reinterpret_cast<int32_t*>(base + header + ids_bytes + x_bytes + parts_bytes);
   ASSIGN_OR_RETURN(s->pool_, exec::ThreadPool::Create(threads, kPoolSpinMicros));
   s->dispatch_ =
-      std::make_unique<model::CpuMoeDispatch>(arena, layout, n_expert, s->pool_.get(), std::move(options.extras));
+      std::make_unique<model::CpuMoeDispatch>(arena, layout, n_expert, s->pool_.get(), std::move(extras));
   s->counter_ = model::RoutingCounter(n_expert);
   s->thread_ = std::thread([p = s.get()] { p->Loop(); });
   return s;
@@ -120,9 +111,6 @@ void HostExpertServer::Loop() {
         std::atomic_thread_fence(std::memory_order_acquire);  // the request's fields after its number
         Serve(request);
         last_work = std::chrono::steady_clock::now();
-      } else if (read_ahead_ && mailbox_->guess > guess_seen_) {
-        ReadAhead();
-        last_work = std::chrono::steady_clock::now();
       } else if (std::chrono::steady_clock::now() - last_work < kSpinBeforeSleeping) {
         exec::CpuRelax();
       } else {
@@ -153,14 +141,6 @@ void HostExpertServer::Serve(int64_t request) {
     status = dispatch_->Run(batch);
     experts = counter_.Distinct(ids_, n_tokens * k);
   }
-  uint64_t used = 0;
-  for (ReadAheadRecord& r : read_) {
-    if (r.layer != moe_layer) continue;
-    if (n_tokens >= 1 && n_tokens <= max_tokens_ && k == k_) {
-      for (int32_t e : r.experts) used += std::find(ids_, ids_ + n_tokens * k, e) != ids_ + n_tokens * k;
-    }
-    r.layer = -1;
-  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The rows before the answer; answered even on failure, so the GPU never waits for a request in vain.
   std::atomic_thread_fence(std::memory_order_release);
@@ -175,49 +155,6 @@ void HostExpertServer::Serve(int64_t request) {
   stats_.experts += experts;
   stats_.bytes += experts * layout_.weight_bytes();
   stats_.busy_seconds += seconds;
-  stats_.read_ahead_used += used;
-}
-
-void HostExpertServer::ReadAhead() {
-  const int64_t number = mailbox_->guess;
-  std::atomic_thread_fence(std::memory_order_acquire);  // the guess's fields after its number
-  const int32_t layer = mailbox_->guess_layer;
-  const int count = std::clamp(static_cast<int>(mailbox_->guess_count), 0, max_tokens_ * k_);
-  std::vector<int32_t> experts(guess_experts_, guess_experts_ + count);
-  std::atomic_thread_fence(std::memory_order_acquire);
-  guess_seen_ = number;
-  if (mailbox_->guess != number) return;  // overwritten while read: the next turn takes the newer guess
-  const uint64_t blob_bytes = arena_->blob_bytes();
-  const int64_t tasks_per_blob = static_cast<int64_t>((blob_bytes + kReadAheadTaskBytes - 1) / kReadAheadTaskBytes);
-  std::vector<const uint8_t*> blobs(experts.size(), nullptr);
-  for (size_t j = 0; j < experts.size(); ++j) {
-    if (experts[j] < 0 || experts[j] >= n_expert_) continue;
-    absl::StatusOr<const uint8_t*> blob = arena_->Blob(layer, experts[j]);
-    if (blob.ok()) blobs[j] = *blob;  // a bad blob is the request's to report, when it is computed
-  }
-  std::vector<std::atomic<int64_t>> read(experts.size());
-  pool_->ParallelFor(static_cast<int64_t>(experts.size()) * tasks_per_blob, [&](int64_t i) {
-    if (mailbox_->request > served_) return;  // a request came in: it goes first
-    const size_t j = static_cast<size_t>(i / tasks_per_blob);
-    if (blobs[j] == nullptr) return;
-    const uint64_t begin = static_cast<uint64_t>(i % tasks_per_blob) * kReadAheadTaskBytes;
-    const uint64_t end = std::min(begin + kReadAheadTaskBytes, blob_bytes);
-    uint64_t sink = 0;
-    for (uint64_t at = begin; at < end; at += 64) {
-      sink ^= *reinterpret_cast<const volatile uint64_t*>(blobs[j] + at);
-    }
-    asm volatile("" : : "r"(sink));
-    read[j].fetch_add(1, std::memory_order_relaxed);
-  });
-  ReadAheadRecord& record = read_[next_read_];
-  next_read_ = 1 - next_read_;
-  record.layer = layer;
-  record.experts.clear();
-  for (size_t j = 0; j < experts.size(); ++j) {
-    if (read[j].load(std::memory_order_relaxed) == tasks_per_blob) record.experts.push_back(experts[j]);
-  }
-  absl::MutexLock lock(&mu_);
-  stats_.read_ahead_experts += record.experts.size();
 }
 
 }  // namespace strata::gpu

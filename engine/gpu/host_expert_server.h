@@ -8,18 +8,14 @@
 // mailbox and answers. No CUDA call is made on this path: the GPU polls the answer.
 //
 // Between Arm and Disarm (a step) the thread spins on the mailbox, polling every 50 us once 5 ms pass
-// without a request; otherwise it sleeps. With read_ahead, a guess of a coming layer's routing posted in the
-// mailbox (kernels/cuda PostGuessToHost) has the idle pool read those experts' blobs, in the order the host's
-// share is taken, into the CPU's caches (on the device host the CPU computes a cache-resident s2 expert about
-// 2.3x as fast as one from DRAM); a request that arrives meanwhile stops the reading at once.
-// Owns the mailbox, the thread and the pool; the arena must outlive it. Arm, Disarm, TakeError and stats may
-// be called from the scheduler thread (one at a time); the device views are read by the GPU.
+// without a request; otherwise it sleeps. Owns the mailbox, the thread and the pool; the arena must outlive
+// it. Arm, Disarm, TakeError and stats may be called from the scheduler thread (one at a time); the device
+// views are read by the GPU.
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <thread>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -33,21 +29,15 @@
 
 namespace strata::gpu {
 
-struct HostServerOptions {
-  int max_tokens = 1;  // tokens of a request at most, >= 1
-  int k = 1;           // experts a token, >= 1
-  int threads = 1;     // the pool's (the serving thread is one of them), >= 1
-  // The model's expert biases and activation (model::ExpertExtrasOf; its biases must outlive the server), so
-  // that the host computes its misses as the GPU computes its hits.
-  model::ExpertExtras extras;
-  bool read_ahead = false;  // read the blobs of posted guesses ahead (above)
-};
-
 class HostExpertServer {
  public:
+  // Requests of up to max_tokens tokens of k experts each. threads: the pool's (the serving thread is one of
+  // them), >= 1. `extras`: the model's expert biases and activation (model::ExpertExtrasOf; its biases must
+  // outlive the server), so that the host computes its misses as the GPU computes its hits.
   static absl::StatusOr<std::unique_ptr<HostExpertServer>> Create(pack::ExpertSource* arena,
                                                                   const kernels::ExpertLayout& layout,
-                                                                  int64_t n_expert, HostServerOptions options);
+                                                                  int64_t n_expert, int max_tokens, int k,
+                                                                  int threads, model::ExpertExtras extras);
   ~HostExpertServer();  // stops and joins the thread
   HostExpertServer(const HostExpertServer&) = delete;
   HostExpertServer& operator=(const HostExpertServer&) = delete;
@@ -58,7 +48,6 @@ class HostExpertServer {
   // The mailbox as the kernels see it (mapped: host addresses are device addresses).
   kernels::cuda::HostMailbox* mailbox() const { return mailbox_; }
   int32_t* ids() const { return ids_; }
-  int32_t* guess_experts() const { return guess_experts_; }  // max_tokens x k (PostGuessToHost)
   float* x() const { return x_; }
   float* parts() const { return parts_; }
 
@@ -73,8 +62,6 @@ class HostExpertServer {
     uint64_t experts = 0;      // expert computations on the host
     uint64_t bytes = 0;        // expert weight bytes the host read
     double busy_seconds = 0;   // time spent computing
-    uint64_t read_ahead_experts = 0;  // guessed experts whose blobs were read ahead whole
-    uint64_t read_ahead_used = 0;     // experts computed whose blobs had been read ahead
   };
   Stats stats() const;
 
@@ -82,9 +69,6 @@ class HostExpertServer {
   HostExpertServer() = default;
   void Loop();
   void Serve(int64_t request);
-  // Reads the blobs of the latest posted guess (if new and consistent) into the caches, until done or until a
-  // request arrives.
-  void ReadAhead();
 
   pack::ExpertSource* arena_ = nullptr;
   kernels::ExpertLayout layout_;
@@ -92,26 +76,15 @@ class HostExpertServer {
   int max_tokens_ = 0;
   int k_ = 0;
   int threads_ = 1;
-  bool read_ahead_ = false;
   kernels::cuda::PinnedBuffer memory_;
   kernels::cuda::HostMailbox* mailbox_ = nullptr;
   int32_t* ids_ = nullptr;
   float* x_ = nullptr;
   float* parts_ = nullptr;
-  int32_t* guess_experts_ = nullptr;
   std::unique_ptr<exec::ThreadPool> pool_;
   std::unique_ptr<model::CpuMoeDispatch> dispatch_;  // used by the serving thread only
   model::RoutingCounter counter_{1};                 // serving thread only
   int64_t served_ = 0;                               // serving thread only
-  int64_t guess_seen_ = 0;                           // serving thread only
-  // Serving thread only: the last two layers read ahead (the next guess can come before the request of the
-  // layer read ahead last) and the experts of each read whole, in expert order.
-  struct ReadAheadRecord {
-    int32_t layer = -1;
-    std::vector<int32_t> experts;
-  };
-  ReadAheadRecord read_[2];
-  int next_read_ = 0;
 
   mutable absl::Mutex mu_;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;

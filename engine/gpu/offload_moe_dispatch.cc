@@ -69,7 +69,7 @@ int PlanPrefetchSlots(const pack::Pack& pack, int prefetch_experts, bool pinned)
 // host_state_: gpu ids, host ids (max_pairs int32 each), the request counter, the host's pair count, its
 // share.
 struct HostState {
-  size_t host_ids, sequence, host_pairs, share, guesses, total;
+  size_t host_ids, sequence, host_pairs, share, total;
 };
 HostState PlanHostState(int max_pairs) {
   HostState h;
@@ -78,8 +78,7 @@ HostState PlanHostState(int max_pairs) {
   h.sequence = 2 * ids;
   h.host_pairs = h.sequence + sizeof(int64_t);
   h.share = h.host_pairs + sizeof(int32_t);
-  h.guesses = h.share + sizeof(float);  // 8-byte aligned: sequence is 16-byte aligned, 16 bytes before
-  h.total = h.guesses + sizeof(int64_t);
+  h.total = h.share + sizeof(float);
   return h;
 }
 
@@ -171,16 +170,8 @@ absl::StatusOr<std::unique_ptr<OffloadMoeDispatch>> OffloadMoeDispatch::Create(c
   }
 
   if (d->options_.miss_path != model::MissPath::kGpu && options.max_decode > 0) {
-    HostServerOptions host;
-    host.max_tokens = options.max_decode;
-    host.k = k;
-    host.threads = std::max(1, options.host_threads);
-    host.extras = options.extras;
-    host.read_ahead = options.host_read_ahead;
-    ASSIGN_OR_RETURN(d->host_, HostExpertServer::Create(arena, d->layout_, d->n_expert_, std::move(host)));
-    if (options.host_read_ahead) {
-      CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&d->guess_posted_, cudaEventDisableTiming), "cudaEventCreate");
-    }
+    ASSIGN_OR_RETURN(d->host_, HostExpertServer::Create(arena, d->layout_, d->n_expert_, options.max_decode, k,
+                                                        std::max(1, options.host_threads), options.extras));
     const HostState h = PlanHostState(options.max_decode * k);
     ASSIGN_OR_RETURN(d->host_state_, DeviceBuffer::Allocate(h.total));
     CUDA_RETURN_IF_ERROR(cudaMemset(d->host_state_.data(), 0, h.total), "clearing the host path's state");
@@ -239,7 +230,7 @@ OffloadMoeDispatch::~OffloadMoeDispatch() {
   host_.reset();
   for (cudaEvent_t e : staged_) cudaEventDestroy(e);
   for (cudaEvent_t e : freed_) cudaEventDestroy(e);
-  for (cudaEvent_t e : {prefetch_done_[0], prefetch_done_[1], layer_done_, guess_posted_}) {
+  for (cudaEvent_t e : {prefetch_done_[0], prefetch_done_[1], layer_done_}) {
     if (e != nullptr) cudaEventDestroy(e);
   }
   if (compute_done_ != nullptr) cudaEventDestroy(compute_done_);
@@ -252,10 +243,6 @@ absl::Status OffloadMoeDispatch::Run(const model::MoeBatch& batch) {
   }
   stream_ = static_cast<cudaStream_t>(batch.stream);
   const auto* table = table_.as<const uint8_t* const>() + batch.moe_layer * n_expert_;
-  if (posted_guess_layer_ == batch.moe_layer) {
-    posted_guess_layer_ = -1;
-    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, guess_posted_, 0), "joining the guess posted to the host");
-  }
   if (n_prefetch_ > 0 && prefetch_set_[batch.moe_layer] >= 0) {
     // The layer's table with the experts copied ahead, once the copies have landed.
     const int set = prefetch_set_[batch.moe_layer];
@@ -306,39 +293,17 @@ bool OffloadMoeDispatch::StreamsPairs(int n_tokens, int k) const {
 
 bool OffloadMoeDispatch::WantsRoutingGuess(int n_tokens) const {
   const int k = static_cast<int>(pack_->manifest().geometry().n_expert_used());
-  if (n_tokens < 1 || n_tokens > options_.max_decode || StreamsPairs(n_tokens, k)) return false;
-  return (n_prefetch_ > 0 && int64_t{n_tokens} * k <= kernels::cuda::kMaxStagePairs) ||
-         (ReadsAheadOnHost() && n_tokens <= host_->max_tokens());
+  return n_prefetch_ > 0 && n_tokens >= 1 && n_tokens <= options_.max_decode &&
+         int64_t{n_tokens} * k <= kernels::cuda::kMaxStagePairs && !StreamsPairs(n_tokens, k);
 }
 
 absl::Status OffloadMoeDispatch::Prefetch(const model::RoutingGuess& guess) {
-  const int64_t n_moe = static_cast<int64_t>(n_blobs_ / n_expert_);
-  if (!WantsRoutingGuess(guess.n_tokens) || guess.moe_layer < 0 || guess.moe_layer >= n_moe ||
+  if (n_prefetch_ == 0 || guess.moe_layer < 0 || guess.moe_layer >= static_cast<int64_t>(prefetch_set_.size()) ||
       guess.ids_device == nullptr || guess.stream == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("Prefetch: a guess of moe layer ", guess.moe_layer, " of ",
-                                                   guess.n_tokens, " tokens the dispatch did not ask for (", n_moe,
-                                                   " layers, ", n_prefetch_, " prefetch slots, host read-ahead ",
-                                                   ReadsAheadOnHost() ? "on" : "off", ")"));
+    return absl::InvalidArgumentError(absl::StrCat("Prefetch: a guess of moe layer ", guess.moe_layer,
+                                                   " the dispatch did not ask for (", prefetch_set_.size(),
+                                                   " layers, ", n_prefetch_, " prefetch slots)"));
   }
-  if (ReadsAheadOnHost() && guess.n_tokens <= host_->max_tokens()) {
-    const HostState h = PlanHostState(host_->max_tokens() * guess.k);
-    kernels::cuda::HostGuessArgs a;
-    a.guess = guess.ids_device;
-    a.n_tokens = guess.n_tokens;
-    a.k = guess.k;
-    a.blobs = table_.as<const uint8_t* const>() + guess.moe_layer * n_expert_;
-    a.n_expert = static_cast<int>(n_expert_);
-    a.host_begin = arena_;
-    a.host_end = arena_end_;
-    a.moe_layer = static_cast<int>(guess.moe_layer);
-    a.sequence = reinterpret_cast<int64_t*>(host_state_.as<uint8_t>() + h.guesses);
-    a.mailbox = host_->mailbox();
-    a.mailbox_experts = host_->guess_experts();
-    RETURN_IF_ERROR(kernels::cuda::PostGuessToHost(a, static_cast<cudaStream_t>(guess.stream)));
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(guess_posted_, static_cast<cudaStream_t>(guess.stream)), "cudaEventRecord");
-    posted_guess_layer_ = guess.moe_layer;
-  }
-  if (n_prefetch_ == 0 || int64_t{guess.n_tokens} * guess.k > kernels::cuda::kMaxStagePairs) return absl::OkStatus();
   const uint64_t blob_bytes = pack_->manifest().blob_bytes();
   const int set = static_cast<int>(guess.moe_layer % 2);
   kernels::cuda::PrefetchArgs a;
@@ -521,8 +486,6 @@ model::CacheReport OffloadMoeDispatch::cache() const {
     r.host_experts = h.experts;
     r.host_requests = h.requests;
     r.host_busy_seconds = h.busy_seconds;
-    r.host_read_ahead = h.read_ahead_experts;
-    r.host_read_ahead_used = h.read_ahead_used;
     r.gpu_waited_for_host = static_cast<uint64_t>(host_->mailbox()->waited);
   }
   return r;
@@ -540,7 +503,6 @@ absl::Status OffloadMoeDispatch::BeforeStep() {
   // A step that failed between a guess and its layer's Run leaves neither a table nor copies for this one.
   std::fill(prefetch_set_.begin(), prefetch_set_.end(), -1);
   pending_stream_ = nullptr;
-  posted_guess_layer_ = -1;
   // Publish the fills that have landed; later ones stay misses until they do.
   for (size_t i = 0; i < pending_.size();) {
     const cudaError_t q = cudaEventQuery(pending_[i].done);

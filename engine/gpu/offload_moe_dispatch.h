@@ -71,11 +71,6 @@ struct OffloadOptions {
   // take PCIe and DRAM time that would otherwise idle through the dense blocks), or as soon as the guess
   // is made, during that layer's experts (false).
   bool prefetch_after_layer = true;
-  // Decode steps with a host share (paths cpu and both): the guess of each layer's routing goes to the host,
-  // whose idle threads read the likely misses' blobs into the CPU's caches before the layer's request comes
-  // (HostServerOptions::read_ahead). Needs no VRAM. Off by default: on the H200 host it made decoding slower
-  // (bench/RESULTS.md, ninth session): the reads take DRAM time the GPU's PCIe reads of the layer before need.
-  bool host_read_ahead = false;
   // The model's expert extras (gpt-oss's biases and clamped activation): `extras` for the host's misses
   // (its biases point into the model's weights, which outlive the dispatch), `device_extras` for the GPU's
   // (null: plain SwiGLU experts).
@@ -99,9 +94,6 @@ class OffloadMoeDispatch : public model::MoeDispatch {
 
   // Device bytes Create takes besides the slots, for steps of max_tokens tokens and decode steps of
   // max_decode, with prefetch_experts (OffloadOptions).
-  // Whether decode steps post their routing guesses to the host (OffloadOptions::host_read_ahead).
-  bool ReadsAheadOnHost() const { return host_ != nullptr && options_.host_read_ahead; }
-
   static uint64_t FixedDeviceBytes(const pack::Pack& pack, int max_tokens, int max_decode, int prefetch_experts);
 
   std::string_view device() const override { return "cuda"; }
@@ -207,10 +199,6 @@ class OffloadMoeDispatch : public model::MoeDispatch {
   std::vector<int> prefetch_set_;
   cudaEvent_t prefetch_done_[2] = {nullptr, nullptr};
   cudaEvent_t layer_done_ = nullptr;
-  // Host read-ahead: the guess posted to the host, recorded on the guess's side stream and joined by the
-  // guessed layer's Run (a captured step must join every fork).
-  cudaEvent_t guess_posted_ = nullptr;
-  int64_t posted_guess_layer_ = -1;
   // The guess whose copies are not enqueued yet, on pending_stream_ (null: none).
   kernels::cuda::PrefetchArgs pending_prefetch_;
   cudaStream_t pending_stream_ = nullptr;

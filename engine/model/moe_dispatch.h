@@ -68,8 +68,6 @@ struct CacheReport {
   uint64_t host_experts = 0;  // expert computations done by host threads so far
   uint64_t host_requests = 0;  // layers whose share the host computed
   double host_busy_seconds = 0;  // the host's time computing them
-  uint64_t host_read_ahead = 0;       // guessed experts whose blobs the host read ahead whole
-  uint64_t host_read_ahead_used = 0;  // host expert computations whose blob had been read ahead
   // Guesses of a layer's routing made one layer early (RoutingGuess): the missed experts they named (at most
   // the prefetch limit a layer), how many of those the layer then routed, and of them the experts copied
   // into VRAM ahead (when the guesses were right often enough to pay) and the copies used.

@@ -125,7 +125,6 @@ absl::StatusOr<LoadedModel> LoadModel(
     o.stage_gpu_misses = options.stage_gpu_misses;
     o.prefetch_experts = options.prefetch_experts;
     o.prefetch_after_layer = options.prefetch_after_layer;
-    o.host_read_ahead = options.host_read_ahead;
     ASSIGN_OR_RETURN(const gpu::VramPlan plan, gpu::PlanVram(pack, m.config(), m.weights(), o));
     ASSIGN_OR_RETURN(o.cache, ExpertCacheOptions(pack, options, plan.slots));
     if (!plan.all_experts) {

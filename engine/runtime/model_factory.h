@@ -35,9 +35,6 @@ struct DeviceOptions {
   // (gpu::OffloadOptions::prefetch_experts); 0: none. At most kMaxPrefetchExperts.
   int prefetch_experts = 0;
   bool prefetch_after_layer = true;  // gpu::OffloadOptions::prefetch_after_layer
-  // The host's expert threads read a decode layer's likely misses into the CPU's caches ahead, from the same
-  // guess (gpu::OffloadOptions::host_read_ahead; off by default, measured slower on the H200 host).
-  bool host_read_ahead = false;
 };
 
 // OK when the options name a known device, cache policy and miss path, vram_gib is a finite number >= 0 (at most

@@ -49,21 +49,26 @@ __global__ void SelectStagedKernel(const int32_t* ids, int n_pairs, const Staged
   out[p] = staged ? e : -1;
 }
 
-// For one block of kSplitThreads: flag[e] (shared, n_expert ints) = 0 for experts that none of the pairs
-// names on the host, else 1 + the expert's rank among those, in expert order. Returns their number.
-__device__ int RankHostMisses(const int32_t* ids, int n_pairs, const uint8_t* const* blobs, int n_expert,
-                              const uint8_t* host_begin, const uint8_t* host_end, int32_t* flag, int32_t* scan) {
+// One block. flag[e] (shared): 0 for experts not missed by this layer's pairs, else 1 + the expert's rank
+// among the missed experts in expert order.
+__global__ void __launch_bounds__(kSplitThreads) SplitForHostKernel(const HostSplitArgs a) {
+  WaitForPriorKernels();
+  extern __shared__ int32_t flag[];
+  __shared__ int32_t scan[kSplitThreads];
+  __shared__ int32_t s_host_pairs;
   const int tid = threadIdx.x;
-  for (int e = tid; e < n_expert; e += kSplitThreads) flag[e] = 0;
+  const int n_pairs = a.n_tokens * a.k;
+  for (int e = tid; e < a.n_expert; e += kSplitThreads) flag[e] = 0;
+  if (tid == 0) s_host_pairs = 0;
   __syncthreads();
   for (int p = tid; p < n_pairs; p += kSplitThreads) {
-    const int32_t e = ids[p];
-    if (e >= 0 && e < n_expert && OnHost(blobs[e], host_begin, host_end)) flag[e] = 1;
+    const int32_t e = a.ids[p];
+    if (e >= 0 && e < a.n_expert && OnHost(a.blobs[e], a.host_begin, a.host_end)) flag[e] = 1;
   }
   __syncthreads();
   // Ranks: each thread owns a contiguous range of experts; an inclusive scan over the threads' counts.
-  const int per_thread = (n_expert + kSplitThreads - 1) / kSplitThreads;
-  const int e_begin = min(tid * per_thread, n_expert), e_end = min(e_begin + per_thread, n_expert);
+  const int per_thread = (a.n_expert + kSplitThreads - 1) / kSplitThreads;
+  const int e_begin = min(tid * per_thread, a.n_expert), e_end = min(e_begin + per_thread, a.n_expert);
   int mine = 0;
   for (int e = e_begin; e < e_end; ++e) mine += flag[e];
   scan[tid] = mine;
@@ -80,19 +85,6 @@ __device__ int RankHostMisses(const int32_t* ids, int n_pairs, const uint8_t* co
     if (flag[e] != 0) flag[e] = 1 + rank++;
   }
   __syncthreads();
-  return misses;
-}
-
-// One block.
-__global__ void __launch_bounds__(kSplitThreads) SplitForHostKernel(const HostSplitArgs a) {
-  WaitForPriorKernels();
-  extern __shared__ int32_t flag[];
-  __shared__ int32_t scan[kSplitThreads];
-  __shared__ int32_t s_host_pairs;
-  const int tid = threadIdx.x;
-  const int n_pairs = a.n_tokens * a.k;
-  if (tid == 0) s_host_pairs = 0;
-  const int misses = RankHostMisses(a.ids, n_pairs, a.blobs, a.n_expert, a.host_begin, a.host_end, flag, scan);
   const float share = fminf(fmaxf(*a.host_share, 0.0f), 1.0f);
   int host_experts = static_cast<int>(share * static_cast<float>(misses) + 0.5f);
   if (host_experts < a.min_host_experts) host_experts = 0;
@@ -123,29 +115,6 @@ __global__ void __launch_bounds__(kSplitThreads) SplitForHostKernel(const HostSp
     *a.sequence = request;
     __threadfence_system();
     a.mailbox->request = request;
-  }
-}
-
-// One block: the guess's distinct experts on the host into mailbox_experts in expert order, then the guess's
-// number (after a system-wide fence, as a request's).
-__global__ void __launch_bounds__(kSplitThreads) PostGuessToHostKernel(const HostGuessArgs a) {
-  WaitForPriorKernels();
-  extern __shared__ int32_t flag[];
-  __shared__ int32_t scan[kSplitThreads];
-  const int count = RankHostMisses(a.guess, a.n_tokens * a.k, a.blobs, a.n_expert, a.host_begin, a.host_end, flag,
-                                   scan);
-  for (int e = threadIdx.x; e < a.n_expert; e += kSplitThreads) {
-    if (flag[e] != 0) a.mailbox_experts[flag[e] - 1] = e;
-  }
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    a.mailbox->guess_layer = a.moe_layer;
-    a.mailbox->guess_count = count;
-    const int64_t number = *a.sequence + 1;
-    *a.sequence = number;
-    __threadfence_system();
-    a.mailbox->guess = number;
   }
 }
 
@@ -390,21 +359,6 @@ absl::Status SplitForHost(const HostSplitArgs& a, cudaStream_t stream) {
   }
   if (a.n_tokens == 0) return absl::OkStatus();
   return LaunchKernel("SplitForHostKernel", SplitForHostKernel, 1, kSplitThreads,
-                      static_cast<size_t>(a.n_expert) * sizeof(int32_t), stream, a);
-}
-
-absl::Status PostGuessToHost(const HostGuessArgs& a, cudaStream_t stream) {
-  const void* required[] = {a.guess, a.blobs, a.sequence, a.mailbox, a.mailbox_experts};
-  for (const void* p : required) {
-    if (p == nullptr) return absl::InvalidArgumentError("PostGuessToHost: a required pointer is null");
-  }
-  if (a.n_expert < 1 || a.n_expert > kMaxSplitExperts || a.n_tokens < 1 || a.k < 1 ||
-      int64_t{a.n_tokens} * a.k > kMaxSplitPairs) {
-    return absl::InvalidArgumentError(absl::StrCat("PostGuessToHost: n_expert ", a.n_expert, " (1..", kMaxSplitExperts,
-                                                   ") or n_tokens ", a.n_tokens, " x k ", a.k, " (1 .. ",
-                                                   kMaxSplitPairs, " pairs) out of range"));
-  }
-  return LaunchKernel("PostGuessToHostKernel", PostGuessToHostKernel, 1, kSplitThreads,
                       static_cast<size_t>(a.n_expert) * sizeof(int32_t), stream, a);
 }
 

@@ -101,11 +101,6 @@ struct HostMailbox {
   volatile int32_t timed_out;  // set by the GPU when the host did not answer within the timeout
   volatile int64_t waited;
   volatile int64_t posted;
-  // A guess of a coming layer's routing (PostGuessToHost), for the host to read its likely share into its
-  // caches while the GPU works: `guess` (its number, written last) grows with each guess.
-  volatile int64_t guess;
-  volatile int32_t guess_layer;
-  volatile int32_t guess_count;  // experts in the mailbox's guess array
 };
 
 struct HostSplitArgs {
@@ -140,27 +135,6 @@ struct HostSplitArgs {
 // when the host has any, posts a request (the activations, the ids, then the request number). One block;
 // n_expert <= 8192, n_tokens * k <= 65536.
 absl::Status SplitForHost(const HostSplitArgs& args, cudaStream_t stream);
-
-struct HostGuessArgs {
-  const int32_t* guess = nullptr;  // n_tokens x k expert ids (model::RoutingGuess)
-  int n_tokens = 0;
-  int k = 0;
-  const uint8_t* const* blobs = nullptr;  // the guessed layer's table, n_expert entries
-  int n_expert = 0;
-  const uint8_t* host_begin = nullptr;
-  const uint8_t* host_end = nullptr;
-  int moe_layer = 0;
-  int64_t* sequence = nullptr;  // one device counter: guesses posted
-  // Mapped host memory.
-  HostMailbox* mailbox = nullptr;
-  int32_t* mailbox_experts = nullptr;  // n_tokens x k capacity
-};
-
-// Posts a guess of a layer's routing to the host: the distinct experts it names whose blobs are on the host,
-// in expert order (the order SplitForHost hands the host its share in), their count and layer, then (after a
-// system-wide fence) the guess's number. The host reads the array only between two reads of an unchanged
-// number. One block; n_expert <= 8192, n_tokens * k <= 65536.
-absl::Status PostGuessToHost(const HostGuessArgs& args, cudaStream_t stream);
 
 // Waits until the host has answered the request SplitForHost posted for this layer (if any) and copies
 // its result rows mailbox_parts[p] (mapped host memory, n_tokens x k x n_embd) into parts[p] for the

@@ -91,7 +91,6 @@ struct Offload {
   bool stage_gpu_misses = true;
   int prefetch_experts = 0;
   bool prefetch_after_layer = true;
-  bool host_read_ahead = false;
 };
 
 EngineOptions Options(const std::string& pack, const std::string& device, int max_seqs, const Offload& offload = {}) {
@@ -108,7 +107,6 @@ EngineOptions Options(const std::string& pack, const std::string& device, int ma
   o.device.stage_gpu_misses = offload.stage_gpu_misses;
   o.device.prefetch_experts = offload.prefetch_experts;
   o.device.prefetch_after_layer = offload.prefetch_after_layer;
-  o.device.host_read_ahead = offload.host_read_ahead;
   return o;
 }
 
@@ -571,46 +569,6 @@ TEST(GpuOffloadPrefetchTest, CopiesAheadChangeNoResultAndAreCounted) {
       EXPECT_LE(used, copied);
       EXPECT_LE(used, right);
     }
-  }
-}
-
-// The host's threads read each decode layer's guessed misses into the CPU's caches before the layer's request
-// (on by default): with the host computing every miss the results are the bits of reading nothing ahead (the
-// same experts from the same bytes); the engine counts the experts read ahead and, of the host's, those read
-// ahead; off, it reads none.
-TEST(GpuOffloadReadAheadTest, ReadingAheadChangesNoResultAndIsCounted) {
-  const std::string pack = Packs::Get().Pack("qwen3moe", "small", kernels::Scheme::kS4);
-  std::vector<std::vector<GenerationResult>> results;
-  for (bool read_ahead : {true, false}) {
-    SCOPED_TRACE(read_ahead ? "read-ahead on" : "read-ahead off");
-    Offload offload{0, "lru", "cpu"};
-    offload.host_read_ahead = read_ahead;
-    auto engine = Engine::Create(Options(pack, "cuda", 4, offload));
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    const int64_t n_vocab = (*engine)->info().config.n_vocab;
-    const model::CacheReport before = (*engine)->stats().cache;
-    results.push_back(RunAll(**engine, {Prompt(3, 6, n_vocab), Prompt(4, 9, n_vocab)}, 24, true));
-    for (const GenerationResult& r : results.back()) ASSERT_TRUE(r.status.ok()) << r.status;
-    const model::CacheReport after = (*engine)->stats().cache;
-    const uint64_t ahead = after.host_read_ahead - before.host_read_ahead;
-    const uint64_t used = after.host_read_ahead_used - before.host_read_ahead_used;
-    const uint64_t computed = after.host_experts - before.host_experts;
-    std::printf("read-ahead %s: %llu experts read ahead, %llu of the host's %llu computations read ahead\n",
-                read_ahead ? "on" : "off", (unsigned long long)ahead, (unsigned long long)used,
-                (unsigned long long)computed);
-    EXPECT_GT(computed, 0u);
-    if (read_ahead) {
-      EXPECT_GT(ahead, 0u);
-      EXPECT_GT(used, 0u);
-      EXPECT_LE(used, computed);
-    } else {
-      EXPECT_EQ(ahead, 0u);
-      EXPECT_EQ(used, 0u);
-    }
-  }
-  for (size_t i = 0; i < results[0].size(); ++i) {
-    EXPECT_EQ(results[0][i].tokens, results[1][i].tokens) << "sequence " << i;
-    EXPECT_EQ(results[0][i].prompt_logits, results[1][i].prompt_logits) << "sequence " << i;
   }
 }
 

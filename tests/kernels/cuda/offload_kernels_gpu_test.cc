@@ -137,62 +137,6 @@ TEST(SplitForHostTest, GivesTheHostTheFirstMissesAndNothingBelowTheMinimum) {
   }
 }
 
-// PostGuessToHost posts the distinct experts a guess names on the host, in expert order (the order SplitForHost
-// hands out the host's share), their count and layer, and a guess number one above the last.
-TEST(PostGuessToHostTest, PostsTheGuessedMissesInExpertOrderUnderANewNumber) {
-  constexpr int kExperts = 8, kResident = 4, kTokens = 2, kK = 4, kPairs = kTokens * kK;
-  Layer layer(kExperts, kResident, 256);  // experts 4..7 live in host memory
-  DeviceBuffer guess = Unwrap(DeviceBuffer::Allocate(kPairs * sizeof(int32_t)));
-  DeviceBuffer sequence = Unwrap(DeviceBuffer::Allocate(sizeof(int64_t)));
-  PinnedBuffer mailbox = Unwrap(PinnedBuffer::Allocate(sizeof(HostMailbox)));
-  PinnedBuffer experts = Unwrap(PinnedBuffer::Allocate(kPairs * sizeof(int32_t)));
-  std::memset(mailbox.data(), 0, sizeof(HostMailbox));
-  const int64_t kLastGuess = 41;
-  Check(cudaMemcpy(sequence.data(), &kLastGuess, sizeof(int64_t), cudaMemcpyHostToDevice), "sequence");
-  struct Case {
-    std::vector<int32_t> guess;
-    std::vector<int32_t> posted;
-  };
-  const Case cases[] = {
-      {{7, 1, 5, 2, 5, 0, 4, 7}, {4, 5, 7}},          // repeats and resident experts left out
-      {{0, 1, 2, 3, 3, 2, 1, 0}, {}},                 // every guessed expert in VRAM: an empty guess
-      {{6, 5, 4, 7, -1, 9, 6, 5}, {4, 5, 6, 7}},      // ids outside the layer left out
-  };
-  int64_t number = kLastGuess;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(absl::StrCat("guess ", c.guess[0], ", ", c.guess[1], ", ..."));
-    Check(cudaMemcpy(guess.data(), c.guess.data(), kPairs * sizeof(int32_t), cudaMemcpyHostToDevice), "guess");
-    std::fill_n(experts.as<int32_t>(), kPairs, -2);
-    HostGuessArgs a;
-    a.guess = guess.as<int32_t>();
-    a.n_tokens = kTokens;
-    a.k = kK;
-    a.blobs = layer.device_table();
-    a.n_expert = kExperts;
-    a.host_begin = layer.host_begin();
-    a.host_end = layer.host_end();
-    a.moe_layer = 3;
-    a.sequence = sequence.as<int64_t>();
-    a.mailbox = mailbox.as<HostMailbox>();
-    a.mailbox_experts = experts.as<int32_t>();
-    const absl::Status s = PostGuessToHost(a, nullptr);
-    ASSERT_TRUE(s.ok()) << s;
-    Check(cudaDeviceSynchronize(), "post");
-    const HostMailbox* m = mailbox.as<HostMailbox>();
-    EXPECT_EQ(m->guess, ++number);
-    EXPECT_EQ(m->guess_layer, 3);
-    ASSERT_EQ(m->guess_count, static_cast<int32_t>(c.posted.size()));
-    EXPECT_EQ(std::vector<int32_t>(experts.as<int32_t>(), experts.as<int32_t>() + c.posted.size()), c.posted);
-    // Nothing past the count is written.
-    for (size_t j = c.posted.size(); j < kPairs; ++j) EXPECT_EQ(experts.as<int32_t>()[j], -2) << "entry " << j;
-    // The requests' fields are left alone.
-    EXPECT_EQ(m->request, 0);
-    EXPECT_EQ(m->posted, 0);
-  }
-  HostGuessArgs bad;
-  EXPECT_FALSE(PostGuessToHost(bad, nullptr).ok());
-}
-
 TEST(StageMissesTest, CopiesTheRoutedMissesInExpertOrderAndPointsTheTableAtThem) {
   constexpr int kExperts = 24, kResident = 6;
   constexpr uint64_t kBlobBytes = 4096 + 48;  // not a multiple of the copy's stride
