@@ -117,6 +117,8 @@ void TranscodeMxfp4ToMxfp4(const uint8_t* source, int64_t rows, int64_t cols, ui
   namespace layout = kernels::layout;
   constexpr kernels::Scheme kScheme = kernels::Scheme::kMxfp4;
   const int64_t groups = cols / kGroup;
+  // sum w^2, in the same pass: a block's d^2 times its sum of L^2 (exact integers, d a power of two).
+  kernels::QuantizeError local;
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* block = source + r * groups * 17;
     for (int64_t g = 0; g < groups; ++g, block += 17) {
@@ -131,19 +133,14 @@ void TranscodeMxfp4ToMxfp4(const uint8_t* source, int64_t rows, int64_t cols, ui
         }
       }
       dst[layout::ScaleOffset(kScheme, rows, cols, r, g)] = block[0];
+      int32_t levels2 = 0;
+      for (int j = 0; j < 16; ++j) {
+        const int lo = kernels::kMxfp4Levels[qs[j] & 0x0F], hi = kernels::kMxfp4Levels[qs[j] >> 4];
+        levels2 += lo * lo + hi * hi;
+      }
+      const double d = kernels::Mxfp4Scale(block[0]);
+      local.ref2 += d * d * levels2;
     }
-  }
-  // sum w^2 = sum over blocks of d^2 times the block's sum of L^2 (exact integers, d a power of two).
-  kernels::QuantizeError local;
-  for (int64_t b = 0; b < rows * groups; ++b) {
-    const uint8_t* block = source + b * 17;
-    int32_t levels2 = 0;
-    for (int j = 1; j < 17; ++j) {
-      const int lo = kernels::kMxfp4Levels[block[j] & 0x0F], hi = kernels::kMxfp4Levels[block[j] >> 4];
-      levels2 += lo * lo + hi * hi;
-    }
-    const double d = kernels::Mxfp4Scale(block[0]);
-    local.ref2 += d * d * levels2;
   }
   error->Merge(local);
 }
