@@ -39,6 +39,7 @@
 #include "engine/model/expert_cache_policy.h"
 #include "engine/pack/routing_profile.h"
 #include "engine/runtime/engine.h"
+#include "kernels/cuda/dense_kernels.h"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "packtool/routing_profiler.h"
@@ -140,7 +141,7 @@ int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
                              "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
                              "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
-                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--prefetch-experts 0,4] [--prefetch-start after-layer|with-guess] "
+                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--prompt-math split-tf32,fp32] [--prefetch-experts 0,4] [--prefetch-start after-layer|with-guess] "
                              "[--preset seed --scheme s2 --router-skew S (to make --pack when it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
@@ -160,6 +161,8 @@ int main(int argc, char** argv) {
   // Kernels launched with programmatic dependent launch (on) or plainly (off); every configuration runs
   // once per item.
   const std::vector<std::string> dependent_launch = flags.StringList("dependent-launch", {"on"});
+  // How prompt steps multiply the dense weights (kernels::cuda::PromptMath); every configuration runs once per item.
+  const std::vector<std::string> prompt_maths = flags.StringList("prompt-math", {"split-tf32"});
   // Decode experts copied ahead per layer from a guess of its routing (runtime::DeviceOptions::prefetch_experts);
   // each cache size with misses runs once per item.
   const std::vector<int64_t> prefetch_experts =
@@ -210,6 +213,12 @@ int main(int argc, char** argv) {
   for (const std::string& d : dependent_launch) {
     if (d != "on" && d != "off") {
       std::fprintf(stderr, "--dependent-launch: %s is neither on nor off\n", d.c_str());
+      return 2;
+    }
+  }
+  for (const std::string& m : prompt_maths) {
+    if (m != "split-tf32" && m != "fp32") {
+      std::fprintf(stderr, "--prompt-math: %s is neither split-tf32 nor fp32\n", m.c_str());
       return 2;
     }
   }
@@ -279,22 +288,29 @@ int main(int argc, char** argv) {
     std::string reads;
     std::string dependent;
     int prefetch;
+    std::string prompt_math;
   };
   std::vector<Config> configs;
   for (int64_t slots : vram_experts) {
     for (const std::string& dependent : dependent_launch) {
-      if (slots < 0) {
-        configs.push_back({slots, "staged", dependent, 0});
-        continue;
-      }
-      for (const std::string& reads : miss_reads) {
-        for (int64_t prefetch : prefetch_experts) configs.push_back({slots, reads, dependent, static_cast<int>(prefetch)});
+      for (const std::string& math : prompt_maths) {
+        if (slots < 0) {
+          configs.push_back({slots, "staged", dependent, 0, math});
+          continue;
+        }
+        for (const std::string& reads : miss_reads) {
+          for (int64_t prefetch : prefetch_experts) {
+            configs.push_back({slots, reads, dependent, static_cast<int>(prefetch), math});
+          }
+        }
       }
     }
   }
   std::vector<SummaryRow> summary;
-  for (const auto& [slots, reads, dependent, prefetch] : configs) {
+  for (const auto& [slots, reads, dependent, prefetch, prompt_math] : configs) {
     strata::kernels::cuda::SetDependentLaunch(dependent == "on");
+    strata::kernels::cuda::SetPromptMath(prompt_math == "fp32" ? strata::kernels::cuda::PromptMath::kFp32
+                                                               : strata::kernels::cuda::PromptMath::kSplitTf32);
     // With every expert in VRAM the policy decides nothing: that size runs with the first policy only.
     for (size_t policy_index = 0; policy_index < (slots < 0 ? 1 : policies.size()); ++policy_index) {
       const std::string& cache_policy = policies[policy_index];
@@ -327,13 +343,13 @@ int main(int argc, char** argv) {
                   (long long)info.config.n_expert, (long long)info.config.n_expert_used, (long long)info.config.n_embd,
                   info.scheme.c_str(), pack_skew, load.Seconds());
       std::printf("device %s (%s), %.2f GiB in use, experts from %s%s, VRAM experts %s of %llu (%s)%s, dependent "
-                  "launch %s\n",
+                  "launch %s, prompt math %s\n",
                   info.backend.name.c_str(), info.backend.isa.c_str(), info.backend.memory_used / 1073741824.0,
                   info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
                   slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
                   cache_policy.c_str(),
                   slots < 0 ? "" : absl::StrCat(", GPU misses ", reads, ", prefetch ", prefetch, " a layer (", prefetch_start, ")").c_str(),
-                  strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off");
+                  strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off", prompt_math.c_str());
       if (!info.device_note.empty()) std::printf("note: %s\n", info.device_note.c_str());
       // Batch 1: hits from HBM, misses by the miss paths; at a hit rate h the bound is
       // 1 / max(dense/HBM + h*experts/HBM, (1-h)*experts/miss bandwidth) (both run at once).

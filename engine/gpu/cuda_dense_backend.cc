@@ -46,6 +46,14 @@ int64_t WideningElements(const model::ModelWeights& weights) {
   return std::min<int64_t>(largest, 64 << 20);
 }
 
+// Activation elements of the widest dense product of a prompt step of `max_tokens` (the matmul context's split
+// of x); 0 when no step is larger than the GEMV's.
+int64_t SplitElements(const model::ModelConfig& c, int max_tokens) {
+  if (max_tokens <= kernels::cuda::kMaxGemvTokens) return 0;
+  const int64_t widest = std::max({c.n_embd, c.n_head * c.head_dim, c.shared_expert_ff, c.dense_ff});
+  return int64_t{max_tokens} * widest;
+}
+
 // The host bytes of the weights in upload order; each entry is copied to an aligned offset.
 struct UploadItem {
   const void* host;
@@ -93,7 +101,7 @@ uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model:
   bytes += kernels::cuda::RouterWorkspaceBytes(static_cast<int>(n), static_cast<int>(c.n_expert)) +
            kernels::cuda::RouterWorkspaceBytes(guess_rows, static_cast<int>(c.n_expert));
   // The matmul context's workspaces and the attention workspace as first sized (it grows with the context).
-  bytes += kernels::cuda::MatmulContext::DeviceBytes(WideningElements(w));
+  bytes += kernels::cuda::MatmulContext::DeviceBytes(WideningElements(w), SplitElements(c, static_cast<int>(n)));
   bytes += kernels::cuda::AttentionWorkspaceBytes(static_cast<int>(n), static_cast<int>(c.n_head),
                                                   static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
                                                   PositionsBound(1));
@@ -114,7 +122,8 @@ absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->guess_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->fork_, cudaEventDisableTiming), "cudaEventCreate");
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->guessed_, cudaEventDisableTiming), "cudaEventCreate");
-  ASSIGN_OR_RETURN(b->matmul_, kernels::cuda::MatmulContext::Create(b->stream_, WideningElements(weights)));
+  ASSIGN_OR_RETURN(b->matmul_, kernels::cuda::MatmulContext::Create(b->stream_, WideningElements(weights),
+                                                                     SplitElements(config, b->max_tokens_)));
   RETURN_IF_ERROR(b->Upload(weights));
   RETURN_IF_ERROR(b->AllocateBuffers());
   return b;

@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <memory>
@@ -355,6 +356,51 @@ absl::Status LaunchWiden(DenseType type, const uint8_t* w, int64_t rows, int64_t
   return LaunchStatus("WidenKernel");
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// x's TF32 high and low parts (PromptMath::kSplitTf32).
+
+constexpr int kSplitThreads = 256;
+constexpr uint32_t kTf32Bits = 0xFFFFE000u;  // sign, exponent and the 10 significand bits TF32 keeps
+
+// high = v with the bits TF32 drops cleared, low = v - high (exact). A NaN or an infinity goes whole into
+// high (low 0), so it reaches y as the SGEMM would carry it.
+__device__ __forceinline__ void SplitTf32(float v, float* high, float* low) {
+  if (isfinite(v)) {
+    *high = __uint_as_float(__float_as_uint(v) & kTf32Bits);
+    *low = __fsub_rn(v, *high);
+  } else {
+    *high = v;
+    *low = 0.0f;
+  }
+}
+
+// Thread i splits four consecutive elements of a token's row: x[t*x_stride + c] into high and low at t*cols + c.
+__global__ void __launch_bounds__(kSplitThreads)
+    SplitTf32Kernel(const float* x, int64_t x_stride, int64_t cols, int64_t n_quads, float* high, float* low) {
+  WaitForPriorKernels();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kSplitThreads + threadIdx.x;
+  if (i >= n_quads) return;
+  const int64_t quads_per_row = cols / 4;
+  const int64_t t = i / quads_per_row, c = 4 * (i % quads_per_row);
+  const float4 v = *reinterpret_cast<const float4*>(x + t * x_stride + c);
+  float4 h, l;
+  SplitTf32(v.x, &h.x, &l.x);
+  SplitTf32(v.y, &h.y, &l.y);
+  SplitTf32(v.z, &h.z, &l.z);
+  SplitTf32(v.w, &h.w, &l.w);
+  *reinterpret_cast<float4*>(high + t * cols + c) = h;
+  *reinterpret_cast<float4*>(low + t * cols + c) = l;
+}
+
+absl::Status LaunchSplit(const float* x, int64_t x_stride, int64_t cols, int n_tokens, float* high, float* low,
+                         cudaStream_t stream) {
+  const int64_t quads = n_tokens * (cols / 4);
+  const int64_t blocks = (quads + kSplitThreads - 1) / kSplitThreads;
+  if (blocks > INT_MAX) return BadArgument("DenseMatmul", "n_tokens * cols", n_tokens * cols, "it is too large");
+  return LaunchKernel("SplitTf32Kernel", SplitTf32Kernel, static_cast<unsigned>(blocks), kSplitThreads, 0, stream, x,
+                      x_stride, cols, quads, high, low);
+}
+
 constexpr int kEmbedThreads = 128;
 
 // Block (x, t) widens chunks [x*128, x*128 + 128) of token t's row.
@@ -406,29 +452,54 @@ absl::Status CheckOutput(absl::string_view function, const MatmulOutput& o, int 
   return absl::OkStatus();
 }
 
-absl::Status Sgemm(cublasContext* handle, const float* w, int64_t rows, int64_t cols, const float* x, int64_t x_stride,
-                   int n_tokens, float* y, int64_t y_stride, bool accumulate) {
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+// The x operand of a prompt product: the f32 activations, or (kSplitTf32) their TF32 high part in `x` and low
+// part in `low`, with one stride.
+struct PromptOperand {
+  const float* x = nullptr;
+  const float* low = nullptr;
+  int64_t stride = 0;
+};
+
+absl::Status GemmPass(cublasContext* handle, const float* w, int64_t rows, int64_t cols, const float* x,
+                      int64_t x_stride, int n_tokens, float* y, int64_t y_stride, float beta, bool tf32) {
+  const float alpha = 1.0f;
   // Column-major view: Y^T (rows x n_tokens, ld y_stride) = W (rows x cols, stored as its transpose with
   // ld cols) times X^T (cols x n_tokens, ld x_stride).
-  return CublasStatus(
-      cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), n_tokens, static_cast<int>(cols), &alpha, w,
-                  static_cast<int>(cols), x, static_cast<int>(x_stride), &beta, y, static_cast<int>(y_stride)),
-      "cublasSgemm");
+  const int m = static_cast<int>(rows), n = n_tokens, k = static_cast<int>(cols);
+  if (!tf32) {
+    return CublasStatus(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w, k, x,
+                                    static_cast<int>(x_stride), &beta, y, static_cast<int>(y_stride)),
+                        "cublasSgemm");
+  }
+  return CublasStatus(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w, CUDA_R_32F, k, x, CUDA_R_32F,
+                                   static_cast<int>(x_stride), &beta, y, CUDA_R_32F, static_cast<int>(y_stride),
+                                   CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
+                      "cublasGemmEx (TF32)");
+}
+
+// y (+)= W x for f32 weights: one SGEMM, or the TF32 products of x's two parts.
+absl::Status Gemm(cublasContext* handle, const float* w, int64_t rows, int64_t cols, const PromptOperand& x,
+                  int n_tokens, float* y, int64_t y_stride, bool accumulate) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  const bool split = x.low != nullptr;
+  if (absl::Status s = GemmPass(handle, w, rows, cols, x.x, x.stride, n_tokens, y, y_stride, beta, split);
+      !s.ok() || !split) {
+    return s;
+  }
+  return GemmPass(handle, w, rows, cols, x.low, x.stride, n_tokens, y, y_stride, 1.0f, true);
 }
 
 // One output through cuBLAS: F32 weights directly, others widened a row block at a time.
 absl::Status CublasProduct(MatmulContext& ctx, DenseType type, const MatmulOutput& o, bool accumulate, int64_t cols,
-                           const float* x, int64_t x_stride, int n_tokens, cudaStream_t stream) {
-  if (o.rows > INT_MAX || cols > INT_MAX || x_stride > INT_MAX || o.y_stride > INT_MAX) {
+                           const PromptOperand& x, int n_tokens, cudaStream_t stream) {
+  if (o.rows > INT_MAX || cols > INT_MAX || x.stride > INT_MAX || o.y_stride > INT_MAX) {
     return BadArgument("DenseMatmul", "the largest of rows, cols and strides",
-                       std::max({o.rows, cols, x_stride, o.y_stride}), "cuBLAS takes 32-bit sizes");
+                       std::max({o.rows, cols, x.stride, o.y_stride}), "cuBLAS takes 32-bit sizes");
   }
   absl::StatusOr<cublasContext*> handle = ctx.CublasFor(stream);
   if (!handle.ok()) return handle.status();
   if (type == DenseType::kF32) {
-    return Sgemm(*handle, reinterpret_cast<const float*>(o.w), o.rows, cols, x, x_stride, n_tokens, o.y, o.y_stride,
-                 accumulate);
+    return Gemm(*handle, reinterpret_cast<const float*>(o.w), o.rows, cols, x, n_tokens, o.y, o.y_stride, accumulate);
   }
   const uint64_t row_bytes = DenseRowBytes(type, cols);
   const int64_t block_rows = std::min(o.rows, ctx.dequant_elements() / cols);
@@ -437,10 +508,43 @@ absl::Status CublasProduct(MatmulContext& ctx, DenseType type, const MatmulOutpu
     if (absl::Status s = LaunchWiden(type, o.w + r0 * row_bytes, n, cols, ctx.dequant_workspace(), stream); !s.ok()) {
       return s;
     }
-    if (absl::Status s =
-            Sgemm(*handle, ctx.dequant_workspace(), n, cols, x, x_stride, n_tokens, o.y + r0, o.y_stride, accumulate);
+    if (absl::Status s = Gemm(*handle, ctx.dequant_workspace(), n, cols, x, n_tokens, o.y + r0, o.y_stride, accumulate);
         !s.ok()) {
       return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::atomic<int> g_prompt_math{static_cast<int>(PromptMath::kSplitTf32)};
+
+// Widened F16 and BF16 weights are TF32 values; F32 and Q8_0 (scale times code) weights need not be.
+bool UseSplitTf32(const MatmulContext& ctx, DenseType type, int64_t cols) {
+  return GetPromptMath() == PromptMath::kSplitTf32 && ctx.has_tf32() &&
+         (type == DenseType::kF16 || type == DenseType::kBF16) && ctx.split_elements() >= cols;
+}
+
+// The cuBLAS path of DenseMatmul and DenseMatmulGroup: x split once per token block for all outputs.
+absl::Status PromptProducts(MatmulContext& ctx, DenseType type, std::span<const MatmulOutput> outputs,
+                            bool accumulate, int64_t cols, const float* x, int64_t x_stride, int n_tokens,
+                            cudaStream_t stream) {
+  const bool split = UseSplitTf32(ctx, type, cols);
+  const int block_tokens =
+      split ? static_cast<int>(std::min<int64_t>(n_tokens, ctx.split_elements() / cols)) : n_tokens;
+  for (int t0 = 0; t0 < n_tokens; t0 += block_tokens) {
+    const int n = std::min(block_tokens, n_tokens - t0);
+    PromptOperand operand{x + t0 * x_stride, nullptr, x_stride};
+    if (split) {
+      if (absl::Status s = LaunchSplit(operand.x, x_stride, cols, n, ctx.split_high(), ctx.split_low(), stream);
+          !s.ok()) {
+        return s;
+      }
+      operand = PromptOperand{ctx.split_high(), ctx.split_low(), cols};
+    }
+    for (const MatmulOutput& o : outputs) {
+      MatmulOutput block = o;
+      block.y = o.y + t0 * o.y_stride;
+      if (absl::Status s = CublasProduct(ctx, type, block, accumulate, cols, operand, n, stream); !s.ok()) return s;
     }
   }
   return absl::OkStatus();
@@ -454,10 +558,18 @@ bool UseCublas(const MatmulContext& ctx, DenseType type, int64_t cols, int n_tok
 
 // ---------------------------------------------------------------------------------------------------------
 
+void SetPromptMath(PromptMath math) { g_prompt_math.store(static_cast<int>(math)); }
+
+PromptMath GetPromptMath() { return static_cast<PromptMath>(g_prompt_math.load(std::memory_order_relaxed)); }
+
 absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_t stream,
-                                                                     int64_t max_dequant_elements) {
+                                                                     int64_t max_dequant_elements,
+                                                                     int64_t max_split_elements) {
   if (max_dequant_elements < 0) {
     return BadArgument("MatmulContext::Create", "max_dequant_elements", max_dequant_elements, "it must be >= 0");
+  }
+  if (max_split_elements < 0) {
+    return BadArgument("MatmulContext::Create", "max_split_elements", max_split_elements, "it must be >= 0");
   }
   std::unique_ptr<MatmulContext> ctx(new MatmulContext());
   absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Allocate(kCublasWorkspaceBytes);
@@ -468,18 +580,26 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
   if (!dequant.ok()) return dequant.status();
   ctx->dequant_ = *std::move(dequant);
   ctx->dequant_elements_ = max_dequant_elements;
+  absl::StatusOr<DeviceBuffer> split =
+      DeviceBuffer::Allocate(2 * static_cast<size_t>(max_split_elements) * sizeof(float));
+  if (!split.ok()) return split.status();
+  ctx->split_ = *std::move(split);
+  ctx->split_elements_ = max_split_elements;
   cublasHandle_t handle = nullptr;
   if (absl::Status s = CublasStatus(cublasCreate(&handle), "cublasCreate"); !s.ok()) return s;
   ctx->handle_ = handle;
-  // FP32 products (no TF32 tensor-core rounding), so prefill matches the CPU to float rounding.
+  // FP32 products unless a call asks for TF32 (PromptMath::kSplitTf32, whose error stays at f32's order).
   if (absl::Status s = CublasStatus(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"); !s.ok()) {
     return s;
   }
   if (absl::StatusOr<cublasContext*> bound = ctx->CublasFor(stream); !bound.ok()) return bound.status();
-  int device = 0, sms = 0;
+  int device = 0, sms = 0, major = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
   CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                        "reading the device's multiprocessor count");
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                       "reading the device's compute capability");
+  ctx->has_tf32_ = major >= 8;
   for (DenseType type : {DenseType::kF32, DenseType::kF16, DenseType::kBF16, DenseType::kQ8_0}) {
     for (int bucket = 0; bucket < kGemvBuckets; ++bucket) {
       absl::Status s = ForDenseType(type, [&]<DenseType kType>() {
@@ -498,8 +618,9 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
   return ctx;
 }
 
-uint64_t MatmulContext::DeviceBytes(int64_t max_dequant_elements) {
-  return kCublasWorkspaceBytes + static_cast<uint64_t>(std::max<int64_t>(max_dequant_elements, 0)) * sizeof(float);
+uint64_t MatmulContext::DeviceBytes(int64_t max_dequant_elements, int64_t max_split_elements) {
+  return kCublasWorkspaceBytes + static_cast<uint64_t>(std::max<int64_t>(max_dequant_elements, 0)) * sizeof(float) +
+         2 * static_cast<uint64_t>(std::max<int64_t>(max_split_elements, 0)) * sizeof(float);
 }
 
 MatmulContext::~MatmulContext() {
@@ -529,7 +650,8 @@ absl::Status DenseMatmul(MatmulContext& ctx, DenseType type, const uint8_t* w, i
   if (absl::Status s = CheckOutput("DenseMatmul", output, -1); !s.ok()) return s;
   if (n_tokens == 0) return absl::OkStatus();
   if (UseCublas(ctx, type, cols, n_tokens)) {
-    return CublasProduct(ctx, type, output, accumulate, cols, x, x_stride, n_tokens, stream);
+    return PromptProducts(ctx, type, std::span<const MatmulOutput>(&output, 1), accumulate, cols, x, x_stride,
+                          n_tokens, stream);
   }
   GemvParams p{};
   p.outputs[0] = GemvOutput{w, y, rows, y_stride, 0, accumulate ? 1 : 0};
@@ -554,10 +676,7 @@ absl::Status DenseMatmulGroup(MatmulContext& ctx, DenseType type, int64_t cols, 
   }
   if (n_tokens == 0) return absl::OkStatus();
   if (UseCublas(ctx, type, cols, n_tokens)) {
-    for (const MatmulOutput& o : outputs) {
-      if (absl::Status s = CublasProduct(ctx, type, o, false, cols, x, x_stride, n_tokens, stream); !s.ok()) return s;
-    }
-    return absl::OkStatus();
+    return PromptProducts(ctx, type, outputs, /*accumulate=*/false, cols, x, x_stride, n_tokens, stream);
   }
   GemvParams p{};
   for (size_t i = 0; i < outputs.size(); ++i) {

@@ -506,7 +506,7 @@ TEST_F(DenseKernelsTest, CapturedDecodeStepReplaysWithNewSlots) {
   const uint64_t seed = NextSeed();
   SCOPED_TRACE(absl::StrCat("seed ", seed));
   Random rng(seed);
-  auto ctx = Unwrap(MatmulContext::Create(stream_, 0));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, 0, 0));
 
   std::vector<std::unique_ptr<Cache>> caches;
   for (int64_t capacity : {64, 200, 4096}) caches.push_back(std::make_unique<Cache>(1, capacity, shape.kv_dim()));

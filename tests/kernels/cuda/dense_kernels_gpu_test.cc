@@ -4,6 +4,7 @@
 // the gaps of strided outputs: a value never written, or written where it must not be, is reported.
 
 #include <bit>
+#include <cstring>
 #include <utility>
 
 #include "tests/kernels/cuda/dense_test_support.h"
@@ -14,6 +15,8 @@ namespace {
 using namespace dense_test;  // the shared helpers of this test binary
 
 constexpr int64_t kDequantElements = int64_t{4096} * 4096;
+// x's TF32 parts for up to 512 tokens of 4096 (PromptMath::kSplitTf32).
+constexpr int64_t kSplitElements = int64_t{512} * 4096;
 
 void RunMatmul(MatmulContext& ctx, cudaStream_t stream, DenseType type, int64_t rows, int64_t cols, int n_tokens,
                bool accumulate, int64_t x_pad, int64_t y_pad) {
@@ -54,7 +57,7 @@ void RunMatmul(MatmulContext& ctx, cudaStream_t stream, DenseType type, int64_t 
 }
 
 TEST_F(DenseKernelsTest, MatmulMatchesTheCpuOnModelShapes) {
-  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, kSplitElements));
   for (DenseType type : kAllTypes) {
     // n_embd 2560 with 32 x 128 query heads: Wq, then Wo; 300 tokens cross to cuBLAS.
     for (int n_tokens : {1, 7, 16, 32, 300}) {
@@ -70,7 +73,7 @@ TEST_F(DenseKernelsTest, MatmulMatchesTheCpuOnModelShapes) {
 }
 
 TEST_F(DenseKernelsTest, MatmulMatchesTheCpuOnOddShapes) {
-  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, kSplitElements));
   // 37 rows: partial row blocks. cols 96 and 2080: Q8_0 rows that start 2 bytes past a word boundary.
   for (DenseType type : kAllTypes) {
     for (int64_t cols : {32, 96, 2080}) {
@@ -84,7 +87,7 @@ TEST_F(DenseKernelsTest, MatmulMatchesTheCpuOnOddShapes) {
 }
 
 TEST_F(DenseKernelsTest, MatmulMatchesTheCpuOnVocabularyMatrices) {
-  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, kSplitElements));
   // 151936 x 2560 (Qwen3 output); 33 tokens widen it in 24 row blocks.
   for (DenseType type : {DenseType::kF16, DenseType::kQ8_0}) {
     for (int n_tokens : {1, 33}) RunMatmul(*ctx, stream_, type, 151936, 2560, n_tokens, false, 0, 0);
@@ -95,10 +98,64 @@ TEST_F(DenseKernelsTest, MatmulMatchesTheCpuOnVocabularyMatrices) {
 }
 
 TEST_F(DenseKernelsTest, MatmulWithoutAWideningWorkspaceLoopsTheGemv) {
-  auto ctx = Unwrap(MatmulContext::Create(stream_, 0));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, 0, 0));
   for (DenseType type : kAllTypes) {
     RunMatmul(*ctx, stream_, type, 300, 512, 70, true, 4, 2);  // F32: cuBLAS; others: 3 GEMV launches
   }
+}
+
+// Sets the process-wide PromptMath for a scope.
+class ScopedPromptMath {
+ public:
+  explicit ScopedPromptMath(PromptMath math) : saved_(GetPromptMath()) { SetPromptMath(math); }
+  ~ScopedPromptMath() { SetPromptMath(saved_); }
+
+ private:
+  PromptMath saved_;
+};
+
+TEST_F(DenseKernelsTest, PromptProductsMeetTheFp32BoundWithEitherMath) {
+  // A split workspace of 100 x 2560 elements: 300 tokens of 2560 go in 3 token blocks, of 4096 in 5.
+  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, int64_t{100} * 2560));
+  for (PromptMath math : {PromptMath::kSplitTf32, PromptMath::kFp32}) {
+    SCOPED_TRACE(math == PromptMath::kSplitTf32 ? "split TF32" : "FP32");
+    ScopedPromptMath scoped(math);
+    for (DenseType type : kAllTypes) {
+      RunMatmul(*ctx, stream_, type, 4096, 2560, 300, /*accumulate=*/true, 4, 0);
+      RunMatmul(*ctx, stream_, type, 2560, 4096, 300, /*accumulate=*/false, 0, 3);
+      RunMatmul(*ctx, stream_, type, 40, 96, 33, /*accumulate=*/false, 0, 0);
+    }
+  }
+}
+
+TEST_F(DenseKernelsTest, SplitTf32IsAnotherComputationThanFp32) {
+  // The same F16 product under both maths: each within the f32 bound (above), and not the same bits, which
+  // shows the split path ran (a single TF32 pass would miss the 1e-5 bound by an order of magnitude).
+  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, kSplitElements));
+  constexpr int64_t kRows = 512, kCols = 2560;
+  constexpr int kTokens = 64;
+  Random rng(NextSeed());
+  const std::vector<uint8_t> w = RandomMatrix(DenseType::kF16, kRows, kCols, NextSeed());
+  std::vector<float> x(kTokens * kCols);
+  for (float& v : x) v = rng.Uniform(-1.0f, 1.0f);
+  DeviceArray<uint8_t> dw(w.size());
+  DeviceArray<float> dx(x.size());
+  dw.Upload(w);
+  dx.Upload(x);
+  std::vector<float> results[2];
+  for (PromptMath math : {PromptMath::kSplitTf32, PromptMath::kFp32}) {
+    ScopedPromptMath scoped(math);
+    DeviceArray<float> dy(kTokens * kRows);
+    ASSERT_TRUE(DenseMatmul(*ctx, DenseType::kF16, dw.get(), kRows, kCols, dx.get(), kCols, kTokens, dy.get(), kRows,
+                            false, stream_)
+                    .ok());
+    Check(cudaStreamSynchronize(stream_), "DenseMatmul");
+    results[static_cast<int>(math)] = dy.Download();
+  }
+  const std::vector<float> want = ReferenceProduct(DenseType::kF16, w, kRows, kCols, x, kCols, kTokens, kRows);
+  ExpectRows(results[0], want, kTokens, kRows, kRows, 1e-5, "split TF32");
+  ExpectRows(results[1], want, kTokens, kRows, kRows, 1e-5, "FP32");
+  EXPECT_NE(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)), 0);
 }
 
 void RunMatmulGroup(MatmulContext& ctx, cudaStream_t stream, DenseType type, int64_t cols,
@@ -130,13 +187,14 @@ void RunMatmulGroup(MatmulContext& ctx, cudaStream_t stream, DenseType type, int
     const std::string what = absl::StrCat("outputs[", i, "]");
     const std::vector<float> want =
         ReferenceProduct(type, w[i], rows[i], cols, x, x_stride, n_tokens, outputs[i].y_stride);
-    ExpectRows(dy[i]->Download(), want, n_tokens, rows[i], outputs[i].y_stride, 1e-5, what);
+    // As RunMatmul: an output of one or two rows is a short dot product whose terms can cancel.
+    ExpectRows(dy[i]->Download(), want, n_tokens, rows[i], outputs[i].y_stride, rows[i] <= 2 ? 1e-4 : 1e-5, what);
     ExpectGuards(*dy[i], what);
   }
 }
 
 TEST_F(DenseKernelsTest, MatmulGroupComputesEachOutput) {
-  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, kSplitElements));
   for (DenseType type : kAllTypes) {
     for (int n_tokens : {1, 5, 32, 300}) RunMatmulGroup(*ctx, stream_, type, 2560, {4096, 512, 512}, n_tokens);
     for (int n_tokens : {1, 9}) RunMatmulGroup(*ctx, stream_, type, 2048, {4096, 512, 512}, n_tokens);
@@ -147,7 +205,7 @@ TEST_F(DenseKernelsTest, MatmulGroupComputesEachOutput) {
 }
 
 TEST_F(DenseKernelsTest, MatmulRejectsBadArguments) {
-  auto ctx = Unwrap(MatmulContext::Create(stream_, 0));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, 0, 0));
   DeviceArray<uint8_t> w(1 << 16);
   DeviceArray<float> x(1 << 12), y(1 << 12);
   EXPECT_THAT(DenseMatmul(*ctx, DenseType::kQ8_0, w.get(), 4, 48, x.get(), 48, 1, y.get(), 4, false, stream_),
@@ -604,7 +662,7 @@ double GraphMillis(cudaStream_t stream, const std::function<void()>& enqueue, in
 TEST_F(DenseKernelsTest, GemvReadsTheWeightsAtHbmSpeed) {
   constexpr int64_t kRows = 4096, kCols = 2560;
   constexpr int kCopies = 8, kCallsPerCopy = 8, kReplays = 5;
-  auto ctx = Unwrap(MatmulContext::Create(stream_, 0));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, 0, 0));
   const uint64_t bytes = kRows * DenseRowBytes(DenseType::kF16, kCols);
   DeviceArray<uint8_t> w(bytes * kCopies, /*poison=*/false);
   DeviceArray<float> x(kMaxGemvTokens * kCols), y(kMaxGemvTokens * kRows);
