@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
                              "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
                              "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
-                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--prompt-math split-tf32,fp32] [--prefetch-experts 0,4] [--prefetch-start after-layer|with-guess] "
+                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--prompt-math fp32,split-tf32] [--prefetch-experts 0,4] [--prefetch-start after-layer|with-guess] "
                              "[--preset seed --scheme s2 --router-skew S (to make --pack when it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
   // once per item.
   const std::vector<std::string> dependent_launch = flags.StringList("dependent-launch", {"on"});
   // How prompt steps multiply the dense weights (kernels::cuda::PromptMath); every configuration runs once per item.
-  const std::vector<std::string> prompt_maths = flags.StringList("prompt-math", {"split-tf32"});
+  const std::vector<std::string> prompt_maths = flags.StringList("prompt-math", {"fp32"});
   // Decode experts copied ahead per layer from a guess of its routing (runtime::DeviceOptions::prefetch_experts);
   // each cache size with misses runs once per item.
   const std::vector<int64_t> prefetch_experts =

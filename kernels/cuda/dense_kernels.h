@@ -45,14 +45,17 @@ inline constexpr int kMaxGemvTokens = 32;
 
 // How DenseMatmul multiplies more than kMaxGemvTokens tokens by F16 or BF16 weights (F32 and Q8_0 weights
 // always take kFp32):
-//  - kSplitTf32 (the default): two TF32 tensor-core products, W x_hi + W x_lo, where x_hi is x with the low 13
-//    significand bits cleared (a TF32 value) and x_lo = x - x_hi. Widened F16 and BF16 weights are TF32 values
-//    and a TF32 product is exact in f32, so the only error beyond the f32 additions is x_lo's rounding to TF32:
-//    at most 2^-21 of each |x|, against 2^-11 for a single TF32 product. Used on devices with TF32 tensor
-//    cores (compute capability 8.0 or later) when the context has a split workspace; else kFp32.
-//  - kFp32: cuBLAS SGEMM on the CUDA cores, as the CPU computes it up to the order of the additions.
+//  - kFp32 (the default): cuBLAS SGEMM on the CUDA cores, as the CPU computes it up to the order of the additions.
+//  - kSplitTf32: two TF32 tensor-core products, W x_hi + W x_lo, where x_hi is x with the low 13 significand bits
+//    cleared (a TF32 value) and x_lo = x - x_hi. Widened F16 and BF16 weights are TF32 values, so the inputs lose
+//    at most 2^-21 of each |x| (against 2^-11 for a single TF32 product); the tensor cores' own accumulation is
+//    the larger error. Measured on the H200 (bench/RESULTS.md): prompt steps 15-17% faster, but the engine's
+//    prompt logits agree less closely with the CPU's, enough that the glm4moe and gpt-oss small packs of the
+//    GPU engine tests exceed their one-in-eight allowance of first-token events; hence not the default. Used on
+//    devices with TF32 tensor cores (compute capability 8.0 or later) when the context has a split workspace;
+//    else kFp32.
 // Process-wide, read at each call (benches compare both in one run); any thread may call these.
-enum class PromptMath { kSplitTf32, kFp32 };
+enum class PromptMath { kFp32, kSplitTf32 };
 void SetPromptMath(PromptMath math);
 PromptMath GetPromptMath();
 

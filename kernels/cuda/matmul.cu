@@ -516,7 +516,7 @@ absl::Status CublasProduct(MatmulContext& ctx, DenseType type, const MatmulOutpu
   return absl::OkStatus();
 }
 
-std::atomic<int> g_prompt_math{static_cast<int>(PromptMath::kSplitTf32)};
+std::atomic<int> g_prompt_math{static_cast<int>(PromptMath::kFp32)};
 
 // Widened F16 and BF16 weights are TF32 values; F32 and Q8_0 (scale times code) weights need not be.
 bool UseSplitTf32(const MatmulContext& ctx, DenseType type, int64_t cols) {
@@ -588,7 +588,7 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
   cublasHandle_t handle = nullptr;
   if (absl::Status s = CublasStatus(cublasCreate(&handle), "cublasCreate"); !s.ok()) return s;
   ctx->handle_ = handle;
-  // FP32 products unless a call asks for TF32 (PromptMath::kSplitTf32, whose error stays at f32's order).
+  // FP32 products unless a call asks for TF32 (PromptMath::kSplitTf32).
   if (absl::Status s = CublasStatus(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"); !s.ok()) {
     return s;
   }

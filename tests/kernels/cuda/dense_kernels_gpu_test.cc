@@ -142,8 +142,8 @@ TEST_F(DenseKernelsTest, SplitTf32IsAnotherComputationThanFp32) {
   DeviceArray<float> dx(x.size());
   dw.Upload(w);
   dx.Upload(x);
-  std::vector<float> results[2];
-  for (PromptMath math : {PromptMath::kSplitTf32, PromptMath::kFp32}) {
+  std::vector<float> results[2];  // [PromptMath]
+  for (PromptMath math : {PromptMath::kFp32, PromptMath::kSplitTf32}) {
     ScopedPromptMath scoped(math);
     DeviceArray<float> dy(kTokens * kRows);
     ASSERT_TRUE(DenseMatmul(*ctx, DenseType::kF16, dw.get(), kRows, kCols, dx.get(), kCols, kTokens, dy.get(), kRows,
@@ -153,8 +153,8 @@ TEST_F(DenseKernelsTest, SplitTf32IsAnotherComputationThanFp32) {
     results[static_cast<int>(math)] = dy.Download();
   }
   const std::vector<float> want = ReferenceProduct(DenseType::kF16, w, kRows, kCols, x, kCols, kTokens, kRows);
-  ExpectRows(results[0], want, kTokens, kRows, kRows, 1e-5, "split TF32");
-  ExpectRows(results[1], want, kTokens, kRows, kRows, 1e-5, "FP32");
+  ExpectRows(results[static_cast<int>(PromptMath::kSplitTf32)], want, kTokens, kRows, kRows, 1e-5, "split TF32");
+  ExpectRows(results[static_cast<int>(PromptMath::kFp32)], want, kTokens, kRows, kRows, 1e-5, "FP32");
   EXPECT_NE(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)), 0);
 }
 
