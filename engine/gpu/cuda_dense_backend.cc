@@ -47,9 +47,13 @@ int64_t WideningElements(const model::ModelWeights& weights) {
 }
 
 // Activation elements of the widest dense product of a prompt step of `max_tokens` (the matmul context's split
-// of x); 0 when no step is larger than the GEMV's.
+// of x); 0 when no step is larger than the GEMV's, or when the process's prompt math is not split TF32 as the
+// backend is made (the opt-in, kernels::cuda::PromptMath: no VRAM for it otherwise).
 int64_t SplitElements(const model::ModelConfig& c, int max_tokens) {
-  if (max_tokens <= kernels::cuda::kMaxGemvTokens) return 0;
+  if (max_tokens <= kernels::cuda::kMaxGemvTokens ||
+      kernels::cuda::GetPromptMath() != kernels::cuda::PromptMath::kSplitTf32) {
+    return 0;
+  }
   const int64_t widest = std::max({c.n_embd, c.n_head * c.head_dim, c.shared_expert_ff, c.dense_ff});
   return int64_t{max_tokens} * widest;
 }

@@ -54,7 +54,8 @@ inline constexpr int kMaxGemvTokens = 32;
 //    GPU engine tests exceed their one-in-eight allowance of first-token events; hence not the default. Used on
 //    devices with TF32 tensor cores (compute capability 8.0 or later) when the context has a split workspace;
 //    else kFp32.
-// Process-wide, read at each call (benches compare both in one run); any thread may call these.
+// Process-wide, read at each call (benches compare both in one run; the GPU engine reserves the split workspace
+// only when kSplitTf32 is set before it is made); any thread may call these.
 enum class PromptMath { kFp32, kSplitTf32 };
 void SetPromptMath(PromptMath math);
 PromptMath GetPromptMath();
