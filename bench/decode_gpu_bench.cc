@@ -129,7 +129,7 @@ void ProfileForStatic(const std::string& pack, int sequences, int prompt_len, in
 // One run's decode result, for the summary table.
 struct SummaryRow {
   int64_t slots;
-  std::string reads, policy, launches;
+  std::string reads, policy, launches, prompt_math;
   int prefetch;
   int64_t batch;
   double hit_rate, tokens_per_second, bound;
@@ -139,9 +139,12 @@ struct SummaryRow {
 
 int main(int argc, char** argv) {
   strata::bench::Flags flags(argc, argv,
-                             "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32] "
-                             "[--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
-                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] [--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--prompt-math fp32,split-tf32] [--prefetch-experts 0,4] [--prefetch-start after-layer|with-guess] "
+                             "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] "
+                             "[--prompt 32] [--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
+                             "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] "
+                             "[--gpu-miss-reads staged,in-place] [--dependent-launch on,off] "
+                             "[--prompt-math fp32,split-tf32] [--prefetch-experts 0,4] "
+                             "[--prefetch-start after-layer|with-guess] "
                              "[--preset seed --scheme s2 --router-skew S (to make --pack when it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
@@ -393,8 +396,8 @@ int main(int argc, char** argv) {
                     (long long)n, r.decode_tps, r.decode_tps / n, h, cache.host_share);
         if (n == 1) strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", bound, "HBM+miss bound");
         summary.push_back({slots, reads, cache_policy,
-                           strata::kernels::cuda::DependentLaunchEnabled() ? "dependent" : "plain", prefetch, n, h,
-                           r.decode_tps, bound});
+                           strata::kernels::cuda::DependentLaunchEnabled() ? "dependent" : "plain", prompt_math,
+                           prefetch, n, h, r.decode_tps, bound});
       }
       for (int64_t p : prefill) {
         RunConcurrent(**engine, 1, static_cast<int>(p), 1);  // warm up this prompt length
@@ -410,14 +413,14 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\ndecode by cache size and policy (router skew %g):\n", pack_skew);
-  std::printf("  %12s %-8s %-10s %-9s %8s %5s %8s %10s %10s\n", "vram experts", "misses", "policy", "launches",
-              "prefetch", "batch", "hit rate", "tokens/s", "bound");
+  std::printf("  %12s %-8s %-10s %-9s %-10s %8s %5s %8s %10s %10s\n", "vram experts", "misses", "policy",
+              "launches", "prompts", "prefetch", "batch", "hit rate", "tokens/s", "bound");
   for (const SummaryRow& row : summary) {
     // The bound is batch 1's (HBM + miss paths at that hit rate).
-    std::printf("  %12s %-8s %-10s %-9s %8d %5lld %8.3f %10.1f %10s\n",
+    std::printf("  %12s %-8s %-10s %-9s %-10s %8d %5lld %8.3f %10.1f %10s\n",
                 row.slots < 0 ? "all" : std::to_string(row.slots).c_str(), row.slots < 0 ? "-" : row.reads.c_str(),
-                row.policy.c_str(), row.launches.c_str(), row.prefetch, (long long)row.batch, row.hit_rate, row.tokens_per_second,
-                row.batch == 1 ? absl::StrFormat("%.0f", row.bound).c_str() : "-");
+                row.policy.c_str(), row.launches.c_str(), row.prompt_math.c_str(), row.prefetch, (long long)row.batch,
+                row.hit_rate, row.tokens_per_second, row.batch == 1 ? absl::StrFormat("%.0f", row.bound).c_str() : "-");
   }
   return 0;
 }

@@ -49,7 +49,7 @@ inline constexpr int kMaxGemvTokens = 32;
 //  - kSplitTf32: two TF32 tensor-core products, W x_hi + W x_lo, where x_hi is x with the low 13 significand bits
 //    cleared (a TF32 value) and x_lo = x - x_hi. Widened F16 and BF16 weights are TF32 values, so the inputs lose
 //    at most 2^-21 of each |x| (against 2^-11 for a single TF32 product); the tensor cores' own accumulation is
-//    the larger error. Measured on the H200 (bench/RESULTS.md): prompt steps 15-17% faster, but the engine's
+//    the larger error. Measured on the H200 (bench/RESULTS.md): prompt steps 11-16% faster, but the engine's
 //    prompt logits agree less closely with the CPU's, enough that the glm4moe and gpt-oss small packs of the
 //    GPU engine tests exceed their one-in-eight allowance of first-token events; hence not the default. Used on
 //    devices with TF32 tensor cores (compute capability 8.0 or later) when the context has a split workspace;

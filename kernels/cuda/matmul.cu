@@ -518,6 +518,8 @@ absl::Status CublasProduct(MatmulContext& ctx, DenseType type, const MatmulOutpu
 
 std::atomic<int> g_prompt_math{static_cast<int>(PromptMath::kFp32)};
 
+int64_t SplitElementsRounded(int64_t elements) { return (elements + 3) / 4 * 4; }
+
 // Widened F16 and BF16 weights are TF32 values; F32 and Q8_0 (scale times code) weights need not be.
 bool UseSplitTf32(const MatmulContext& ctx, DenseType type, int64_t cols) {
   return GetPromptMath() == PromptMath::kSplitTf32 && ctx.has_tf32() &&
@@ -580,11 +582,12 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
   if (!dequant.ok()) return dequant.status();
   ctx->dequant_ = *std::move(dequant);
   ctx->dequant_elements_ = max_dequant_elements;
-  absl::StatusOr<DeviceBuffer> split =
-      DeviceBuffer::Allocate(2 * static_cast<size_t>(max_split_elements) * sizeof(float));
+  // A multiple of 4, so that the low part (split_elements_ floats in) is 16-byte aligned for the split's float4s.
+  const int64_t split_elements = SplitElementsRounded(max_split_elements);
+  absl::StatusOr<DeviceBuffer> split = DeviceBuffer::Allocate(2 * static_cast<size_t>(split_elements) * sizeof(float));
   if (!split.ok()) return split.status();
   ctx->split_ = *std::move(split);
-  ctx->split_elements_ = max_split_elements;
+  ctx->split_elements_ = split_elements;
   cublasHandle_t handle = nullptr;
   if (absl::Status s = CublasStatus(cublasCreate(&handle), "cublasCreate"); !s.ok()) return s;
   ctx->handle_ = handle;
@@ -620,7 +623,7 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
 
 uint64_t MatmulContext::DeviceBytes(int64_t max_dequant_elements, int64_t max_split_elements) {
   return kCublasWorkspaceBytes + static_cast<uint64_t>(std::max<int64_t>(max_dequant_elements, 0)) * sizeof(float) +
-         2 * static_cast<uint64_t>(std::max<int64_t>(max_split_elements, 0)) * sizeof(float);
+         2 * static_cast<uint64_t>(SplitElementsRounded(std::max<int64_t>(max_split_elements, 0))) * sizeof(float);
 }
 
 MatmulContext::~MatmulContext() {
