@@ -39,7 +39,6 @@
 #include "engine/model/expert_cache_policy.h"
 #include "engine/pack/routing_profile.h"
 #include "engine/runtime/engine.h"
-#include "kernels/cuda/dense_kernels.h"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
 #include "packtool/routing_profiler.h"
@@ -164,7 +163,8 @@ int main(int argc, char** argv) {
   // Kernels launched with programmatic dependent launch (on) or plainly (off); every configuration runs
   // once per item.
   const std::vector<std::string> dependent_launch = flags.StringList("dependent-launch", {"on"});
-  // How prompt steps multiply the dense weights (kernels::cuda::PromptMath); every configuration runs once per item.
+  // How prompt steps multiply the dense weights (runtime::DeviceOptions::prompt_math); every configuration runs once
+  // per item.
   const std::vector<std::string> prompt_maths = flags.StringList("prompt-math", {"fp32"});
   // Decode experts copied ahead per layer from a guess of its routing (runtime::DeviceOptions::prefetch_experts);
   // each cache size with misses runs once per item.
@@ -312,8 +312,6 @@ int main(int argc, char** argv) {
   std::vector<SummaryRow> summary;
   for (const auto& [slots, reads, dependent, prefetch, prompt_math] : configs) {
     strata::kernels::cuda::SetDependentLaunch(dependent == "on");
-    strata::kernels::cuda::SetPromptMath(prompt_math == "fp32" ? strata::kernels::cuda::PromptMath::kFp32
-                                                               : strata::kernels::cuda::PromptMath::kSplitTf32);
     // With every expert in VRAM the policy decides nothing: that size runs with the first policy only.
     for (size_t policy_index = 0; policy_index < (slots < 0 ? 1 : policies.size()); ++policy_index) {
       const std::string& cache_policy = policies[policy_index];
@@ -331,6 +329,7 @@ int main(int argc, char** argv) {
       eo.device.stage_gpu_misses = reads == "staged";
       eo.device.prefetch_experts = prefetch;
       eo.device.prefetch_after_layer = prefetch_start == "after-layer";
+      eo.device.prompt_math = prompt_math;
       strata::bench::Timer load;
       auto engine = Engine::Create(eo);
       if (!engine.ok()) {

@@ -45,6 +45,9 @@ ABSL_FLAG(std::string, miss_path, "both",
 ABSL_FLAG(int, prefetch_experts, strata::runtime::DeviceOptions().prefetch_experts,
           "decode: experts not in VRAM copied ahead per layer, from a guess of its routing made one layer early "
           "(0 = none; copies stop while the guesses are mostly wrong)");
+ABSL_FLAG(std::string, prompt_math, strata::runtime::DeviceOptions().prompt_math,
+          "CUDA prompt steps' F16/BF16 dense products: fp32 (cuBLAS SGEMM, the CPU's numbers) or split-tf32 (TF32 "
+          "tensor cores, about 11-16% faster prefill on an H200, logits a little further from the CPU's)");
 ABSL_FLAG(bool, pin_arena, true, "page-lock the expert arena for the GPU (--nopin-arena: as if locking were refused)");
 // Sampling defaults: the engine's one set (runtime::SamplingParams), as the server and strata use.
 ABSL_FLAG(int, max_tokens, strata::runtime::SamplingParams().max_tokens, "tokens to generate at most");
@@ -121,6 +124,7 @@ int main(int argc, char** argv) {
   o.engine.device.miss_path = absl::GetFlag(FLAGS_miss_path);
   o.engine.device.pin_arena = absl::GetFlag(FLAGS_pin_arena);
   o.engine.device.prefetch_experts = absl::GetFlag(FLAGS_prefetch_experts);
+  o.engine.device.prompt_math = absl::GetFlag(FLAGS_prompt_math);
   if (o.engine.device.device != "auto" && o.engine.device.device != "cpu" && o.engine.device.device != "cuda") {
     std::cerr << "strata-run: --device: '" << o.engine.device.device << "' is not auto, cpu or cuda\n";
     return 2;
@@ -131,6 +135,10 @@ int main(int argc, char** argv) {
   }
   if (o.engine.device.vram_experts < -1) {
     std::cerr << "strata-run: --vram-experts: must be -1 (auto) or a count\n";
+    return 2;
+  }
+  if (o.engine.device.prompt_math != "fp32" && o.engine.device.prompt_math != "split-tf32") {
+    std::cerr << "strata-run: --prompt-math: '" << o.engine.device.prompt_math << "' is not fp32 or split-tf32\n";
     return 2;
   }
   if (o.engine.device.prefetch_experts < 0 || o.engine.device.prefetch_experts > strata::runtime::kMaxPrefetchExperts) {

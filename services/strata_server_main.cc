@@ -70,6 +70,9 @@ ABSL_FLAG(std::string, miss_path, "both",
 ABSL_FLAG(int, prefetch_experts, strata::runtime::DeviceOptions().prefetch_experts,
           "decode: experts not in VRAM copied ahead per layer, from a guess of its routing made one layer early "
           "(0 = none; copies stop while the guesses are mostly wrong)");
+ABSL_FLAG(std::string, prompt_math, strata::runtime::DeviceOptions().prompt_math,
+          "CUDA prompt steps' F16/BF16 dense products: fp32 (cuBLAS SGEMM, the CPU's numbers) or split-tf32 (TF32 "
+          "tensor cores, about 11-16% faster prefill on an H200, logits a little further from the CPU's)");
 ABSL_FLAG(bool, pin_arena, true, "page-lock the expert arena for the GPU (--nopin-arena: as if locking were refused)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warn, error or off");
 ABSL_FLAG(std::string, chat_template_file, "",
@@ -240,7 +243,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "strata-server --pack DIR [--listen HOST:PORT] [--threads N] [--max-seqs N] [--ctx N] [--max-queue N] "
       "[--expert-source arena|mmap] [--verify] [--device auto|cpu|cuda] [--vram-gib X] [--vram-experts N] "
-      "[--cache-policy lru|lfu-decay|static] [--miss-path gpu|cpu|both] [--nopin-arena] "
+      "[--cache-policy lru|lfu-decay|static] [--miss-path gpu|cpu|both] [--prompt-math fp32|split-tf32] "
+      "[--nopin-arena] "
       "[--chat-template-file FILE] "
       "[--network-priority auto|idle|normal] [--http-listen HOST:PORT] [--metrics-listen HOST:PORT] "
       "[--served-model-name NAME] [--tls-cert F --tls-key F [--tls-client-ca F]] "
@@ -274,6 +278,7 @@ int main(int argc, char** argv) {
   options.device.miss_path = absl::GetFlag(FLAGS_miss_path);
   options.device.pin_arena = absl::GetFlag(FLAGS_pin_arena);
   options.device.prefetch_experts = absl::GetFlag(FLAGS_prefetch_experts);
+  options.device.prompt_math = absl::GetFlag(FLAGS_prompt_math);
   // Loading a large pack shows in the log (nothing for one loaded within a second).
   options.experts.on_load_progress = [progress = std::make_shared<strata::services::CountProgress>(
                                           "loading experts", strata::services::CountProgress::Unit::kBytes,
@@ -294,6 +299,9 @@ int main(int argc, char** argv) {
   }
   if (!(options.device.vram_gib >= 0)) return UsageError("--vram-gib: must be a number >= 0");
   if (options.device.vram_experts < -1) return UsageError("--vram-experts: must be -1 (auto) or a count");
+  if (options.device.prompt_math != "fp32" && options.device.prompt_math != "split-tf32") {
+    return UsageError("--prompt-math: '" + options.device.prompt_math + "' is not fp32 or split-tf32");
+  }
   if (options.device.prefetch_experts < 0 || options.device.prefetch_experts > strata::runtime::kMaxPrefetchExperts) {
     return UsageError("--prefetch-experts: must be a count from 0 to " +
                       std::to_string(strata::runtime::kMaxPrefetchExperts));

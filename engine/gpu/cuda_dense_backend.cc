@@ -47,13 +47,9 @@ int64_t WideningElements(const model::ModelWeights& weights) {
 }
 
 // Activation elements of the widest dense product of a prompt step of `max_tokens` (the matmul context's split
-// of x); 0 when no step is larger than the GEMV's, or when the process's prompt math is not split TF32 as the
-// backend is made (the opt-in, kernels::cuda::PromptMath: no VRAM for it otherwise).
-int64_t SplitElements(const model::ModelConfig& c, int max_tokens) {
-  if (max_tokens <= kernels::cuda::kMaxGemvTokens ||
-      kernels::cuda::GetPromptMath() != kernels::cuda::PromptMath::kSplitTf32) {
-    return 0;
-  }
+// workspace); 0 without split TF32 prompts or when no step is larger than the GEMV's.
+int64_t SplitElements(const model::ModelConfig& c, int max_tokens, bool split_tf32_prompts) {
+  if (!split_tf32_prompts || max_tokens <= kernels::cuda::kMaxGemvTokens) return 0;
   const int64_t widest = std::max({c.n_embd, c.n_head * c.head_dim, c.shared_expert_ff, c.dense_ff});
   return int64_t{max_tokens} * widest;
 }
@@ -79,8 +75,9 @@ absl::StatusOr<void*> CudaKvMemory::Allocate(size_t bytes) {
 
 void CudaKvMemory::Free(void* data) { cudaFree(data); }
 
-uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model::ModelWeights& w, int max_batch,
-                                       int max_prefill) {
+uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model::ModelWeights& w,
+                                       const CudaDenseOptions& options) {
+  const int max_batch = options.max_batch, max_prefill = options.max_prefill;
   uint64_t bytes = 0;
   auto floats = [](const std::vector<float>& v) { return AlignUp(v.size() * sizeof(float)); };
   auto ffn = [&](const model::FfnWeights& f) {
@@ -105,7 +102,8 @@ uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model:
   bytes += kernels::cuda::RouterWorkspaceBytes(static_cast<int>(n), static_cast<int>(c.n_expert)) +
            kernels::cuda::RouterWorkspaceBytes(guess_rows, static_cast<int>(c.n_expert));
   // The matmul context's workspaces and the attention workspace as first sized (it grows with the context).
-  bytes += kernels::cuda::MatmulContext::DeviceBytes(WideningElements(w), SplitElements(c, static_cast<int>(n)));
+  bytes += kernels::cuda::MatmulContext::DeviceBytes(
+      WideningElements(w), SplitElements(c, static_cast<int>(n), options.split_tf32_prompts));
   bytes += kernels::cuda::AttentionWorkspaceBytes(static_cast<int>(n), static_cast<int>(c.n_head),
                                                   static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
                                                   PositionsBound(1));
@@ -114,20 +112,21 @@ uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model:
 
 absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const model::ModelConfig& config,
                                                                            const model::ModelWeights& weights,
-                                                                           int max_batch, int max_prefill) {
+                                                                           const CudaDenseOptions& options) {
   if (config.head_dim != 32 && config.head_dim != 64 && config.head_dim != 128) {
     return absl::UnimplementedError(absl::StrCat("the CUDA attention kernels take head_dim 32, 64 or 128; this model's is ",
                                                  config.head_dim, ": use --device cpu"));
   }
   std::unique_ptr<CudaDenseBackend> b(new CudaDenseBackend(config));
-  b->max_batch_ = std::max(1, max_batch);
-  b->max_tokens_ = std::max(b->max_batch_, std::max(1, max_prefill));
+  b->max_batch_ = std::max(1, options.max_batch);
+  b->max_tokens_ = std::max(b->max_batch_, std::max(1, options.max_prefill));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->guess_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->fork_, cudaEventDisableTiming), "cudaEventCreate");
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->guessed_, cudaEventDisableTiming), "cudaEventCreate");
   ASSIGN_OR_RETURN(b->matmul_, kernels::cuda::MatmulContext::Create(b->stream_, WideningElements(weights),
-                                                                     SplitElements(config, b->max_tokens_)));
+                                                                     SplitElements(config, b->max_tokens_,
+                                                                                   options.split_tf32_prompts)));
   RETURN_IF_ERROR(b->Upload(weights));
   RETURN_IF_ERROR(b->AllocateBuffers());
   return b;

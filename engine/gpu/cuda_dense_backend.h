@@ -73,18 +73,25 @@ class CudaKvMemory : public model::KvMemory {
   bool host_accessible() const override { return false; }
 };
 
+struct CudaDenseOptions {
+  int max_batch = 64;    // decode tokens a step
+  int max_prefill = 512;  // prompt tokens a step
+  // Prompt steps' F16/BF16 dense products on TF32 tensor cores (kernels::cuda::MatmulContext's split products:
+  // faster, further from the CPU's results); the split workspace is reserved only then.
+  bool split_tf32_prompts = false;
+};
+
 class CudaDenseBackend : public model::DenseBackend {
  public:
-  // Uploads the weights. `config` must outlive the backend. `capturable_dispatch`: whether the MoE dispatch
-  // may sit inside a CUDA graph (else no graphs are used).
+  // Uploads the weights. `config` must outlive the backend.
   static absl::StatusOr<std::unique_ptr<CudaDenseBackend>> Create(const model::ModelConfig& config,
                                                                   const model::ModelWeights& weights,
-                                                                  int max_batch, int max_prefill);
+                                                                  const CudaDenseOptions& options);
   ~CudaDenseBackend() override;
 
   // Bytes Create will take on the device (weights and step buffers), for the VRAM check.
-  static uint64_t DeviceBytes(const model::ModelConfig& config, const model::ModelWeights& weights, int max_batch,
-                              int max_prefill);
+  static uint64_t DeviceBytes(const model::ModelConfig& config, const model::ModelWeights& weights,
+                              const CudaDenseOptions& options);
 
   void set_graphs(bool enabled) { graphs_enabled_ = enabled; }
   // The scheduler thread sleeps until a step's results are back instead of spinning (CUDA's default while

@@ -62,13 +62,21 @@ int MaxDecode(const CudaModelOptions& options) {
   return static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(1, options.max_batch))));
 }
 
+namespace {
+
+CudaDenseOptions DenseOptions(const CudaModelOptions& options) {
+  return CudaDenseOptions{options.max_batch, options.max_prefill, options.split_tf32_prompts};
+}
+
+}  // namespace
+
 absl::StatusOr<VramPlan> PlanVram(const pack::Pack& pack, const model::ModelConfig& config,
                                   const model::ModelWeights& weights, const CudaModelOptions& options) {
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the device's free memory");
   const int max_tokens = std::max(options.max_batch, options.max_prefill);
   VramPlan plan;
-  plan.dense_bytes = CudaDenseBackend::DeviceBytes(config, weights, options.max_batch, options.max_prefill) +
+  plan.dense_bytes = CudaDenseBackend::DeviceBytes(config, weights, DenseOptions(options)) +
                      DeviceExpertExtras::DeviceBytes(model::ExpertExtrasOf(config, weights));
   plan.allowed = options.vram_bytes > 0 ? options.vram_bytes : (free_bytes > kMargin ? free_bytes - kMargin : 0);
   const uint64_t all = GpuMoeDispatch::DeviceBytes(pack, max_tokens);
@@ -101,7 +109,7 @@ absl::StatusOr<CudaModelParts> CreateCudaModelParts(const pack::Pack& pack, cons
                                                     pack::ExpertSource* arena, exec::ThreadPool* pool) {
   const int max_tokens = std::max(options.max_batch, options.max_prefill);
   ASSIGN_OR_RETURN(std::unique_ptr<CudaDenseBackend> backend,
-                   CudaDenseBackend::Create(config, weights, options.max_batch, options.max_prefill));
+                   CudaDenseBackend::Create(config, weights, DenseOptions(options)));
   // gpt-oss's expert biases and clamped activation, for the experts on the GPU and on the host alike.
   const model::ExpertExtras extras = model::ExpertExtrasOf(config, weights);
   ASSIGN_OR_RETURN(std::shared_ptr<const DeviceExpertExtras> device_extras,

@@ -36,6 +36,7 @@ struct CudaModelOptions {
   bool stage_gpu_misses = true;  // OffloadOptions::stage_gpu_misses
   int prefetch_experts = 0;      // OffloadOptions::prefetch_experts
   bool prefetch_after_layer = true;  // OffloadOptions::prefetch_after_layer
+  bool split_tf32_prompts = false;   // CudaDenseOptions::split_tf32_prompts
   // The VRAM cache's options (the policy, and a routing profile's warm counts); its slots come from the plan.
   model::CacheOptions cache;
 };

@@ -65,6 +65,10 @@ absl::Status CheckDeviceOptions(const DeviceOptions& options) {
   if (absl::StatusOr<model::MissPath> path = model::ParseMissPath(options.miss_path); !path.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("miss_path: ", path.status().message()));
   }
+  if (options.prompt_math != "fp32" && options.prompt_math != "split-tf32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt_math: '", options.prompt_math, "' is not one of fp32, split-tf32"));
+  }
   return absl::OkStatus();
 }
 
@@ -125,6 +129,7 @@ absl::StatusOr<LoadedModel> LoadModel(
     o.stage_gpu_misses = options.stage_gpu_misses;
     o.prefetch_experts = options.prefetch_experts;
     o.prefetch_after_layer = options.prefetch_after_layer;
+    o.split_tf32_prompts = options.prompt_math == "split-tf32";
     ASSIGN_OR_RETURN(const gpu::VramPlan plan, gpu::PlanVram(pack, m.config(), m.weights(), o));
     ASSIGN_OR_RETURN(o.cache, ExpertCacheOptions(pack, options, plan.slots));
     if (!plan.all_experts) {

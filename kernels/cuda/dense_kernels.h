@@ -40,41 +40,34 @@ namespace strata::kernels::cuda {
 // Dense matrix products.
 
 // The largest n_tokens that DenseMatmul computes with its GEMV kernel (each weight row read once for all
-// tokens); above it, cuBLAS on f32 weights (PromptMath).
+// tokens); above it, cuBLAS on f32 weights (MatmulContext).
 inline constexpr int kMaxGemvTokens = 32;
 
-// How DenseMatmul multiplies more than kMaxGemvTokens tokens by F16 or BF16 weights (F32 and Q8_0 weights
-// always take kFp32):
-//  - kFp32 (the default): cuBLAS SGEMM on the CUDA cores, as the CPU computes it up to the order of the additions.
-//  - kSplitTf32: two TF32 tensor-core products, W x_hi + W x_lo, where x_hi is x with the low 13 significand bits
-//    cleared (a TF32 value) and x_lo = x - x_hi. Widened F16 and BF16 weights are TF32 values, so the inputs lose
-//    at most 2^-21 of each |x| (against 2^-11 for a single TF32 product); the tensor cores' own accumulation is
-//    the larger error. Measured on the H200 (bench/RESULTS.md): prompt steps 11-16% faster, but the engine's
-//    prompt logits agree less closely with the CPU's, enough that the glm4moe and gpt-oss small packs of the
-//    GPU engine tests exceed their one-in-eight allowance of first-token events; hence not the default. Used on
-//    devices with TF32 tensor cores (compute capability 8.0 or later) when the context has a split workspace;
-//    else kFp32.
-// Process-wide, read at each call (benches compare both in one run; the GPU engine reserves the split workspace
-// only when kSplitTf32 is set before it is made); any thread may call these.
-enum class PromptMath { kFp32, kSplitTf32 };
-void SetPromptMath(PromptMath math);
-PromptMath GetPromptMath();
-
 // What the prefill path of DenseMatmul needs: a cuBLAS handle (FP32 math mode; TF32 only where a call asks for
-// it, PromptMath), a cuBLAS workspace, an f32 workspace that non-F32 weights are widened into before the
-// product, and a workspace for the activations' high and low parts (kSplitTf32). One context serves one stream
-// at a time; it is not thread-safe.
+// it), a cuBLAS workspace, an f32 workspace that non-F32 weights are widened into before the product, and,
+// optionally, a workspace for the activations' TF32 parts. One context serves one stream at a time; it is not
+// thread-safe.
+//
+// With that split workspace (max_split_elements > 0: the opt-in), products of more than kMaxGemvTokens tokens
+// by F16 or BF16 weights whose x fits it run as two TF32 tensor-core products, W x_hi + W x_lo, where x_hi is x
+// with the low 13 significand bits cleared (a TF32 value) and x_lo = x - x_hi. Widened F16 and BF16 weights are
+// TF32 values, so the inputs lose at most 2^-21 of each |x| (against 2^-11 for a single TF32 product); the
+// tensor cores' own accumulation is the larger error. Measured on the H200 (bench/RESULTS.md): prompt steps
+// 11-16% faster, but the engine's prompt logits agree less closely with the CPU's, enough that the glm4moe and
+// gpt-oss small packs of the GPU engine tests exceed their one-in-eight allowance of first-token events; hence
+// opt-in. Everything else (F32 and Q8_0 weights, an x larger than the workspace, a device below compute
+// capability 8.0 without TF32 tensor cores, no workspace) takes cuBLAS SGEMM on the CUDA cores, as the CPU
+// computes it up to the order of the additions.
 class MatmulContext {
  public:
   // `max_dequant_elements`: size of the widening workspace, in weights. A matrix with more weights is
   // widened and multiplied in row blocks of at most that many weights, so the caller trades memory for
   // launches: rows * cols of the largest matrix gives one product per matrix. When it is smaller than one
   // row, non-F32 products with more than kMaxGemvTokens tokens run the GEMV once per 32 tokens instead.
-  // `max_split_elements`: activation elements (tokens x cols) one split of x holds; a call with more is split
-  // and multiplied in token blocks (re-widening the weights for each), and one with fewer than cols (0: no
-  // workspace) takes kFp32. n_tokens x the widest x of the largest prompt step avoids both.
+  // `max_split_elements`: activation elements (n_tokens x cols) the split workspace holds, 0 for none (above);
+  // the largest prompt step's tokens x its widest x for every product of the engine.
   // `stream` is the stream the handle is first bound to (launchers rebind it when given another).
-  // INVALID_ARGUMENT for a negative size; RESOURCE_EXHAUSTED when the workspaces do not fit; INTERNAL or
+  // INVALID_ARGUMENT for a size outside [0, 2^40]; RESOURCE_EXHAUSTED when the workspaces do not fit; INTERNAL or
   // UNAVAILABLE when cuBLAS cannot start or the device's occupancy cannot be read.
   static absl::StatusOr<std::unique_ptr<MatmulContext>> Create(cudaStream_t stream, int64_t max_dequant_elements,
                                                                int64_t max_split_elements);
@@ -88,7 +81,7 @@ class MatmulContext {
   absl::StatusOr<cublasContext*> CublasFor(cudaStream_t stream);
   float* dequant_workspace() const { return dequant_.as<float>(); }
   int64_t dequant_elements() const { return dequant_elements_; }
-  // x_hi and x_lo of kSplitTf32, split_elements() floats each.
+  // x_hi and x_lo of the split products, split_elements() floats each.
   float* split_high() const { return split_.as<float>(); }
   float* split_low() const { return split_.as<float>() + split_elements_; }
   int64_t split_elements() const { return split_elements_; }
@@ -122,10 +115,11 @@ class MatmulContext {
 // x_stride >= cols and a multiple of 4; y_stride >= rows; w, x and y non-null; w and x 16-byte aligned.
 // y must not overlap w or x.
 //
-// n_tokens <= kMaxGemvTokens: one GEMV launch (reads W once). Larger: cuBLAS (PromptMath), after widening W
-// into the context's workspace when it is not F32 (rows, cols and strides must then fit in an int). Results
-// differ from the CPU's DenseGemv by f32 rounding (kSplitTf32: and x_lo's TF32 rounding): the additions run in
-// another order, and the GEMV applies a Q8_0 block's scale to the sum of its 8-weight pieces.
+// n_tokens <= kMaxGemvTokens: one GEMV launch (reads W once). Larger: cuBLAS (SGEMM, or TF32 with the context's
+// split workspace), after widening W into the context's workspace when it is not F32 (rows, cols and strides must
+// then fit in an int). Results differ from the CPU's DenseGemv by f32 rounding (split TF32: by the tensor cores'
+// rounding): the additions run in another order, and the GEMV applies a Q8_0 block's scale to the sum of its
+// 8-weight pieces.
 absl::Status DenseMatmul(MatmulContext& ctx, DenseType type, const uint8_t* w, int64_t rows, int64_t cols,
                          const float* x, int64_t x_stride, int n_tokens, float* y, int64_t y_stride, bool accumulate,
                          cudaStream_t stream);

@@ -3,7 +3,6 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <memory>
@@ -357,7 +356,7 @@ absl::Status LaunchWiden(DenseType type, const uint8_t* w, int64_t rows, int64_t
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// x's TF32 high and low parts (PromptMath::kSplitTf32).
+// x's TF32 high and low parts (MatmulContext's split products).
 
 constexpr int kSplitThreads = 256;
 constexpr uint32_t kTf32Bits = 0xFFFFE000u;  // sign, exponent and the 10 significand bits TF32 keeps
@@ -452,8 +451,8 @@ absl::Status CheckOutput(absl::string_view function, const MatmulOutput& o, int 
   return absl::OkStatus();
 }
 
-// The x operand of a prompt product: the f32 activations, or (kSplitTf32) their TF32 high part in `x` and low
-// part in `low`, with one stride.
+// The x operand of a prompt product: the f32 activations, or their TF32 high part in `x` and low part in `low`,
+// with one stride.
 struct PromptOperand {
   const float* x = nullptr;
   const float* low = nullptr;
@@ -516,38 +515,33 @@ absl::Status CublasProduct(MatmulContext& ctx, DenseType type, const MatmulOutpu
   return absl::OkStatus();
 }
 
-std::atomic<int> g_prompt_math{static_cast<int>(PromptMath::kFp32)};
+// Sizes of workspace a context takes, in elements (a larger one is refused, so that no byte count overflows).
+constexpr int64_t kMaxWorkspaceElements = int64_t{1} << 40;
 
+// A multiple of 4, so that the low part (split_elements floats in) is 16-byte aligned for the split's float4s.
 int64_t SplitElementsRounded(int64_t elements) { return (elements + 3) / 4 * 4; }
 
 // Widened F16 and BF16 weights are TF32 values; F32 and Q8_0 (scale times code) weights need not be.
-bool UseSplitTf32(const MatmulContext& ctx, DenseType type, int64_t cols) {
-  return GetPromptMath() == PromptMath::kSplitTf32 && ctx.has_tf32() &&
-         (type == DenseType::kF16 || type == DenseType::kBF16) && ctx.split_elements() >= cols;
+bool UseSplitTf32(const MatmulContext& ctx, DenseType type, int64_t cols, int n_tokens) {
+  return ctx.has_tf32() && (type == DenseType::kF16 || type == DenseType::kBF16) &&
+         ctx.split_elements() >= n_tokens * cols;
 }
 
-// The cuBLAS path of DenseMatmul and DenseMatmulGroup: x split once per token block for all outputs.
+// The cuBLAS path of DenseMatmul and DenseMatmulGroup: x split once for all outputs when the context takes
+// split products.
 absl::Status PromptProducts(MatmulContext& ctx, DenseType type, std::span<const MatmulOutput> outputs,
                             bool accumulate, int64_t cols, const float* x, int64_t x_stride, int n_tokens,
                             cudaStream_t stream) {
-  const bool split = UseSplitTf32(ctx, type, cols);
-  const int block_tokens =
-      split ? static_cast<int>(std::min<int64_t>(n_tokens, ctx.split_elements() / cols)) : n_tokens;
-  for (int t0 = 0; t0 < n_tokens; t0 += block_tokens) {
-    const int n = std::min(block_tokens, n_tokens - t0);
-    PromptOperand operand{x + t0 * x_stride, nullptr, x_stride};
-    if (split) {
-      if (absl::Status s = LaunchSplit(operand.x, x_stride, cols, n, ctx.split_high(), ctx.split_low(), stream);
-          !s.ok()) {
-        return s;
-      }
-      operand = PromptOperand{ctx.split_high(), ctx.split_low(), cols};
+  PromptOperand operand{x, nullptr, x_stride};
+  if (UseSplitTf32(ctx, type, cols, n_tokens)) {
+    if (absl::Status s = LaunchSplit(x, x_stride, cols, n_tokens, ctx.split_high(), ctx.split_low(), stream);
+        !s.ok()) {
+      return s;
     }
-    for (const MatmulOutput& o : outputs) {
-      MatmulOutput block = o;
-      block.y = o.y + t0 * o.y_stride;
-      if (absl::Status s = CublasProduct(ctx, type, block, accumulate, cols, operand, n, stream); !s.ok()) return s;
-    }
+    operand = PromptOperand{ctx.split_high(), ctx.split_low(), cols};
+  }
+  for (const MatmulOutput& o : outputs) {
+    if (absl::Status s = CublasProduct(ctx, type, o, accumulate, cols, operand, n_tokens, stream); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -560,18 +554,15 @@ bool UseCublas(const MatmulContext& ctx, DenseType type, int64_t cols, int n_tok
 
 // ---------------------------------------------------------------------------------------------------------
 
-void SetPromptMath(PromptMath math) { g_prompt_math.store(static_cast<int>(math)); }
-
-PromptMath GetPromptMath() { return static_cast<PromptMath>(g_prompt_math.load(std::memory_order_relaxed)); }
-
 absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_t stream,
                                                                      int64_t max_dequant_elements,
                                                                      int64_t max_split_elements) {
-  if (max_dequant_elements < 0) {
-    return BadArgument("MatmulContext::Create", "max_dequant_elements", max_dequant_elements, "it must be >= 0");
+  if (max_dequant_elements < 0 || max_dequant_elements > kMaxWorkspaceElements) {
+    return BadArgument("MatmulContext::Create", "max_dequant_elements", max_dequant_elements,
+                       "it must be in [0, 2^40]");
   }
-  if (max_split_elements < 0) {
-    return BadArgument("MatmulContext::Create", "max_split_elements", max_split_elements, "it must be >= 0");
+  if (max_split_elements < 0 || max_split_elements > kMaxWorkspaceElements) {
+    return BadArgument("MatmulContext::Create", "max_split_elements", max_split_elements, "it must be in [0, 2^40]");
   }
   std::unique_ptr<MatmulContext> ctx(new MatmulContext());
   absl::StatusOr<DeviceBuffer> workspace = DeviceBuffer::Allocate(kCublasWorkspaceBytes);
@@ -582,7 +573,6 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
   if (!dequant.ok()) return dequant.status();
   ctx->dequant_ = *std::move(dequant);
   ctx->dequant_elements_ = max_dequant_elements;
-  // A multiple of 4, so that the low part (split_elements_ floats in) is 16-byte aligned for the split's float4s.
   const int64_t split_elements = SplitElementsRounded(max_split_elements);
   absl::StatusOr<DeviceBuffer> split = DeviceBuffer::Allocate(2 * static_cast<size_t>(split_elements) * sizeof(float));
   if (!split.ok()) return split.status();
@@ -591,7 +581,7 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
   cublasHandle_t handle = nullptr;
   if (absl::Status s = CublasStatus(cublasCreate(&handle), "cublasCreate"); !s.ok()) return s;
   ctx->handle_ = handle;
-  // FP32 products unless a call asks for TF32 (PromptMath::kSplitTf32).
+  // FP32 products unless a call asks for TF32 (the split products).
   if (absl::Status s = CublasStatus(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"); !s.ok()) {
     return s;
   }
@@ -622,8 +612,11 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
 }
 
 uint64_t MatmulContext::DeviceBytes(int64_t max_dequant_elements, int64_t max_split_elements) {
-  return kCublasWorkspaceBytes + static_cast<uint64_t>(std::max<int64_t>(max_dequant_elements, 0)) * sizeof(float) +
-         2 * static_cast<uint64_t>(SplitElementsRounded(std::max<int64_t>(max_split_elements, 0))) * sizeof(float);
+  const auto elements = [](int64_t n) {
+    return static_cast<uint64_t>(std::clamp<int64_t>(n, 0, kMaxWorkspaceElements));
+  };
+  return kCublasWorkspaceBytes + elements(max_dequant_elements) * sizeof(float) +
+         2 * elements(SplitElementsRounded(max_split_elements)) * sizeof(float);
 }
 
 MatmulContext::~MatmulContext() {

@@ -287,7 +287,9 @@ TEST_P(EngineGptOssTest, ConcurrentSequencesMatchTheReferenceOfTheSamePack) {
       EXPECT_LT(error, bound) << "prompt " << i << " position " << p;
       worst = std::max(worst, error);
     }
-    if (exact) EXPECT_EQ(results[i].tokens, ReferenceGreedy(**ref, prompts[i], kGenerate)) << "prompt " << i;
+    if (exact) {
+      EXPECT_EQ(results[i].tokens, ReferenceGreedy(**ref, prompts[i], kGenerate)) << "prompt " << i;
+    }
   }
   std::printf("gpt-oss %s: worst relative error of the prompt logits %.2g\n",
               std::string(kernels::SchemeName(scheme)).c_str(), worst);
@@ -379,8 +381,8 @@ INSTANTIATE_TEST_SUITE_P(Presets, EngineSlidingWindowTest, ::testing::Values("ti
 
 // gpt-oss as it ships: MXFP4 experts. convert's default for them is mxfp4, which carries their bytes; s8 holds
 // their values exactly too: for both, every role's reported error is 0 and the reference reading the pack gives
-// the logits of the reference reading the MXFP4 GGUF itself. The engine on the f16 pack (which holds MXFP4's values exactly too) matches that
-// reference. (The engine on the s8 pack quantizes activations to int8, which here flips a near-tied expert
+// the logits of the reference reading the MXFP4 GGUF itself. The engine on the f16 pack (which holds MXFP4's
+// values exactly too) matches that reference. (The engine on the s8 pack quantizes activations to int8, which here flips a near-tied expert
 // choice at one position; EngineGptOssTest bounds that path.)
 TEST(EngineGptOssMxfp4Test, Mxfp4ExpertsConvertExactlyAndRunAsTheReference) {
   TinyModel model("gpt-oss", gguf::GgmlType::kF32, "tiny", gguf::GgmlType::kMXFP4);
@@ -399,7 +401,9 @@ TEST(EngineGptOssMxfp4Test, Mxfp4ExpertsConvertExactlyAndRunAsTheReference) {
     ASSERT_TRUE(manifest.ok()) << manifest.status();
     ASSERT_GE(manifest->quant_error_size(), 3);
     for (const auto& e : manifest->quant_error()) {
-      if (e.role() != "dense") EXPECT_EQ(e.rel_rms(), 0.0) << e.role();
+      if (e.role() != "dense") {
+        EXPECT_EQ(e.rel_rms(), 0.0) << e.role();
+      }
     }
     auto ref_pack = ReferenceModel::FromPack(pack_dir);
     ASSERT_TRUE(ref_pack.ok()) << ref_pack.status();

@@ -70,6 +70,12 @@ TEST(ModelFactoryTest, BadDeviceOptionsAreRefusedByFieldBeforeThePackIsRead) {
   o.miss_path = "disk";
   EXPECT_THAT(CheckDeviceOptions(o),
               StatusIsWith(absl::StatusCode::kInvalidArgument, "miss_path: 'disk' is not a miss path (gpu, cpu or both)"));
+  o = ok;
+  o.prompt_math = "split-tf32";
+  EXPECT_TRUE(CheckDeviceOptions(o).ok());
+  o.prompt_math = "tf32";
+  EXPECT_THAT(CheckDeviceOptions(o),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "prompt_math: 'tf32' is not one of fp32, split-tf32"));
   // The engine refuses them before it opens the pack: a missing pack is not what gets reported.
   EngineOptions e = Options("/nonexistent/pack", "cpu");
   e.device.cache_policy = "fifo";

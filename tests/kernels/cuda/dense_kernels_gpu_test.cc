@@ -15,7 +15,7 @@ namespace {
 using namespace dense_test;  // the shared helpers of this test binary
 
 constexpr int64_t kDequantElements = int64_t{4096} * 4096;
-// x's TF32 parts for up to 512 tokens of 4096 (PromptMath::kSplitTf32).
+// x's TF32 parts for up to 512 tokens of 4096 (a context with split products).
 constexpr int64_t kSplitElements = int64_t{512} * 4096;
 
 void RunMatmul(MatmulContext& ctx, cudaStream_t stream, DenseType type, int64_t rows, int64_t cols, int n_tokens,
@@ -57,7 +57,7 @@ void RunMatmul(MatmulContext& ctx, cudaStream_t stream, DenseType type, int64_t 
 }
 
 TEST_F(DenseKernelsTest, MatmulMatchesTheCpuOnModelShapes) {
-  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, kSplitElements));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, 0));
   for (DenseType type : kAllTypes) {
     // n_embd 2560 with 32 x 128 query heads: Wq, then Wo; 300 tokens cross to cuBLAS.
     for (int n_tokens : {1, 7, 16, 32, 300}) {
@@ -73,7 +73,7 @@ TEST_F(DenseKernelsTest, MatmulMatchesTheCpuOnModelShapes) {
 }
 
 TEST_F(DenseKernelsTest, MatmulMatchesTheCpuOnOddShapes) {
-  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, kSplitElements));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, 0));
   // 37 rows: partial row blocks. cols 96 and 2080: Q8_0 rows that start 2 bytes past a word boundary.
   for (DenseType type : kAllTypes) {
     for (int64_t cols : {32, 96, 2080}) {
@@ -87,7 +87,7 @@ TEST_F(DenseKernelsTest, MatmulMatchesTheCpuOnOddShapes) {
 }
 
 TEST_F(DenseKernelsTest, MatmulMatchesTheCpuOnVocabularyMatrices) {
-  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, kSplitElements));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, 0));
   // 151936 x 2560 (Qwen3 output); 33 tokens widen it in 24 row blocks.
   for (DenseType type : {DenseType::kF16, DenseType::kQ8_0}) {
     for (int n_tokens : {1, 33}) RunMatmul(*ctx, stream_, type, 151936, 2560, n_tokens, false, 0, 0);
@@ -104,22 +104,12 @@ TEST_F(DenseKernelsTest, MatmulWithoutAWideningWorkspaceLoopsTheGemv) {
   }
 }
 
-// Sets the process-wide PromptMath for a scope.
-class ScopedPromptMath {
- public:
-  explicit ScopedPromptMath(PromptMath math) : saved_(GetPromptMath()) { SetPromptMath(math); }
-  ~ScopedPromptMath() { SetPromptMath(saved_); }
-
- private:
-  PromptMath saved_;
-};
-
-TEST_F(DenseKernelsTest, PromptProductsMeetTheFp32BoundWithEitherMath) {
-  // A split workspace of 100 x 2560 elements: 300 tokens of 2560 go in 3 token blocks, of 4096 in 5.
-  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, int64_t{100} * 2560));
-  for (PromptMath math : {PromptMath::kSplitTf32, PromptMath::kFp32}) {
-    SCOPED_TRACE(math == PromptMath::kSplitTf32 ? "split TF32" : "FP32");
-    ScopedPromptMath scoped(math);
+TEST_F(DenseKernelsTest, PromptProductsMeetTheFp32BoundWithOrWithoutSplitProducts) {
+  // Without a split workspace (SGEMM), with one that holds every x here (TF32 for F16 and BF16), and with one of
+  // 100 x 2560 elements, which 300 tokens overflow (SGEMM again) while 33 tokens fit.
+  for (int64_t split : {int64_t{0}, kSplitElements, int64_t{100} * 2560}) {
+    SCOPED_TRACE(absl::StrCat("split workspace ", split));
+    auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, split));
     for (DenseType type : kAllTypes) {
       RunMatmul(*ctx, stream_, type, 4096, 2560, 300, /*accumulate=*/true, 4, 0);
       RunMatmul(*ctx, stream_, type, 2560, 4096, 300, /*accumulate=*/false, 0, 3);
@@ -129,9 +119,9 @@ TEST_F(DenseKernelsTest, PromptProductsMeetTheFp32BoundWithEitherMath) {
 }
 
 TEST_F(DenseKernelsTest, SplitTf32IsAnotherComputationThanFp32) {
-  // The same F16 product under both maths: each within the f32 bound (above), and not the same bits, which
-  // shows the split path ran (a single TF32 pass would miss the 1e-5 bound by an order of magnitude).
-  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, kSplitElements));
+  // The same F16 product by a context without and with a split workspace: each within the f32 bound, and not the
+  // same bits, which shows the split path ran (a single TF32 pass would miss the 1e-5 bound by an order of
+  // magnitude).
   constexpr int64_t kRows = 512, kCols = 2560;
   constexpr int kTokens = 64;
   const uint64_t seed = NextSeed(), w_seed = NextSeed();
@@ -144,22 +134,24 @@ TEST_F(DenseKernelsTest, SplitTf32IsAnotherComputationThanFp32) {
   DeviceArray<float> dx(x.size());
   dw.Upload(w);
   dx.Upload(x);
-  std::vector<float> results[2];  // [PromptMath]
-  for (PromptMath math : {PromptMath::kFp32, PromptMath::kSplitTf32}) {
-    ScopedPromptMath scoped(math);
+  std::vector<float> results[2];  // [without, with the split workspace]
+  bool has_tf32 = false;
+  for (int with_split = 0; with_split < 2; ++with_split) {
+    auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, with_split ? kSplitElements : 0));
+    has_tf32 = ctx->has_tf32();
     DeviceArray<float> dy(kTokens * kRows);
     ASSERT_TRUE(DenseMatmul(*ctx, DenseType::kF16, dw.get(), kRows, kCols, dx.get(), kCols, kTokens, dy.get(), kRows,
                             false, stream_)
                     .ok());
     Check(cudaStreamSynchronize(stream_), "DenseMatmul");
-    results[static_cast<int>(math)] = dy.Download();
+    results[with_split] = dy.Download();
   }
   const std::vector<float> want = ReferenceProduct(DenseType::kF16, w, kRows, kCols, x, kCols, kTokens, kRows);
-  ExpectRows(results[static_cast<int>(PromptMath::kSplitTf32)], want, kTokens, kRows, kRows, 1e-5, "split TF32");
-  ExpectRows(results[static_cast<int>(PromptMath::kFp32)], want, kTokens, kRows, kRows, 1e-5, "FP32");
+  ExpectRows(results[0], want, kTokens, kRows, kRows, 1e-5, "FP32");
+  ExpectRows(results[1], want, kTokens, kRows, kRows, 1e-5, "split TF32");
   // Without TF32 tensor cores (compute capability below 8.0) the split falls back to FP32: the same bits.
   const bool same = std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0;
-  EXPECT_EQ(same, !ctx->has_tf32());
+  EXPECT_EQ(same, !has_tf32);
 }
 
 void RunMatmulGroup(MatmulContext& ctx, cudaStream_t stream, DenseType type, int64_t cols,
@@ -198,7 +190,7 @@ void RunMatmulGroup(MatmulContext& ctx, cudaStream_t stream, DenseType type, int
 }
 
 TEST_F(DenseKernelsTest, MatmulGroupComputesEachOutput) {
-  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, kSplitElements));
+  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, 0));
   for (DenseType type : kAllTypes) {
     for (int n_tokens : {1, 5, 32, 300}) RunMatmulGroup(*ctx, stream_, type, 2560, {4096, 512, 512}, n_tokens);
     for (int n_tokens : {1, 9}) RunMatmulGroup(*ctx, stream_, type, 2048, {4096, 512, 512}, n_tokens);
@@ -209,10 +201,8 @@ TEST_F(DenseKernelsTest, MatmulGroupComputesEachOutput) {
 }
 
 TEST_F(DenseKernelsTest, MatmulGroupSharesOneSplitAmongItsOutputs) {
-  // The engine's QKV and gate/up products under split TF32: one split of x per token block feeds every output,
-  // each widened again per block (a workspace of 100 x 2560 elements: 300 tokens in 3 blocks).
-  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, int64_t{100} * 2560));
-  ScopedPromptMath scoped(PromptMath::kSplitTf32);
+  // The engine's QKV and gate/up products with split products: one split of x feeds every output.
+  auto ctx = Unwrap(MatmulContext::Create(stream_, kDequantElements, kSplitElements));
   for (DenseType type : {DenseType::kF16, DenseType::kBF16}) {
     RunMatmulGroup(*ctx, stream_, type, 2560, {4096, 512, 512}, 300);
     RunMatmulGroup(*ctx, stream_, type, 2560, {1024, 1024}, 33);
@@ -220,6 +210,11 @@ TEST_F(DenseKernelsTest, MatmulGroupSharesOneSplitAmongItsOutputs) {
 }
 
 TEST_F(DenseKernelsTest, MatmulRejectsBadArguments) {
+  EXPECT_THAT(MatmulContext::Create(stream_, -1, 0).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "max_dequant_elements is -1"));
+  // A size whose bytes would overflow is refused, not wrapped into a small allocation.
+  EXPECT_THAT(MatmulContext::Create(stream_, 0, int64_t{1} << 62).status(),
+              StatusIsWith(absl::StatusCode::kInvalidArgument, "max_split_elements"));
   auto ctx = Unwrap(MatmulContext::Create(stream_, 0, 0));
   DeviceArray<uint8_t> w(1 << 16);
   DeviceArray<float> x(1 << 12), y(1 << 12);
