@@ -306,9 +306,10 @@ struct RouterGate {
 //                  (ties to the lower expert id),
 //   weights[t*k + j] = float(probs[ids[j]] / sum * gate.scale), sum = sum_j probs[ids[j]] in double
 //                  (1 without gate.renorm), as the CPU does.
-// One launch: each block computes some logits; the last block of each group of 8 tokens (an atomic
-// counter in the workspace) does their softmax and top-k. The workspace must not be shared by two
-// RouterTopK calls that may run at the same time.
+// Up to 8 tokens: one launch, whose last block (an atomic counter in the workspace) does the softmax and
+// top-k; more: a launch for the logits (tiles of 8 experts by 8 tokens) and one for the top-k. A token's ids
+// and weights are the same bits for any n_tokens and any place in the batch. The workspace must not be
+// shared by two RouterTopK calls that may run at the same time.
 // INVALID_ARGUMENT: n_expert outside [1, 1024], k outside [1, min(n_expert, 32)], n not a positive
 // multiple of 4, n_tokens outside [0, 524280], a short workspace, w, x, norm.weight, norm.out or workspace
 // not 16-byte aligned, a null pointer (norm.out with a norm.weight), a gate.scale that is not finite.

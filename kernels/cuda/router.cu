@@ -1,21 +1,28 @@
-// The MoE router in one launch: logits, softmax, top-k and the renormalised weights (or another RouterGate:
-// sigmoid scores, a choice bias, no renormalisation, a scale, in a second instantiation of the kernel so that
-// the default's path is unchanged; gpt-oss's logit bias and softmax over the chosen k in a third).
+// The MoE router: logits, softmax, top-k and the renormalised weights (or another RouterGate: sigmoid
+// scores, a choice bias, no renormalisation, a scale, in a second instantiation of the kernels so that the
+// default's path is unchanged; gpt-oss's logit bias and softmax over the chosen k in a third).
 //
-// Grid (expert blocks, token blocks). Block (e, t) computes the logits of experts [2e, 2e + 2) for tokens
-// [8t, 8t + 8): four warps per expert, each taking every fourth run of 32 float4s of the row, their sums
-// added in warp order (so a logit does not depend on the grid). With a norm, every block first forms its
-// tokens' RMS scales (while its first weights load) and normalizes x on the fly; block 0 stores the
-// normed rows. Two experts a block give a decode step n_expert / 2 blocks, enough to read the router's
-// rows at the memory rate. Every load of a lane's run is issued before any is used (no branch between
-// them), so a block waits for memory about once per run rather than once per float4. The last of the
-// expert blocks of token block t to finish (a counter per token block, which that block resets to zero
-// for the next call or graph replay) then reads all of their logits and does the softmax and top-k, one
-// warp per token with the token's logits in registers: k rounds of a warp-wide maximum (redux.sync) of
-// each lane's best, no shared memory and no block barrier (a block of one token uses all its warps instead:
-// BlockTopK). Softmax, top-k and the weights follow
-// strata::model::Softmax / TopK and Model::Forward: float exp, sum in double, probs times a float 1 / sum,
-// selection on the probs with ties to the lower id, weights as double quotients.
+// A decode step (up to 8 tokens) is one launch of RouterKernel. Grid (expert blocks, 1): block e computes
+// the logits of experts [2e, 2e + 2): four warps per expert, each taking every fourth run of 32 float4s of
+// the row, their sums added in warp order. With a norm, every block first forms its tokens' RMS scales
+// (while its first weights load) and normalizes x on the fly; block 0 stores the normed rows. Two experts a
+// block give a decode step n_expert / 2 blocks, enough to read the router's rows at the memory rate. Every
+// load of a lane's run is issued before any is used (no branch between them), so a block waits for memory
+// about once per run rather than once per float4. The last expert block to finish (a counter, which that
+// block resets to zero for the next call or graph replay) then reads all of their logits and does the
+// softmax and top-k, one warp per token with the token's logits in registers: k rounds of a warp-wide
+// maximum (redux.sync) of each lane's best, no shared memory and no block barrier (a block of one token
+// uses all its warps instead: BlockTopK).
+//
+// A prompt step is two launches: RouterLogitsTileKernel, a tile of 8 experts by 8 tokens a block (each
+// weight read once for 8 tokens, each activation once for 8 experts, where RouterKernel's blocks would read
+// every token's row n_expert / 2 times), then TopKOfLogitsKernel, a warp a token. A logit is the same chain
+// of fmaf and the same order of sums in either path, and the top-k the same code, so a sequence's routing
+// does not depend on the batch it is stepped in.
+//
+// Softmax, top-k and the weights follow strata::model::Softmax / TopK and Model::Forward: float exp, sum in
+// double, probs times a float 1 / sum, selection on the probs with ties to the lower id, weights as double
+// quotients.
 
 #include <climits>
 #include <cmath>
@@ -41,9 +48,8 @@ constexpr int kRouterThreads = 32 * kRouterWarps;
 constexpr int kExpertsPerBlock = 2;
 constexpr int kWarpsPerExpert = kRouterWarps / kExpertsPerBlock;
 constexpr int kRowStride = 32 * kWarpsPerExpert;  // float4s between a lane's consecutive ones in a row
-// Float4s of a row a lane loads before using them: a run of 8 for a decode step (one token block, so
-// few activation registers); one at a time for larger batches, whose 8 tokens' activations fill the
-// registers instead.
+// Float4s of a row a lane of RouterKernel loads before using them (one token block, so few activation
+// registers).
 constexpr int kDecodeWeightRun = 8;
 constexpr int kRouterTokens = 8;  // tokens per token block: one top-k warp each
 constexpr int kMaxExperts = 1024;
@@ -373,12 +379,95 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
   }
 }
 
-// A prompt step's instantiation keeps to 64 registers (4 blocks an SM; its top-k arrays spill a little, in
-// the one last block of each token block), so its many expert blocks fit at once; the decode one has 128.
-// kGating: 0 the default RouterGate (softmax, renormalised, unscaled); 1 the other gatings, read from `gate`
-// by WarpTopKGated; 2 those with gpt-oss's logit bias or softmax over the chosen k.
-template <int kWeightRun, int kGating>
-__global__ void __launch_bounds__(kRouterThreads, kWeightRun == 1 ? 4 : 2)
+// s_scale[t] = the RMS scale of row token0 + t of x, t < block_tokens. The four warps of quarters 0..3 sum
+// the squares (sums_squares true; lane l of quarter q adds float4s 32q + l + 128i in rising order, in
+// double), the others only wait: every thread of the block calls it. Both router kernels form the scales
+// this way, so that a normed row does not depend on which of them routes it.
+__device__ __forceinline__ void TokenRmsScales(const float4* x4, int64_t n4, int64_t n, float eps, int token0,
+                                               int block_tokens, bool sums_squares, int quarter,
+                                               double (&s_squares)[kWarpsPerExpert][kRouterTokens],
+                                               float (&s_scale)[kRouterTokens]) {
+  const int lane = threadIdx.x % 32;
+  const int64_t first = 32 * quarter + lane;
+  if (sums_squares) {
+    for (int t = 0; t < block_tokens; ++t) {
+      const float4* xt = x4 + (token0 + t) * n4;
+      double squares = 0;
+      for (int64_t run_first = first; run_first < n4; run_first += kDecodeWeightRun * kRowStride) {
+        float4 v[kDecodeWeightRun];
+#pragma unroll
+        for (int u = 0; u < kDecodeWeightRun; ++u) v[u] = LoadOrZero(xt, run_first + u * kRowStride, n4);
+#pragma unroll
+        for (int u = 0; u < kDecodeWeightRun; ++u) {
+          squares += static_cast<double>(v[u].x) * v[u].x + static_cast<double>(v[u].y) * v[u].y +
+                     static_cast<double>(v[u].z) * v[u].z + static_cast<double>(v[u].w) * v[u].w;
+        }
+      }
+      squares = detail::WarpSumDouble(squares);
+      if (lane == 0) s_squares[quarter][t] = squares;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < block_tokens) {
+    double total = 0;
+    for (int q = 0; q < kWarpsPerExpert; ++q) total += s_squares[q][threadIdx.x];
+    s_scale[threadIdx.x] = detail::RmsScale(total, n, eps);
+  }
+  __syncthreads();
+}
+
+// norm.out's rows token0 .. token0 + block_tokens - 1, by one quarter's warp (lane l of quarter q stores
+// float4s 32q + l + 128i).
+__device__ __forceinline__ void StoreNormedRows(const float4* x4, const float4* g4, float4* out4, int64_t n4,
+                                                int token0, int block_tokens, int quarter, const float* s_scale) {
+  const int64_t first = 32 * quarter + threadIdx.x % 32;
+  for (int t = 0; t < block_tokens; ++t) {
+    const float4* xt = x4 + (token0 + t) * n4;
+    for (int64_t run_first = first; run_first < n4; run_first += kDecodeWeightRun * kRowStride) {
+      float4 h[kDecodeWeightRun];
+#pragma unroll
+      for (int u = 0; u < kDecodeWeightRun; ++u) {
+        const int64_t c4 = run_first + u * kRowStride;
+        h[u] = Normed(LoadOrZero(xt, c4, n4), s_scale[t], LoadOrZero(g4, c4, n4));
+      }
+#pragma unroll
+      for (int u = 0; u < kDecodeWeightRun; ++u) {
+        const int64_t c4 = run_first + u * kRowStride;
+        if (c4 < n4) out4[(token0 + t) * n4 + c4] = h[u];
+      }
+    }
+  }
+}
+
+// The softmax and top-k of token t's logits by one warp (WarpTopK or WarpTopKGated for kGating, see
+// RouterKernel), with a lane entry count that fits n_expert.
+template <int kGating>
+__device__ __forceinline__ void TokenTopK(const float* logits, int n_expert, int k, const RouterGate& gate, int64_t t,
+                                          int32_t* ids, float* weights) {
+  const auto top_k = [&](auto entries) {
+    constexpr int kEntries = decltype(entries)::value;
+    if constexpr (kGating == 0) {
+      WarpTopK<kEntries>(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
+    } else {
+      WarpTopKGated<kGating == 2, kEntries>(logits + t * n_expert, n_expert, k, gate, ids + t * k, weights + t * k);
+    }
+  };
+  if (n_expert <= 128) {
+    top_k(std::integral_constant<int, 4>{});
+  } else if (n_expert <= 256) {
+    top_k(std::integral_constant<int, 8>{});
+  } else if (n_expert <= 512) {
+    top_k(std::integral_constant<int, 16>{});
+  } else {
+    top_k(std::integral_constant<int, kMaxExperts / 32>{});
+  }
+}
+
+// A step of up to kRouterTokens tokens (one token block): logits, then softmax and top-k by the last expert
+// block to finish. kGating: 0 the default RouterGate (softmax, renormalised, unscaled); 1 the other gatings,
+// read from `gate` by WarpTopKGated; 2 those with gpt-oss's logit bias or softmax over the chosen k.
+template <int kGating>
+__global__ void __launch_bounds__(kRouterThreads, 2)
     RouterKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, RouterGate gate,
                  int n_tokens, int k, int32_t* ids, float* weights, unsigned* counters, float* logits) {
   __shared__ bool s_is_last;
@@ -399,63 +488,36 @@ __global__ void __launch_bounds__(kRouterThreads, kWeightRun == 1 ? 4 : 2)
   const bool normed = norm.weight != nullptr;
 
   // The first run of weights is in flight while the kernel before finishes and the norm's sums form.
-  float4 wv[kWeightRun];
+  float4 wv[kDecodeWeightRun];
   auto load_run = [&](int64_t run_first) {
 #pragma unroll
-    for (int u = 0; u < kWeightRun; ++u)
+    for (int u = 0; u < kDecodeWeightRun; ++u)
       wv[u] = wr != nullptr ? LoadOrZero(wr, run_first + u * kRowStride, n4) : Zero4();
   };
   load_run(first);
   WaitForPriorKernels();  // the router's weights are no kernel's output; x is
-  if (normed) {
-    // The four quarters of either expert slot cover each row once: slot 0's warps sum the squares.
-    if (slot == 0) {
-      for (int t = 0; t < block_tokens; ++t) {
-        const float4* xt = x4 + (token0 + t) * n4;
-        double squares = 0;
-        for (int64_t run_first = first; run_first < n4; run_first += kDecodeWeightRun * kRowStride) {
-          float4 v[kDecodeWeightRun];
-#pragma unroll
-          for (int u = 0; u < kDecodeWeightRun; ++u) v[u] = LoadOrZero(xt, run_first + u * kRowStride, n4);
-#pragma unroll
-          for (int u = 0; u < kDecodeWeightRun; ++u) {
-            squares += static_cast<double>(v[u].x) * v[u].x + static_cast<double>(v[u].y) * v[u].y +
-                       static_cast<double>(v[u].z) * v[u].z + static_cast<double>(v[u].w) * v[u].w;
-          }
-        }
-        squares = detail::WarpSumDouble(squares);
-        if (lane == 0) s_squares[quarter][t] = squares;
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < block_tokens) {
-      double total = 0;
-      for (int q = 0; q < kWarpsPerExpert; ++q) total += s_squares[q][threadIdx.x];
-      s_scale[threadIdx.x] = detail::RmsScale(total, n, norm.eps);
-    }
-    __syncthreads();
-  }
+  // The four quarters of either expert slot cover each row once: slot 0's warps sum the squares.
+  if (normed) TokenRmsScales(x4, n4, n, norm.eps, token0, block_tokens, slot == 0, quarter, s_squares, s_scale);
 
   float acc[kRouterTokens];
 #pragma unroll
   for (int t = 0; t < kRouterTokens; ++t) acc[t] = 0.0f;
-#pragma unroll(kWeightRun == 1 ? 4 : 1)
-  for (int64_t run_first = first; run_first < n4; run_first += kWeightRun * kRowStride) {
+  for (int64_t run_first = first; run_first < n4; run_first += kDecodeWeightRun * kRowStride) {
     if (run_first != first) load_run(run_first);
-    float4 g[kWeightRun];
+    float4 g[kDecodeWeightRun];
 #pragma unroll
-    for (int u = 0; u < kWeightRun; ++u) {
+    for (int u = 0; u < kDecodeWeightRun; ++u) {
       g[u] = normed ? LoadOrZero(g4, run_first + u * kRowStride, n4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
     }
 #pragma unroll
     for (int t = 0; t < kRouterTokens; ++t) {
       if (t < block_tokens) {  // the same in the whole block
         const float4* xt = x4 + (token0 + t) * n4;
-        float4 xv[kWeightRun];
+        float4 xv[kDecodeWeightRun];
 #pragma unroll
-        for (int u = 0; u < kWeightRun; ++u) xv[u] = LoadOrZero(xt, run_first + u * kRowStride, n4);
+        for (int u = 0; u < kDecodeWeightRun; ++u) xv[u] = LoadOrZero(xt, run_first + u * kRowStride, n4);
 #pragma unroll
-        for (int u = 0; u < kWeightRun; ++u) {
+        for (int u = 0; u < kDecodeWeightRun; ++u) {
           if (normed) xv[u] = Normed(xv[u], s_scale[t], g[u]);
           acc[t] = fmaf(wv[u].x, xv[u].x, acc[t]);
           acc[t] = fmaf(wv[u].y, xv[u].y, acc[t]);
@@ -468,23 +530,7 @@ __global__ void __launch_bounds__(kRouterThreads, kWeightRun == 1 ? 4 : 2)
   // Expert block 0's slot-0 warps store the normed rows (after the products, so that no store sits
   // between the loads above).
   if (normed && blockIdx.x == 0 && slot == 0) {
-    float4* out4 = reinterpret_cast<float4*>(norm.out);
-    for (int t = 0; t < block_tokens; ++t) {
-      const float4* xt = x4 + (token0 + t) * n4;
-      for (int64_t run_first = first; run_first < n4; run_first += kDecodeWeightRun * kRowStride) {
-        float4 h[kDecodeWeightRun];
-#pragma unroll
-        for (int u = 0; u < kDecodeWeightRun; ++u) {
-          const int64_t c4 = run_first + u * kRowStride;
-          h[u] = Normed(LoadOrZero(xt, c4, n4), s_scale[t], LoadOrZero(g4, c4, n4));
-        }
-#pragma unroll
-        for (int u = 0; u < kDecodeWeightRun; ++u) {
-          const int64_t c4 = run_first + u * kRowStride;
-          if (c4 < n4) out4[(token0 + t) * n4 + c4] = h[u];
-        }
-      }
-    }
+    StoreNormedRows(x4, g4, reinterpret_cast<float4*>(norm.out), n4, token0, block_tokens, quarter, s_scale);
   }
 #pragma unroll
   for (int t = 0; t < kRouterTokens; ++t) {
@@ -522,27 +568,108 @@ __global__ void __launch_bounds__(kRouterThreads, kWeightRun == 1 ? 4 : 2)
       BlockTopK<kMaxExperts / kRouterThreads>(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
     }
   } else if (warp < block_tokens) {
-    const int64_t t = token0 + warp;
-    const auto top_k = [&](auto entries) {
-      constexpr int kEntries = decltype(entries)::value;
-      if constexpr (kGating == 0) {
-        WarpTopK<kEntries>(logits + t * n_expert, n_expert, k, ids + t * k, weights + t * k);
-      } else {
-        WarpTopKGated<kGating == 2, kEntries>(logits + t * n_expert, n_expert, k, gate, ids + t * k,
-                                              weights + t * k);
-      }
-    };
-    if (n_expert <= 128) {
-      top_k(std::integral_constant<int, 4>{});
-    } else if (n_expert <= 256) {
-      top_k(std::integral_constant<int, 8>{});
-    } else if (n_expert <= 512) {
-      top_k(std::integral_constant<int, 16>{});
-    } else {
-      top_k(std::integral_constant<int, kMaxExperts / 32>{});
-    }
+    TokenTopK<kGating>(logits, n_expert, k, gate, token0 + warp, ids, weights);
   }
   if (threadIdx.x == 0) counters[blockIdx.y] = 0;  // every block of this token block has counted
+}
+
+// The logits of a prompt step, a tile of kTileExperts experts by kRouterTokens tokens a block, each weight
+// and activation float4 loaded once for the tile. Warp w takes quarter w % 4 of the row slots (lane l of
+// quarter q: float4s 32q + l + 128i, in rising order) for experts 4 * (w / 4) .. + 3 of the tile and all the
+// tile's tokens; a logit is then the same chain of fmaf, the same butterfly over the lanes and the same sum
+// of the quarters in order as in RouterKernel, so it is the same bits whichever kernel routes the token.
+constexpr int kTileExperts = 8;
+constexpr int kTileExpertsPerWarp = kTileExperts * kWarpsPerExpert / kRouterWarps;
+
+__global__ void __launch_bounds__(kRouterThreads, 2)
+    RouterLogitsTileKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, int n_tokens,
+                           float* logits) {
+  __shared__ float s_partial[kWarpsPerExpert][kTileExperts][kRouterTokens];
+  __shared__ double s_squares[kWarpsPerExpert][kRouterTokens];
+  __shared__ float s_scale[kRouterTokens];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int token0 = blockIdx.y * kRouterTokens;
+  const int block_tokens = min(kRouterTokens, n_tokens - token0);
+  const int quarter = warp % kWarpsPerExpert, group = warp / kWarpsPerExpert;
+  const int expert0 = blockIdx.x * kTileExperts + group * kTileExpertsPerWarp;
+  const int64_t n4 = n / 4;
+  const int64_t first = 32 * quarter + lane;
+  const float4* const x4 = reinterpret_cast<const float4*>(x);
+  const float4* const g4 = reinterpret_cast<const float4*>(norm.weight);
+  const bool normed = norm.weight != nullptr;
+  const float4* wr[kTileExpertsPerWarp];
+#pragma unroll
+  for (int e = 0; e < kTileExpertsPerWarp; ++e) {
+    wr[e] = expert0 + e < n_expert ? reinterpret_cast<const float4*>(w + (expert0 + e) * n) : nullptr;
+  }
+
+  WaitForPriorKernels();
+  if (normed) TokenRmsScales(x4, n4, n, norm.eps, token0, block_tokens, group == 0, quarter, s_squares, s_scale);
+
+  float acc[kTileExpertsPerWarp][kRouterTokens];
+#pragma unroll
+  for (int e = 0; e < kTileExpertsPerWarp; ++e) {
+#pragma unroll
+    for (int t = 0; t < kRouterTokens; ++t) acc[e][t] = 0.0f;
+  }
+  for (int64_t c4 = first; c4 < n4; c4 += kRowStride) {
+    float4 wv[kTileExpertsPerWarp];
+#pragma unroll
+    for (int e = 0; e < kTileExpertsPerWarp; ++e) wv[e] = wr[e] != nullptr ? __ldg(wr[e] + c4) : Zero4();
+    const float4 g = normed ? __ldg(g4 + c4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    float4 xv[kRouterTokens];
+#pragma unroll
+    for (int t = 0; t < kRouterTokens; ++t) xv[t] = t < block_tokens ? __ldg(x4 + (token0 + t) * n4 + c4) : Zero4();
+#pragma unroll
+    for (int t = 0; t < kRouterTokens; ++t) {
+      if (t < block_tokens) {  // the same in the whole block
+        if (normed) xv[t] = Normed(xv[t], s_scale[t], g);
+#pragma unroll
+        for (int e = 0; e < kTileExpertsPerWarp; ++e) {
+          acc[e][t] = fmaf(wv[e].x, xv[t].x, acc[e][t]);
+          acc[e][t] = fmaf(wv[e].y, xv[t].y, acc[e][t]);
+          acc[e][t] = fmaf(wv[e].z, xv[t].z, acc[e][t]);
+          acc[e][t] = fmaf(wv[e].w, xv[t].w, acc[e][t]);
+        }
+      }
+    }
+  }
+  if (normed && blockIdx.x == 0 && group == 0) {
+    StoreNormedRows(x4, g4, reinterpret_cast<float4*>(norm.out), n4, token0, block_tokens, quarter, s_scale);
+  }
+#pragma unroll
+  for (int e = 0; e < kTileExpertsPerWarp; ++e) {
+#pragma unroll
+    for (int t = 0; t < kRouterTokens; ++t) {
+      if (t < block_tokens) {  // the same in the whole block
+        const float sum = detail::WarpSum(acc[e][t]);
+        if (lane == 0) s_partial[quarter][group * kTileExpertsPerWarp + e][t] = sum;
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kTileExperts * kRouterTokens) {
+    const int e_slot = threadIdx.x / kRouterTokens, t = threadIdx.x % kRouterTokens;
+    const int e = blockIdx.x * kTileExperts + e_slot;
+    if (e < n_expert && t < block_tokens) {
+      float logit = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kWarpsPerExpert; ++q) logit += s_partial[q][e_slot][t];
+      logits[static_cast<int64_t>(token0 + t) * n_expert + e] = logit;
+    }
+  }
+}
+
+// The softmax and top-k of a prompt step's logits (RouterLogitsTileKernel's): one warp a token, as the last
+// block of RouterKernel does them for a token block of several tokens.
+template <int kGating>
+__global__ void __launch_bounds__(kRouterThreads)
+    TopKOfLogitsKernel(const float* logits, int n_expert, RouterGate gate, int n_tokens, int k, int32_t* ids,
+                       float* weights) {
+  WaitForPriorKernels();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouterWarps + threadIdx.x / 32;
+  if (t < n_tokens) TokenTopK<kGating>(logits, n_expert, k, gate, t, ids, weights);
 }
 
 }  // namespace
@@ -588,17 +715,20 @@ absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x,
 
   unsigned* counters = static_cast<unsigned*>(workspace);
   float* logits = reinterpret_cast<float*>(static_cast<char*>(workspace) + CounterBytes(n_tokens));
-  const dim3 grid((n_expert + kExpertsPerBlock - 1) / kExpertsPerBlock, TokenBlocks(n_tokens));
-  const bool decode = n_tokens <= kRouterTokens;
   const int gating = gate.plain() ? 0 : (gate.logit_bias != nullptr || gate.softmax_top_k ? 2 : 1);
-  const auto kernel = decode ? (gating == 0   ? RouterKernel<kDecodeWeightRun, 0>
-                                : gating == 1 ? RouterKernel<kDecodeWeightRun, 1>
-                                              : RouterKernel<kDecodeWeightRun, 2>)
-                             : (gating == 0   ? RouterKernel<1, 0>
-                                : gating == 1 ? RouterKernel<1, 1>
-                                              : RouterKernel<1, 2>);
-  return LaunchKernel("RouterKernel", kernel, grid, kRouterThreads, 0, stream, w, n_expert, n, x, norm, gate, n_tokens,
-                      k, ids, weights, counters, logits);
+  if (n_tokens <= kRouterTokens) {
+    const dim3 grid((n_expert + kExpertsPerBlock - 1) / kExpertsPerBlock, 1);
+    const auto kernel = gating == 0 ? RouterKernel<0> : gating == 1 ? RouterKernel<1> : RouterKernel<2>;
+    return LaunchKernel("RouterKernel", kernel, grid, kRouterThreads, 0, stream, w, n_expert, n, x, norm, gate,
+                        n_tokens, k, ids, weights, counters, logits);
+  }
+  const dim3 tile_grid((n_expert + kTileExperts - 1) / kTileExperts, TokenBlocks(n_tokens));
+  absl::Status launched = LaunchKernel("RouterLogitsTileKernel", RouterLogitsTileKernel, tile_grid, kRouterThreads, 0,
+                                       stream, w, n_expert, n, x, norm, n_tokens, logits);
+  if (!launched.ok()) return launched;
+  const auto top_k = gating == 0 ? TopKOfLogitsKernel<0> : gating == 1 ? TopKOfLogitsKernel<1> : TopKOfLogitsKernel<2>;
+  return LaunchKernel("TopKOfLogitsKernel", top_k, dim3(TokenBlocks(n_tokens)), kRouterThreads, 0, stream, logits,
+                      n_expert, gate, n_tokens, k, ids, weights);
 }
 
 }  // namespace strata::kernels::cuda

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "tests/kernels/cuda/dense_test_support.h"
@@ -592,51 +593,74 @@ TEST_F(DenseKernelsTest, RouterTopKBreaksTiesAcrossWarpsTowardTheLowerIds) {
   }
 }
 
-// A token's ids and weights are the same bits whether its block holds it alone (the one-token top-k,
-// BlockTopK) or with seven others (one warp's top-k, WarpTopK): a sequence's routing must not change with the
-// batch it is stepped in. The token is the lone one, token 3 of 8, and the lone token of the last block of nine.
+// A token's ids, weights and normed row are the same bits wherever it sits in a batch: alone (the one-token
+// top-k, BlockTopK), as token 3 of 8 (one warp's top-k in the decode kernel), or in a prompt step (the tiled
+// logits and the top-k launch) as the lone token of a last block, a first, middle or last token: a
+// sequence's routing must not change with the batch it is stepped in. For each gating kernel (the default,
+// sigmoid with a choice bias, gpt-oss's logit bias and softmax over the chosen k), with and without a norm.
 TEST_F(DenseKernelsTest, RouterTopKOfATokenDoesNotDependOnItsBlock) {
-  const RouterCase cases[] = {{512, 2560, 10}, {128, 2048, 8}, {1024, 256, 32}, {257, 256, 6}};
+  const RouterCase cases[] = {{512, 2560, 10}, {128, 2048, 8}, {1024, 256, 32}, {257, 256, 6}, {13, 4100, 4}};
+  const std::pair<int, int> placements[] = {{1, 0}, {8, 3}, {9, 8}, {33, 32}, {300, 157}, {300, 299}, {300, 0}};
+  constexpr int kMostTokens = 300;
   for (const RouterCase& c : cases) {
-    constexpr int kMostTokens = 9;
     const size_t ws_bytes = RouterWorkspaceBytes(kMostTokens, c.n_expert);
     DeviceArray<uint8_t> workspace(ws_bytes);
     Check(cudaMemset(workspace.get(), 0, ws_bytes), "memset");
     const uint64_t seed = NextSeed();
-    SCOPED_TRACE(absl::StrCat(c.n_expert, " experts, k ", c.k, ", seed ", seed));
+    SCOPED_TRACE(absl::StrCat(c.n_expert, " experts, n ", c.n, ", k ", c.k, ", seed ", seed));
     Random rng(seed);
     const float w_scale = 1.0f / std::sqrt(static_cast<float>(c.n));
     DeviceArray<float> dw(static_cast<size_t>(c.n_expert) * c.n), dx(static_cast<size_t>(kMostTokens) * c.n),
-        dweights(kMostTokens * c.k);
+        dh(static_cast<size_t>(kMostTokens) * c.n), dweights(kMostTokens * c.k), dnorm(c.n), dbias(c.n_expert);
     DeviceArray<int32_t> dids(kMostTokens * c.k);
     dw.Upload(RandomFloats(static_cast<size_t>(c.n_expert) * c.n, -w_scale, w_scale, rng));
-    for (int trial = 0; trial < 8; ++trial) {
+    dnorm.Upload(RandomFloats(c.n, 0.5f, 1.5f, rng));
+    dbias.Upload(RandomFloats(c.n_expert, -0.05f, 0.05f, rng));
+    RouterGate gates[3];
+    gates[1].sigmoid = true;
+    gates[1].choice_bias = dbias.get();
+    gates[1].renorm = false;
+    gates[1].scale = 2.5f;
+    gates[2].logit_bias = dbias.get();
+    gates[2].softmax_top_k = true;
+    for (int trial = 0; trial < 6; ++trial) {
+      const int gating = trial % 3;
+      const bool with_norm = trial >= 3;
+      const RouterNorm norm = with_norm ? RouterNorm{dnorm.get(), kRouterEps, dh.get()} : RouterNorm{};
       const std::vector<float> token = RandomFloats(c.n, -1.0f, 1.0f, rng);
       std::vector<int32_t> first_ids;
-      std::vector<float> first_weights;
-      for (const auto& [n_tokens, slot] : {std::pair{1, 0}, std::pair{8, 3}, std::pair{kMostTokens, 8}}) {
-        std::vector<float> x = RandomFloats(static_cast<size_t>(kMostTokens) * c.n, -1.0f, 1.0f, rng);
+      std::vector<float> first_weights, first_h;
+      for (const auto& [n_tokens, slot] : placements) {
+        const std::string where = absl::StrCat("gating ", gating, with_norm ? ", normed" : "", ", token ", slot,
+                                               " of ", n_tokens);
+        std::vector<float> x = RandomFloats(static_cast<size_t>(n_tokens) * c.n, -1.0f, 1.0f, rng);
         std::copy(token.begin(), token.end(), x.begin() + static_cast<size_t>(slot) * c.n);
-        dx.Upload(x);
-        const absl::Status s = RouterTopK(dw.get(), c.n_expert, c.n, dx.get(), RouterNorm{}, RouterGate{}, n_tokens,
-                                          c.k, dids.get(), dweights.get(), workspace.get(), ws_bytes, stream_);
-        ASSERT_TRUE(s.ok()) << s;
+        dx.UploadAt(0, x.data(), x.size());
+        const absl::Status s = RouterTopK(dw.get(), c.n_expert, c.n, dx.get(), norm, gates[gating], n_tokens, c.k,
+                                          dids.get(), dweights.get(), workspace.get(), ws_bytes, stream_);
+        ASSERT_TRUE(s.ok()) << s << " (" << where << ")";
         Sync();
         const std::vector<int32_t> all_ids = dids.Download();
         const std::vector<float> all_weights = dweights.Download();
         const std::vector<int32_t> ids(all_ids.begin() + slot * c.k, all_ids.begin() + (slot + 1) * c.k);
         const std::vector<float> weights(all_weights.begin() + slot * c.k, all_weights.begin() + (slot + 1) * c.k);
+        std::vector<float> h;
+        if (with_norm) {
+          const std::vector<float> all_h = dh.Download();
+          h.assign(all_h.begin() + static_cast<size_t>(slot) * c.n, all_h.begin() + static_cast<size_t>(slot + 1) * c.n);
+        }
         if (first_ids.empty()) {
           first_ids = ids;
           first_weights = weights;
+          first_h = h;
           continue;
         }
-        EXPECT_EQ(ids, first_ids) << "trial " << trial << ", token " << slot << " of " << n_tokens;
+        EXPECT_EQ(ids, first_ids) << where;
         for (int j = 0; j < c.k; ++j) {
           EXPECT_EQ(std::bit_cast<uint32_t>(weights[j]), std::bit_cast<uint32_t>(first_weights[j]))
-              << "trial " << trial << ", token " << slot << " of " << n_tokens << ", choice " << j << ": "
-              << weights[j] << " against " << first_weights[j] << " alone";
+              << where << ", choice " << j << ": " << weights[j] << " against " << first_weights[j] << " alone";
         }
+        EXPECT_EQ(std::memcmp(h.data(), first_h.data(), h.size() * sizeof(float)), 0) << where << ": normed row";
       }
     }
   }
