@@ -121,8 +121,9 @@ __device__ __forceinline__ void Scale4(float4& acc, float f) {
 
 // Grid: (tiles, n_head_kv, n_splits). Dynamic shared memory: q tile [row_warps*16][D+4], K tile
 // [pos_warps*32][D+4], V tile [pos_warps*32][D] (rows of q and K padded so column reads hit distinct banks).
+// Three blocks an SM, as many as D = 128's shared memory allows (unbounded, the registers would allow two).
 template <int D>
-__global__ void __launch_bounds__(kAttnThreads) AttentionKernel(const AttnParams p) {
+__global__ void __launch_bounds__(kAttnThreads, 3) AttentionKernel(const AttnParams p) {
   WaitForPriorKernels();
   constexpr int kStride = D + 4;
   constexpr int kChunks = D / 32;  // float4s of O per lane and row
@@ -227,7 +228,9 @@ __global__ void __launch_bounds__(kAttnThreads) AttentionKernel(const AttnParams
 #pragma unroll
         for (int b = 0; b < 4; ++b) s[a][b] = 0.0f;
       }
-#pragma unroll
+      // Loops over d and j are unrolled only in part: fully unrolled, the kernel's code outgrew the
+      // instruction cache and its warps stalled on instruction fetch.
+#pragma unroll 4
       for (int d = 0; d < D; d += 4) {
         float4 qa[4], kb[4];
 #pragma unroll
@@ -282,15 +285,19 @@ __global__ void __launch_bounds__(kAttnThreads) AttentionKernel(const AttnParams
       // O += P V over the warp's 32 positions; position j's weights come from lane (rg, j % 8).
       const float* const v_base = s_v + pos_warp * kWarpPositions * D + 4 * pg;
 #pragma unroll
-      for (int j = 0; j < kWarpPositions; ++j) {
-        float pj[4];
+      for (int jb = 0; jb < kWarpPositions / 8; ++jb) {  // s[a][jb]: registers, so jb is unrolled
+#pragma unroll 1
+        for (int jj = 0; jj < 8; ++jj) {
+          const int j = 8 * jb + jj;
+          float pj[4];
 #pragma unroll
-        for (int a = 0; a < 4; ++a) pj[a] = __shfl_sync(kFullMask, s[a][j / 8], (lane & ~7) | (j & 7));
+          for (int a = 0; a < 4; ++a) pj[a] = __shfl_sync(kFullMask, s[a][jb], (lane & ~7) | jj);
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          const float4 v = *reinterpret_cast<const float4*>(v_base + j * D + 32 * c);
+          for (int c = 0; c < kChunks; ++c) {
+            const float4 v = *reinterpret_cast<const float4*>(v_base + j * D + 32 * c);
 #pragma unroll
-          for (int a = 0; a < 4; ++a) Fma4(o[a][c], pj[a], v);
+            for (int a = 0; a < 4; ++a) Fma4(o[a][c], pj[a], v);
+          }
         }
       }
       __syncthreads();  // before the next tile overwrites K and V
