@@ -463,6 +463,24 @@ __device__ __forceinline__ void TokenTopK(const float* logits, int n_expert, int
   }
 }
 
+// The logits of experts expert0 .. expert0 + kExperts - 1 for the block's tokens from their quarters' sums
+// (s_partial[quarter][expert - expert0][token - token0]), added in quarter order: the one order both kernels
+// use, so that a logit is the same bits whichever computes it. After a barrier that follows the stores.
+template <int kExperts>
+__device__ __forceinline__ void StoreLogits(const float (&s_partial)[kWarpsPerExpert][kExperts][kRouterTokens],
+                                            int expert0, int n_expert, int token0, int block_tokens, float* logits) {
+  if (threadIdx.x < kExperts * kRouterTokens) {
+    const int e_slot = threadIdx.x / kRouterTokens, t = threadIdx.x % kRouterTokens;
+    const int e = expert0 + e_slot;
+    if (e < n_expert && t < block_tokens) {
+      float logit = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kWarpsPerExpert; ++q) logit += s_partial[q][e_slot][t];
+      logits[static_cast<int64_t>(token0 + t) * n_expert + e] = logit;
+    }
+  }
+}
+
 // A step of up to kRouterTokens tokens (one token block): logits, then softmax and top-k by the last expert
 // block to finish. kGating: 0 the default RouterGate (softmax, renormalised, unscaled); 1 the other gatings,
 // read from `gate` by WarpTopKGated; 2 those with gpt-oss's logit bias or softmax over the chosen k.
@@ -471,7 +489,7 @@ __global__ void __launch_bounds__(kRouterThreads, 2)
     RouterKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, RouterGate gate,
                  int n_tokens, int k, int32_t* ids, float* weights, unsigned* counters, float* logits) {
   __shared__ bool s_is_last;
-  __shared__ float s_partial[kRouterWarps][kRouterTokens];
+  __shared__ float s_partial[kWarpsPerExpert][kExpertsPerBlock][kRouterTokens];
   __shared__ double s_squares[kWarpsPerExpert][kRouterTokens];
   __shared__ float s_scale[kRouterTokens];
 
@@ -536,20 +554,11 @@ __global__ void __launch_bounds__(kRouterThreads, 2)
   for (int t = 0; t < kRouterTokens; ++t) {
     if (t < block_tokens) {  // the same in the whole block
       const float sum = detail::WarpSum(acc[t]);
-      if (lane == 0) s_partial[warp][t] = sum;
+      if (lane == 0) s_partial[quarter][slot][t] = sum;
     }
   }
   __syncthreads();
-  if (threadIdx.x < kExpertsPerBlock * kRouterTokens) {
-    const int e_slot = threadIdx.x / kRouterTokens, t = threadIdx.x % kRouterTokens;
-    const int e = blockIdx.x * kExpertsPerBlock + e_slot;
-    if (e < n_expert && t < block_tokens) {
-      float logit = 0.0f;
-#pragma unroll
-      for (int q = 0; q < kWarpsPerExpert; ++q) logit += s_partial[e_slot * kWarpsPerExpert + q][t];
-      logits[static_cast<int64_t>(token0 + t) * n_expert + e] = logit;
-    }
-  }
+  StoreLogits(s_partial, blockIdx.x * kExpertsPerBlock, n_expert, token0, block_tokens, logits);
 
   // Publish the logits, then count this block in.
   __threadfence();
@@ -649,16 +658,7 @@ __global__ void __launch_bounds__(kRouterThreads, 2)
     }
   }
   __syncthreads();
-  if (threadIdx.x < kTileExperts * kRouterTokens) {
-    const int e_slot = threadIdx.x / kRouterTokens, t = threadIdx.x % kRouterTokens;
-    const int e = blockIdx.x * kTileExperts + e_slot;
-    if (e < n_expert && t < block_tokens) {
-      float logit = 0.0f;
-#pragma unroll
-      for (int q = 0; q < kWarpsPerExpert; ++q) logit += s_partial[q][e_slot][t];
-      logits[static_cast<int64_t>(token0 + t) * n_expert + e] = logit;
-    }
-  }
+  StoreLogits(s_partial, blockIdx.x * kTileExperts, n_expert, token0, block_tokens, logits);
 }
 
 // The softmax and top-k of a prompt step's logits (RouterLogitsTileKernel's): one warp a token, as the last
