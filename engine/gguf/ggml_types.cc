@@ -1,6 +1,5 @@
 #include "engine/gguf/ggml_types.h"
 
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -58,9 +57,6 @@ std::optional<int64_t> CheckedMul(int64_t a, int64_t b) {
   if (__builtin_mul_overflow(a, b, &out)) return std::nullopt;
   return out;
 }
-
-uint32_t FloatBits(float f) { return std::bit_cast<uint32_t>(f); }
-float BitsFloat(uint32_t u) { return std::bit_cast<float>(u); }
 
 }  // namespace
 

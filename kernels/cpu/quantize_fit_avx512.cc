@@ -5,7 +5,9 @@
 
 // GCC 12 warns inside its own AVX-512 headers (the self-initialised _mm512_undefined_* values, GCC bug
 // 105593) wherever they are inlined.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <algorithm>
 #include <cstdint>

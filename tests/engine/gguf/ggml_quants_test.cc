@@ -458,7 +458,9 @@ TEST(GgufQuants, KQuantEncodersRoundTrip) {
       // Clipping and the scales' own quantization (q2_K's are 4-bit against the super-block's largest) cost
       // some weights more than half a step, never a sub-block's range against the super-block's.
       ASSERT_LE(std::fabs(y[i] - x[i]), std::max(sub_range[i / 16], 0.1f * super_range[i / 256])) << "element " << i;
-      if (i >= 512 && i < 768) ASSERT_EQ(y[i], 0.0f) << "element " << i;
+      if (i >= 512 && i < 768) {
+        ASSERT_EQ(y[i], 0.0f) << "element " << i;
+      }
     }
     const double rel_rms = std::sqrt(err2 / ref2);
     std::printf("%s rel_rms %.4f\n", std::string(TypeName(static_cast<uint32_t>(type))).c_str(), rel_rms);
@@ -494,7 +496,9 @@ TEST(GgufQuants, Affine4CodesGiveTheDecodedValuesExactly) {
       ASSERT_LE(codes[i], 15);
       seen.insert(codes[i]);
       const float value = scale[i / 32] * static_cast<float>(codes[i]) + offset[i / 32];
-      if (y[i] != 0.0f) ASSERT_EQ(std::bit_cast<uint32_t>(value), std::bit_cast<uint32_t>(y[i])) << "element " << i;
+      if (y[i] != 0.0f) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(value), std::bit_cast<uint32_t>(y[i])) << "element " << i;
+      }
       ASSERT_EQ(value, y[i]) << "element " << i;
     }
     EXPECT_EQ(seen.size(), 16u);

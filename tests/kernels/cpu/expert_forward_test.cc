@@ -160,7 +160,7 @@ TEST(ExpertForwardTest, SameBitsForAnyRowSplitBatchingAndTokenGrouping) {
       RunJobs(l, {ExpertJob{experts[1].blob.data(), x1, 1, op}}, l.expert_ff, l.n_embd, &work);
       EXPECT_EQ(alone, base[1 + 3]) << SchemeName(s);
     }
-    for (const auto [gate_rows, down_rows] : {std::pair<int64_t, int64_t>{32, 16}, {64, 48}, {96, 512}}) {
+    for (const auto& [gate_rows, down_rows] : {std::pair<int64_t, int64_t>{32, 16}, {64, 48}, {96, 512}}) {
       for (bool batched : {false, true}) {
         EXPECT_EQ(run(gate_rows, down_rows, batched), base)
             << SchemeName(s) << " rows " << gate_rows << "/" << down_rows << " batched " << batched;
