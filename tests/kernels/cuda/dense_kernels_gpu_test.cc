@@ -636,6 +636,10 @@ TEST_F(DenseKernelsTest, RouterTopKOfATokenDoesNotDependOnItsBlock) {
         std::vector<float> x = RandomFloats(static_cast<size_t>(n_tokens) * c.n, -1.0f, 1.0f, rng);
         std::copy(token.begin(), token.end(), x.begin() + static_cast<size_t>(slot) * c.n);
         dx.UploadAt(0, x.data(), x.size());
+        // Outputs start as NaN bits (ids -1), so that a placement cannot pass on the previous call's values.
+        Check(cudaMemsetAsync(dids.get(), 0xFF, dids.size() * sizeof(int32_t), stream_), "poison");
+        Check(cudaMemsetAsync(dweights.get(), 0xFF, dweights.size() * sizeof(float), stream_), "poison");
+        Check(cudaMemsetAsync(dh.get(), 0xFF, dh.size() * sizeof(float), stream_), "poison");
         const absl::Status s = RouterTopK(dw.get(), c.n_expert, c.n, dx.get(), norm, gates[gating], n_tokens, c.k,
                                           dids.get(), dweights.get(), workspace.get(), ws_bytes, stream_);
         ASSERT_TRUE(s.ok()) << s << " (" << where << ")";
