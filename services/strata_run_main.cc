@@ -137,8 +137,9 @@ int main(int argc, char** argv) {
     std::cerr << "strata-run: --vram-experts: must be -1 (auto) or a count\n";
     return 2;
   }
-  if (o.engine.device.prompt_math != "fp32" && o.engine.device.prompt_math != "split-tf32") {
-    std::cerr << "strata-run: --prompt-math: '" << o.engine.device.prompt_math << "' is not fp32 or split-tf32\n";
+  if (absl::StatusOr<strata::runtime::PromptMath> m = strata::runtime::ParsePromptMath(o.engine.device.prompt_math);
+      !m.ok()) {
+    std::cerr << "strata-run: --prompt-math: " << m.status().message() << "\n";
     return 2;
   }
   if (o.engine.device.prefetch_experts < 0 || o.engine.device.prefetch_experts > strata::runtime::kMaxPrefetchExperts) {

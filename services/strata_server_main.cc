@@ -299,8 +299,9 @@ int main(int argc, char** argv) {
   }
   if (!(options.device.vram_gib >= 0)) return UsageError("--vram-gib: must be a number >= 0");
   if (options.device.vram_experts < -1) return UsageError("--vram-experts: must be -1 (auto) or a count");
-  if (options.device.prompt_math != "fp32" && options.device.prompt_math != "split-tf32") {
-    return UsageError("--prompt-math: '" + options.device.prompt_math + "' is not fp32 or split-tf32");
+  if (absl::StatusOr<strata::runtime::PromptMath> math = strata::runtime::ParsePromptMath(options.device.prompt_math);
+      !math.ok()) {
+    return UsageError("--prompt-math: " + std::string(math.status().message()));
   }
   if (options.device.prefetch_experts < 0 || options.device.prefetch_experts > strata::runtime::kMaxPrefetchExperts) {
     return UsageError("--prefetch-experts: must be a count from 0 to " +

@@ -41,6 +41,12 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
                                     Block::kBiasedClampedExperts, Block::kHeadQkNormPartialRope});
 }
 
+absl::StatusOr<PromptMath> ParsePromptMath(absl::string_view name) {
+  if (name == "fp32") return PromptMath::kFp32;
+  if (name == "split-tf32") return PromptMath::kSplitTf32;
+  return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a prompt math (fp32 or split-tf32)"));
+}
+
 absl::Status CheckDeviceOptions(const DeviceOptions& options) {
   if (options.device != "auto" && options.device != "cpu" && options.device != "cuda") {
     return absl::InvalidArgumentError(
@@ -65,9 +71,8 @@ absl::Status CheckDeviceOptions(const DeviceOptions& options) {
   if (absl::StatusOr<model::MissPath> path = model::ParseMissPath(options.miss_path); !path.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("miss_path: ", path.status().message()));
   }
-  if (options.prompt_math != "fp32" && options.prompt_math != "split-tf32") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt_math: '", options.prompt_math, "' is not one of fp32, split-tf32"));
+  if (absl::StatusOr<PromptMath> math = ParsePromptMath(options.prompt_math); !math.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt_math: ", math.status().message()));
   }
   return absl::OkStatus();
 }
@@ -129,7 +134,7 @@ absl::StatusOr<LoadedModel> LoadModel(
     o.stage_gpu_misses = options.stage_gpu_misses;
     o.prefetch_experts = options.prefetch_experts;
     o.prefetch_after_layer = options.prefetch_after_layer;
-    o.split_tf32_prompts = options.prompt_math == "split-tf32";
+    o.split_tf32_prompts = ParsePromptMath(options.prompt_math).value_or(PromptMath::kFp32) == PromptMath::kSplitTf32;
     ASSIGN_OR_RETURN(const gpu::VramPlan plan, gpu::PlanVram(pack, m.config(), m.weights(), o));
     ASSIGN_OR_RETURN(o.cache, ExpertCacheOptions(pack, options, plan.slots));
     if (!plan.all_experts) {

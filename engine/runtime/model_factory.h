@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/exec/thread_pool.h"
 #include "engine/model/expert_cache_policy.h"
 #include "engine/model/model.h"
@@ -40,6 +41,11 @@ struct DeviceOptions {
   // on an H200, the logits a little further from the CPU's; kernels::cuda::MatmulContext). The CPU ignores it.
   std::string prompt_math = "fp32";
 };
+
+// How CUDA prompt steps multiply F16/BF16 dense weights (DeviceOptions::prompt_math).
+enum class PromptMath { kFp32, kSplitTf32 };
+// "fp32" or "split-tf32"; INVALID_ARGUMENT naming any other name.
+absl::StatusOr<PromptMath> ParsePromptMath(absl::string_view name);
 
 // OK when the options name a known device, cache policy, miss path and prompt math, vram_gib is a finite number
 // >= 0 (at most 2^20), vram_experts is -1 or a count and prefetch_experts in [0, 64]; otherwise INVALID_ARGUMENT

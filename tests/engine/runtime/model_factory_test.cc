@@ -75,7 +75,8 @@ TEST(ModelFactoryTest, BadDeviceOptionsAreRefusedByFieldBeforeThePackIsRead) {
   EXPECT_TRUE(CheckDeviceOptions(o).ok());
   o.prompt_math = "tf32";
   EXPECT_THAT(CheckDeviceOptions(o),
-              StatusIsWith(absl::StatusCode::kInvalidArgument, "prompt_math: 'tf32' is not one of fp32, split-tf32"));
+              StatusIsWith(absl::StatusCode::kInvalidArgument,
+                           "prompt_math: 'tf32' is not a prompt math (fp32 or split-tf32)"));
   // The engine refuses them before it opens the pack: a missing pack is not what gets reported.
   EngineOptions e = Options("/nonexistent/pack", "cpu");
   e.device.cache_policy = "fifo";
