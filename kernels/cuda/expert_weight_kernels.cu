@@ -342,6 +342,161 @@ __device__ __forceinline__ void RowsDot(const uint8_t* role, int64_t rows, int64
   __syncwarp();
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Wide tiles of the integer schemes on the tensor cores. One mma.sync m16n8k32 is one 32-col block of a
+// 16-row tile against 8 tokens; its integer sums are the dp4a path's, and the float step per block, the
+// residue of the block index that each partial sum takes (b % 8, as lane cl above) and the tree that adds
+// the eight partial sums are RowsDot's, so a token's result has the same bits in either path.
+//
+// Fragments (PTX ISA, mma.m16n8k32 with 8-bit A and B): thread (g = lane / 4, q = lane % 4) holds A's rows g
+// and g + 8 at k-slots 4q..4q+3 and 16+4q..16+4q+3, B's column (token) g at the same slots, and D's rows g
+// and g + 8 for tokens 2q and 2q + 1. A slot may hold any col as long as A and B agree: slots 4q.. hold
+// cols 8q..8q+3 and slots 16+4q.. cols 8q+4..8q+7, so a thread's codes of a row lie in one word of the
+// block (two for s8) and its activation codes are 8 consecutive bytes.
+
+// D = A B + kIntFloatMagic: the float with the bits of kIntFloatMagic + v is 12582912 + v exactly for
+// |v| < 2^22 (a block's sum is at most 32 * 127 * 127), which converts without the slow I2F.
+constexpr int kIntFloatMagic = 0x4B400000;
+constexpr float kIntFloatMagicValue = 12582912.0f;
+
+__device__ __forceinline__ float ExactFloat(int biased) { return __int_as_float(biased) - kIntFloatMagicValue; }
+
+// s2 and s4 codes are unsigned (0..3, 0..15); s8 codes and mxfp4's levels are signed.
+template <Scheme S>
+__device__ __forceinline__ void MmaBlock(const unsigned (&a)[4], uint2 b, int (&d)[4]) {
+  if constexpr (S == Scheme::kS2 || S == Scheme::kS4) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %10, %10, %10};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(kIntFloatMagic));
+  } else {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %10, %10, %10};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b.x), "r"(b.y), "r"(kIntFloatMagic));
+  }
+}
+
+// The A operand of four codes: plane `plane` of `word` (the dp4a path's operand of the same codes).
+template <Scheme S>
+__device__ __forceinline__ unsigned MmaOperand(unsigned word, int plane) {
+  using Sc = IntScheme<S>;
+  if constexpr (S == Scheme::kS8) return word;
+  const unsigned codes = (word >> (Sc::kBits * plane)) & Sc::kPlaneMask;
+  if constexpr (S == Scheme::kMxfp4) return static_cast<unsigned>(Mxfp4Operand(codes));
+  return codes;
+}
+
+// Tile `tile` (rows 16 * tile ..) of kRoles rows x cols roles (gate and up share their activations) against 8
+// activation rows whose first blocks are first_block_of(t), t < 8, over the blocks whose residue b % 8 lies in
+// [first_residue, first_residue + kResidues): sink(role, row, t, value) for row < 16 within the tile and t < 8,
+// four a lane and role. With all eight residues the value is RowsDot's; with four (kResidues 4, first_residue
+// 0 or 4) it is one half of RowsDot's tree, ((p0 + p1) + (p2 + p3)) or ((p4 + p5) + (p6 + p7)), for the caller
+// to add in that order.
+template <Scheme S, int kRoles, int kResidues, typename FirstBlockOf, typename Sink>
+__device__ __forceinline__ void MmaTileDot(const uint8_t* const (&roles)[kRoles], int64_t rows, int64_t cols,
+                                           int64_t tile, const ActBase& act, FirstBlockOf&& first_block_of,
+                                           int first_residue, int lane, Sink&& sink) {
+  static_assert(kResidues == 4 || kResidues == 8);
+  using Sc = IntScheme<S>;
+  constexpr int64_t kBlockBytes = Sc::kChunksPerBlock * lay::kChunkBytes;
+  const int g = lane >> 2, q = lane & 3;
+  const int quad0 = 2 * q, quad1 = 2 * q + 1;  // the col quads (4 cols) of the thread's two k-slot groups
+  const int plane0 = quad0 % Sc::kPlanes, plane1 = quad1 % Sc::kPlanes;
+  // Row g's word of the thread's first quad; row g + 8 at +32, the second quad's chunk at +second.
+  constexpr int second = S == Scheme::kS8 ? static_cast<int>(lay::kChunkBytes) : 0;
+  const uint8_t* words[kRoles];
+  const uint8_t* records[kRoles];
+#pragma unroll
+  for (int r = 0; r < kRoles; ++r) {
+    words[r] = lay::TileCodes(S, roles[r], cols, tile) + lay::kChunkBytes * (quad0 / Sc::kPlanes) + 4 * g;
+    records[r] = lay::TileScales(S, roles[r], rows, cols, tile);
+  }
+  const int8_t* xq = act.q + 32 * static_cast<int64_t>(first_block_of(g)) + 8 * q;
+  const int64_t token_block[2] = {first_block_of(quad0), first_block_of(quad1)};
+  const int n_blocks = static_cast<int>(cols / 32);
+
+  float acc[kRoles][kResidues][4];
+#pragma unroll
+  for (int r = 0; r < kRoles; ++r) {
+#pragma unroll
+    for (int j = 0; j < kResidues; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][j][i] = 0.0f;
+    }
+  }
+  // part[r][i] (D's register i: row g + 8 * (i / 2), token 2q + i % 2) += block b's term, as
+  // IntUnits::Accumulate.
+  auto step = [&](int b, int j) {
+    const uint2 x = __ldg(reinterpret_cast<const uint2*>(xq + 32 * static_cast<int64_t>(b)));
+    float xs[2], xsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      xs[t] = __ldg(act.scale + token_block[t] + b);
+      if constexpr (S == Scheme::kS2 || S == Scheme::kS4) {
+        xsum[t] = ExactFloat(__ldg(act.sum + token_block[t] + b) + kIntFloatMagic);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRoles; ++r) {
+      const uint8_t* w = words[r] + b * kBlockBytes;
+      const unsigned w0 = __ldg(reinterpret_cast<const unsigned*>(w));
+      const unsigned w0_lower = __ldg(reinterpret_cast<const unsigned*>(w + 32));
+      unsigned w1 = w0, w1_lower = w0_lower;
+      if constexpr (second != 0) {
+        w1 = __ldg(reinterpret_cast<const unsigned*>(w + second));
+        w1_lower = __ldg(reinterpret_cast<const unsigned*>(w + second + 32));
+      }
+      const unsigned a[4] = {MmaOperand<S>(w0, plane0), MmaOperand<S>(w0_lower, plane0),
+                             MmaOperand<S>(w1, plane1), MmaOperand<S>(w1_lower, plane1)};
+      int dot[4];
+      MmaBlock<S>(a, x, dot);
+      const uint8_t* record = records[r] + (b / Sc::kBlocksPerGroup) * Sc::kRecordBytes;
+      float d[2], m[2] = {0.0f, 0.0f};
+      if constexpr (S == Scheme::kMxfp4) {
+        d[0] = Mxfp4Scale(__ldg(record + g));
+        d[1] = Mxfp4Scale(__ldg(record + g + 8));
+      } else {
+        const unsigned short* halves = reinterpret_cast<const unsigned short*>(record);
+        d[0] = HalfBitsToFloat(__ldg(halves + g));
+        d[1] = HalfBitsToFloat(__ldg(halves + g + 8));
+        if constexpr (S == Scheme::kS4) {
+          m[0] = HalfBitsToFloat(__ldg(halves + lay::kMinOffsetInRecord / 2 + g));
+          m[1] = HalfBitsToFloat(__ldg(halves + lay::kMinOffsetInRecord / 2 + g + 8));
+        }
+      }
+      float(&part)[4] = acc[r][j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = i >> 1, t = i & 1;
+        float v = ExactFloat(dot[i]);
+        if constexpr (S == Scheme::kS2) v = fmaf(2.0f, v, -3.0f * xsum[t]);  // levels 2q - 3; exact integers
+        part[i] = fmaf(v, d[row] * xs[t], part[i]);
+        if constexpr (S == Scheme::kS4) part[i] = fmaf(m[row], xs[t] * xsum[t], part[i]);
+      }
+    }
+  };
+  int b0 = 0;
+  for (; b0 + 8 <= n_blocks; b0 += 8) {
+#pragma unroll
+    for (int j = 0; j < kResidues; ++j) step(b0 + first_residue + j, j);
+  }
+#pragma unroll
+  for (int j = 0; j < kResidues; ++j) {
+    if (b0 + first_residue + j < n_blocks) step(b0 + first_residue + j, j);
+  }
+#pragma unroll
+  for (int r = 0; r < kRoles; ++r) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float(&p)[kResidues][4] = acc[r];
+      float v = (p[0][i] + p[1][i]) + (p[2][i] + p[3][i]);
+      if constexpr (kResidues == 8) v = v + ((p[4][i] + p[5][i]) + (p[6][i] + p[7][i]));
+      sink(r, g + 8 * (i >> 1), 2 * q + (i & 1), v);
+    }
+  }
+}
+
 // Calls body(std::integral_constant<int, T>) with the smallest T in {1, 2, 4, 8} (at most kTileMax) that
 // holds `count` tokens; padding tokens repeat the last one and are not stored.
 template <int kTileMax, typename Body>
@@ -388,31 +543,49 @@ __device__ __forceinline__ float ExtrasGlu(const FfnArgs& a, int expert, int64_t
 // ---------------------------------------------------------------------------------------------------
 // Kernels. Grid x: work items (the prepare kernel's bound; items past *n_items exit at once).
 
-// Grid y: 32-row strips of ff. Warps 0-1 compute the strip's two tiles of gate, warps 2-3 those of up; then
-// h = silu(g) * u for the strip, which is one 32-block of h, stored per slot (list position).
+// Grid y: 32-row strips of ff, whose gate and up rows the four warps compute; then h = silu(g) * u for the
+// strip, which is one 32-block of h, stored per slot (list position).
 template <Scheme S, int kTileMax>
 __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUpKernel(const FfnArgs a) {
   WaitForPriorKernels();
-  __shared__ float partials[kFfnWarps][4 * kTileMax * 32];
   __shared__ float gate_up[2][32][kTileMax];  // [gate, up][row of the strip][token]
   const int n_items = *a.n_items;
   const WorkItem item = a.items[blockIdx.x];  // in bounds (the grid is the item capacity); used only if valid
   if (static_cast<int>(blockIdx.x) >= n_items) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int role = warp >> 1;
   const int64_t strip = blockIdx.y;
-  const uint8_t* weights = item.blob + a.role_offset[role == 0 ? kGate : kUp];
-  WithTile<kTileMax>(item.count, [&](auto tile_size) {
-    constexpr int T = decltype(tile_size)::value;
-    int first_block[T];
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      const int token = a.list[item.start + min(t, item.count - 1)] / a.k;
-      first_block[t] = token * static_cast<int>(a.n_embd / 32);
+  const int64_t tile = 2 * strip + (warp & 1);
+  if constexpr (kTileMax == kWideTile && S != Scheme::kF16) {
+    // Tensor cores: warp w computes both roles of tile w & 1 over the block residues 4 (w >> 1) ..+3 (one half
+    // of RowsDot's tree each), sharing the activation loads between gate and up; the halves meet below.
+    __shared__ float halves[2][2][32][kTileMax];  // [residue half][gate, up][row of the strip][token]
+    const uint8_t* const both[2] = {item.blob + a.role_offset[kGate], item.blob + a.role_offset[kUp]};
+    MmaTileDot<S, 2, 4>(
+        both, a.ff, a.n_embd, tile, a.x,
+        [&](int t) { return a.list[item.start + min(t, item.count - 1)] / a.k * static_cast<int>(a.n_embd / 32); },
+        4 * (warp >> 1), lane,
+        [&](int r, int row, int t, float v) { halves[warp >> 1][r][16 * (warp & 1) + row][t] = v; });
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 2 * 32 * kTileMax; idx += kFfnThreads) {
+      const int r = idx / (32 * kTileMax), row = idx / kTileMax % 32, t = idx % kTileMax;
+      gate_up[r][row][t] = halves[0][r][row][t] + halves[1][r][row][t];
     }
-    RowsDot<S, T>(weights, a.ff, a.n_embd, 2 * strip + (warp & 1), 1, a.x, first_block, lane, partials[warp],
-                  [&](int, int row, int t, float v) { gate_up[role][16 * (warp & 1) + row][t] = v; });
-  });
+  } else {  // warps 0-1: the strip's two tiles of gate, warps 2-3 those of up
+    __shared__ float partials[kFfnWarps][4 * kTileMax * 32];
+    const int role = warp >> 1;
+    const uint8_t* weights = item.blob + a.role_offset[role == 0 ? kGate : kUp];
+    WithTile<kTileMax>(item.count, [&](auto tile_size) {
+      constexpr int T = decltype(tile_size)::value;
+      int first_block[T];
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        const int token = a.list[item.start + min(t, item.count - 1)] / a.k;
+        first_block[t] = token * static_cast<int>(a.n_embd / 32);
+      }
+      RowsDot<S, T>(weights, a.ff, a.n_embd, tile, 1, a.x, first_block, lane, partials[warp],
+                    [&](int, int row, int t, float v) { gate_up[role][16 * (warp & 1) + row][t] = v; });
+    });
+  }
   __syncthreads();
   // gpt-oss's extras: a branch on a kernel argument, outside the products.
   const int expert = a.has_extras ? __ldg(a.ids + __ldg(a.list + item.start)) : 0;
@@ -439,8 +612,6 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUp
 template <Scheme S, int kTileMax>
 __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKernel(const FfnArgs a) {
   WaitForPriorKernels();
-  constexpr int kTilesPerWarp = kTileMax == kNarrowTile ? kMaxDownTilesPerWarp : 1;
-  __shared__ float partials[kFfnWarps][kTilesPerWarp * 4 * kTileMax * 32];
   const int n_items = *a.n_items;
   const WorkItem item = a.items[blockIdx.x];
   if (static_cast<int>(blockIdx.x) >= n_items) return;
@@ -456,20 +627,30 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKe
   if (a.extras.down_bias != nullptr) {
     down_bias = a.extras.down_bias + static_cast<int64_t>(__ldg(a.ids + __ldg(a.list + item.start))) * a.n_embd;
   }
-  WithTile<kTileMax>(item.count, [&](auto tile_size) {
-    constexpr int T = decltype(tile_size)::value;
-    int first_block[T];
+  auto store = [&](int tile, int row, int t, float v) {
+    if (t < item.count) {
+      const int64_t pair = a.list[item.start + t];
+      const int64_t r = kRowTile * (first_tile + tile) + row;
+      a.parts[pair * a.n_embd + r] = down_bias != nullptr ? __fadd_rn(v, __ldg(down_bias + r)) : v;
+    }
+  };
+  if constexpr (kTileMax == kWideTile && S != Scheme::kF16) {
+    const uint8_t* const down[1] = {weights};
+    MmaTileDot<S, 1, 8>(
+        down, a.n_embd, a.ff, first_tile, h,
+        [&](int t) { return (item.start + min(t, item.count - 1)) * static_cast<int>(a.ff / 32); }, 0, lane,
+        [&](int, int row, int t, float v) { store(0, row, t, v); });
+  } else {
+    constexpr int kTilesPerWarp = kTileMax == kNarrowTile ? kMaxDownTilesPerWarp : 1;
+    __shared__ float partials[kFfnWarps][kTilesPerWarp * 4 * kTileMax * 32];
+    WithTile<kTileMax>(item.count, [&](auto tile_size) {
+      constexpr int T = decltype(tile_size)::value;
+      int first_block[T];
 #pragma unroll
-    for (int t = 0; t < T; ++t) first_block[t] = (item.start + min(t, item.count - 1)) * static_cast<int>(a.ff / 32);
-    RowsDot<S, T>(weights, a.n_embd, a.ff, first_tile, n_tiles, h, first_block, lane, partials[warp],
-                  [&](int tile, int row, int t, float v) {
-                    if (t < item.count) {
-                      const int64_t pair = a.list[item.start + t];
-                      const int64_t r = kRowTile * (first_tile + tile) + row;
-                      a.parts[pair * a.n_embd + r] = down_bias != nullptr ? __fadd_rn(v, __ldg(down_bias + r)) : v;
-                    }
-                  });
-  });
+      for (int t = 0; t < T; ++t) first_block[t] = (item.start + min(t, item.count - 1)) * static_cast<int>(a.ff / 32);
+      RowsDot<S, T>(weights, a.n_embd, a.ff, first_tile, n_tiles, h, first_block, lane, partials[warp], store);
+    });
+  }
 }
 
 template <Scheme S, int kTileMax>
