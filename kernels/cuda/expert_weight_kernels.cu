@@ -16,6 +16,7 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -541,19 +542,69 @@ __device__ __forceinline__ float ExtrasGlu(const FfnArgs& a, int expert, int64_t
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Kernels. Grid x: work items (the prepare kernel's bound; items past *n_items exit at once).
-
-// Grid y: 32-row strips of ff, whose gate and up rows the four warps compute; then h = silu(g) * u for the
-// strip, which is one 32-block of h, stored per slot (list position).
+// Kernels. A kernel's work is units: (work item, part of the rows). Narrow tiles and f16: grid (items,
+// parts), one unit a block, the item bound along x (items past the prepare kernel's count *n_items exit at
+// once). Walking kernels (kWalk, for ExpertFfnExtras::mostly_skipped; integer wide tiles only): units
+// numbered item first (unit u is item u % n_items of part u / n_items) and a 1-D grid of at most as many
+// blocks as the GPU holds at once, taking them in turn (block b: units b, b + gridDim.x, ...), so that a
+// call whose item bound is far above its items (a streamed chunk of a long prompt: a few experts' items
+// under a whole layer's bound) launches no blocks that only exit. (f16's loop spilled registers; narrow
+// calls are small.)
 template <Scheme S, int kTileMax>
-__global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUpKernel(const FfnArgs a) {
-  WaitForPriorKernels();
+constexpr bool kCanWalk = kTileMax == kWideTile && S != Scheme::kF16;
+
+// A walking block's walk over its units (b, b + gridDim.x, ... in item-first order) by additions, not a
+// division a unit, with the next unit's item loaded while the block computes this one: units are small (8
+// tokens of 32 rows), so a dependent load or a 64-bit division a unit shows in the time.
+struct UnitWalk {
+  __device__ UnitWalk(const FfnArgs& a, int parts_per_item)
+      : items(a.items), n_items(*a.n_items), parts(parts_per_item) {
+    if (n_items <= 0) {
+      part = parts;
+      return;
+    }
+    index = static_cast<int>(blockIdx.x % static_cast<unsigned>(n_items));
+    part = static_cast<int>(blockIdx.x / static_cast<unsigned>(n_items));
+    step_index = static_cast<int>(gridDim.x % static_cast<unsigned>(n_items));
+    step_part = static_cast<int>(gridDim.x / static_cast<unsigned>(n_items));
+    if (valid()) item = items[index];
+    Advance();
+  }
+  __device__ bool valid() const { return part < parts; }
+  __device__ void Next() {
+    part = next_part;
+    item = next_item;
+    if (valid()) Advance();
+  }
+
+  WorkItem item{};
+  int part = 0;
+
+ private:
+  // Finds the unit after this one and starts the load of its item.
+  __device__ void Advance() {
+    int next_index = index + step_index;
+    next_part = part + step_part;
+    if (next_index >= n_items) {
+      next_index -= n_items;
+      ++next_part;
+    }
+    index = next_index;
+    if (next_part < parts) next_item = items[index];
+  }
+
+  const WorkItem* items;
+  int n_items, parts;
+  int index = 0, step_index = 0, step_part = 0, next_part = 0;
+  WorkItem next_item{};
+};
+
+// A unit of GateUpKernel: the 32-row strip `strip` of ff, whose gate and up rows the four warps compute;
+// then h = silu(g) * u for the strip, which is one 32-block of h, stored per slot (list position).
+template <Scheme S, int kTileMax>
+__device__ __forceinline__ void GateUpOfItem(const FfnArgs& a, const WorkItem& item, int64_t strip) {
   __shared__ float gate_up[2][32][kTileMax];  // [gate, up][row of the strip][token]
-  const int n_items = *a.n_items;
-  const WorkItem item = a.items[blockIdx.x];  // in bounds (the grid is the item capacity); used only if valid
-  if (static_cast<int>(blockIdx.x) >= n_items) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t strip = blockIdx.y;
   const int64_t tile = 2 * strip + (warp & 1);
   if constexpr (kTileMax == kWideTile && S != Scheme::kF16) {
     // Tensor cores: warp w computes both roles of tile w & 1 over the block residues 4 (w >> 1) ..+3 (one half
@@ -607,18 +658,27 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUp
   }
 }
 
-// Grid y: groups of kFfnWarps * down_tiles_per_warp tiles of down; a warp streams its consecutive tiles and
-// writes the rows into parts.
-template <Scheme S, int kTileMax>
-__global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKernel(const FfnArgs a) {
+template <Scheme S, int kTileMax, bool kWalk>
+__global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUpKernel(const FfnArgs a) {
   WaitForPriorKernels();
-  const int n_items = *a.n_items;
-  const WorkItem item = a.items[blockIdx.x];
-  if (static_cast<int>(blockIdx.x) >= n_items) return;
+  if constexpr (kWalk) {
+    for (UnitWalk walk(a, static_cast<int>(a.ff / 32)); walk.valid(); walk.Next()) {
+      GateUpOfItem<S, kTileMax>(a, walk.item, walk.part);
+      __syncthreads();  // the next unit's stores to shared memory wait for this one's loads
+    }
+  } else {
+    const int n_items = *a.n_items;
+    const WorkItem item = a.items[blockIdx.x];  // in bounds (the grid is the item bound); used only if valid
+    if (static_cast<int>(blockIdx.x) < n_items) GateUpOfItem<S, kTileMax>(a, item, blockIdx.y);
+  }
+}
+
+// A unit of DownKernel: a group of kFfnWarps * down_tiles_per_warp tiles of down; a warp streams its
+// consecutive tiles (from first_tile) and writes the rows into parts.
+template <Scheme S, int kTileMax>
+__device__ __forceinline__ void DownOfItem(const FfnArgs& a, const WorkItem& item, int64_t first_tile) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t tiles = a.n_embd / kRowTile;
-  const int64_t first_tile = (static_cast<int64_t>(blockIdx.y) * kFfnWarps + warp) * a.down_tiles_per_warp;
-  if (first_tile >= tiles) return;
   const int n_tiles = static_cast<int>(min(static_cast<int64_t>(a.down_tiles_per_warp), tiles - first_tile));
   const uint8_t* weights = item.blob + a.role_offset[kDown];
   const ActBase h{a.hq, a.hscale, a.hsum, a.hf};
@@ -653,18 +713,72 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKe
   }
 }
 
-template <Scheme S, int kTileMax>
-absl::Status Launch(const FfnArgs& a, int64_t max_items, cudaStream_t stream) {
-  const dim3 gate_up_grid(static_cast<unsigned>(max_items), static_cast<unsigned>(a.ff / 32));
+template <Scheme S, int kTileMax, bool kWalk>
+__global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKernel(const FfnArgs a) {
+  WaitForPriorKernels();
+  const int64_t tiles = a.n_embd / kRowTile;
+  const int warp = threadIdx.x / 32;
+  if constexpr (kWalk) {
+    const int64_t tiles_per_block = int64_t{kFfnWarps} * a.down_tiles_per_warp;
+    for (UnitWalk walk(a, static_cast<int>((tiles + tiles_per_block - 1) / tiles_per_block)); walk.valid();
+         walk.Next()) {
+      const int64_t first_tile = (int64_t{walk.part} * kFfnWarps + warp) * a.down_tiles_per_warp;
+      // No barrier in a unit: a warp with no tiles (the last group's) goes on to the next.
+      if (first_tile < tiles) DownOfItem<S, kTileMax>(a, walk.item, first_tile);
+    }
+  } else {
+    const int n_items = *a.n_items;
+    const WorkItem item = a.items[blockIdx.x];
+    const int64_t first_tile = (static_cast<int64_t>(blockIdx.y) * kFfnWarps + warp) * a.down_tiles_per_warp;
+    if (static_cast<int>(blockIdx.x) < n_items && first_tile < tiles) DownOfItem<S, kTileMax>(a, item, first_tile);
+  }
+}
+
+// The grid of kKernel for max_items x parts units at most. A walking kernel gets at most the blocks the GPU
+// runs at once. (A failed occupancy query leaves one block an SM: fewer blocks, the same units.)
+template <bool kWalk, void (*kKernel)(FfnArgs)>
+absl::Status UnitGrid(int64_t max_items, int64_t parts, dim3* grid) {
+  if constexpr (kWalk) {
+    static const int blocks_per_sm = [] {
+      int n = 0;
+      return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kFfnThreads, 0) == cudaSuccess ? n : 0;
+    }();
+    int device = 0, sms = 0;
+    CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
+    CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+    const int64_t resident = int64_t{std::max(blocks_per_sm, 1)} * sms;
+    *grid = dim3(static_cast<unsigned>(std::clamp<int64_t>(max_items * parts, 1, resident)));
+  } else {
+    *grid = dim3(static_cast<unsigned>(max_items), static_cast<unsigned>(parts));
+  }
+  return absl::OkStatus();
+}
+
+template <Scheme S, int kTileMax, bool kWalk>
+absl::Status LaunchPair(const FfnArgs& a, int64_t max_items, cudaStream_t stream) {
+  constexpr auto gate_up_kernel = GateUpKernel<S, kTileMax, kWalk>;
+  constexpr auto down_kernel = DownKernel<S, kTileMax, kWalk>;
+  dim3 gate_up_grid, down_grid;
+  const absl::Status gate_up_sized = UnitGrid<kWalk, gate_up_kernel>(max_items, a.ff / 32, &gate_up_grid);
+  if (!gate_up_sized.ok()) return gate_up_sized;
   const absl::Status gate_up =
-      LaunchKernel("ExpertFfn gate/up kernel", GateUpKernel<S, kTileMax>, gate_up_grid, kFfnThreads, 0, stream, a);
+      LaunchKernel("ExpertFfn gate/up kernel", gate_up_kernel, gate_up_grid, kFfnThreads, 0, stream, a);
   if (!gate_up.ok()) return gate_up;
 
   const int64_t tiles_per_block = int64_t{kFfnWarps} * a.down_tiles_per_warp;
   const int64_t tiles = a.n_embd / kRowTile;
-  const dim3 down_grid(static_cast<unsigned>(max_items),
-                       static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block));
-  return LaunchKernel("ExpertFfn down kernel", DownKernel<S, kTileMax>, down_grid, kFfnThreads, 0, stream, a);
+  const int64_t down_groups = (tiles + tiles_per_block - 1) / tiles_per_block;
+  const absl::Status down_sized = UnitGrid<kWalk, down_kernel>(max_items, down_groups, &down_grid);
+  if (!down_sized.ok()) return down_sized;
+  return LaunchKernel("ExpertFfn down kernel", down_kernel, down_grid, kFfnThreads, 0, stream, a);
+}
+
+template <Scheme S, int kTileMax>
+absl::Status Launch(const FfnArgs& a, int64_t max_items, cudaStream_t stream) {
+  if constexpr (kCanWalk<S, kTileMax>) {
+    if (a.extras.mostly_skipped) return LaunchPair<S, kTileMax, true>(a, max_items, stream);
+  }
+  return LaunchPair<S, kTileMax, false>(a, max_items, stream);
 }
 
 template <Scheme S>

@@ -127,10 +127,14 @@ class ExpertFfnGpuTest : public ::testing::TestWithParam<Scheme> {
     const std::vector<float> parts = Run(layer, c.n_expert, ids, c.n_tokens, c.k, x, device_extras);
     if (HasFailure()) return;
     Check(layer, c.n_expert, ids, c.n_tokens, c.k, x, parts, c.name, with_extras ? &extras : nullptr);
-    // Twice: the grouping's atomics order pairs differently, the results must not change.
-    const std::vector<float> again = Run(layer, c.n_expert, ids, c.n_tokens, c.k, x, device_extras);
+    // Twice, the second with the other launch form (mostly_skipped: wide integer calls walk the items): the
+    // grouping's atomics order pairs differently and the walk takes units in another order; the bits must not
+    // change.
+    ExpertFfnExtras walked = device_extras;
+    walked.mostly_skipped = true;
+    const std::vector<float> again = Run(layer, c.n_expert, ids, c.n_tokens, c.k, x, walked);
     EXPECT_EQ(std::memcmp(parts.data(), again.data(), parts.size() * sizeof(float)), 0)
-        << c.name << ": a second run gave different bits";
+        << c.name << ": a second run (items walked) gave different bits";
   }
 
   cudaStream_t stream_ = nullptr;
@@ -208,6 +212,18 @@ TEST_P(ExpertFfnGpuTest, BiasedClampedExpertsInPrefill) {
 
 TEST_P(ExpertFfnGpuTest, EveryTileSize) {  // wide: work items of 1 .. 8 tokens
   RunCase({"graded counts", 2048, 768, 16, 68, 2, Routing::kGraded, Weights::kRandomCodes});
+}
+
+// Wide: more units (item, strip or group of down tiles) than the blocks an H200 holds at once (132 SMs x 3),
+// so that the walking blocks of RunCase's second run take several units each, and a call of ten times as many
+// items as the last; both against the CPU (RunCase checks the first run, then the second's bits against it).
+TEST_P(ExpertFfnGpuTest, MoreUnitsThanGridBlocks) {  // 4096 pairs: 512 to 640 items, 8 strips and 8 groups
+  RunCase({"5120 units at most", 512, 256, 128, 512, 8, Routing::kRandom, Weights::kRandomCodes});
+}
+
+// A streamed chunk's call: most ids skipped, the rest of a few experts, walked and launched on the bound.
+TEST_P(ExpertFfnGpuTest, MostPairsSkipped) {
+  RunCase({"most skipped", 1024, 512, 64, 1024, 8, Routing::kMostlySkipped, Weights::kRandomCodes});
 }
 
 TEST_P(ExpertFfnGpuTest, AllPairsSkipped) {

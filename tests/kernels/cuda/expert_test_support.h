@@ -229,12 +229,13 @@ inline Layer MakeLayer(const ExpertLayout& l, int n_expert, const std::vector<in
 // Routing
 
 enum class Routing {
-  kRandom,       // k distinct experts a token
-  kWithSkips,    // kRandom, then a quarter of the ids negative or >= n_expert
-  kAllSkipped,   // every id -1
-  kHotExpert,    // kRandom with one expert in every token's list; token 0 names it in all k slots
-  kEveryExpert,  // ids[p] = p % n_expert: every expert used, distinct per token
-  kGraded,       // expert e gets e + 1 pairs (needs n_tokens * k = n_expert (n_expert + 1) / 2)
+  kRandom,         // k distinct experts a token
+  kWithSkips,      // kRandom, then a quarter of the ids negative or >= n_expert
+  kAllSkipped,     // every id -1
+  kMostlySkipped,  // kRandom, then -1 for ids not among the first n_expert / 16 experts (a streamed chunk)
+  kHotExpert,      // kRandom with one expert in every token's list; token 0 names it in all k slots
+  kEveryExpert,    // ids[p] = p % n_expert: every expert used, distinct per token
+  kGraded,         // expert e gets e + 1 pairs (needs n_tokens * k = n_expert (n_expert + 1) / 2)
 };
 
 inline std::vector<int32_t> MakeRouting(Routing routing, int n_tokens, int k, int n_expert, std::mt19937& rng) {
@@ -261,6 +262,10 @@ inline std::vector<int32_t> MakeRouting(Routing routing, int n_tokens, int k, in
     }
     case Routing::kAllSkipped:
       std::fill(ids.begin(), ids.end(), -1);
+      break;
+    case Routing::kMostlySkipped:
+      random_rows();
+      for (int32_t& id : ids) id = id < std::max(1, n_expert / 16) ? id : -1;
       break;
     case Routing::kHotExpert: {
       random_rows();
