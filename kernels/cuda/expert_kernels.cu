@@ -11,7 +11,9 @@
 //     f32), stored per slot.
 //  3. DownKernel, grid (work item, group of 16-row tiles of n_embd): down rows (plus a bias) into parts.
 // The grids come from n_tokens, k and n_expert alone (the bound on work items); blocks past the item count
-// the prepare kernel wrote exit at once.
+// the prepare kernel wrote exit at once. A mostly_skipped call (ExpertFfnExtras) of an integer scheme in wide
+// items instead runs at most as many blocks as the GPU holds at once, each walking (item, strip) or (item,
+// group) units in turn, so that the blocks of a bound far above the items are never launched.
 
 #include <algorithm>
 #include <cstdint>

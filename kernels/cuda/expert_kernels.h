@@ -78,8 +78,9 @@ size_t ExpertFfnWorkspaceBytes(const ExpertLayout& layout, int max_tokens, int k
 // Tokens are grouped by expert on the device, in work items of up to 8 tokens (2 when the call has fewer
 // than 4 pairs per expert on average) that share each weight load; the items of one expert run side by
 // side, so an expert's weights come from HBM once a call and from L2 for its further items. The grids are
-// sized from n_tokens, k and n_expert only, never from device data. n_tokens == 0 enqueues nothing. A token's result
-// is the same bits whatever else is in the call.
+// sized from n_tokens, k, n_expert and (mostly_skipped) the device's SM count and occupancy, never from device
+// data, so a captured graph replays for any routing. n_tokens == 0 enqueues nothing. A token's result is the
+// same bits whatever else is in the call, and with or without mostly_skipped.
 // INVALID_ARGUMENT for n_tokens < 0, n_expert outside [1, 8192], k outside [1, n_expert], n_tokens * k > 2^24,
 // n_tokens * n_embd or n_tokens * k * expert_ff >= 2^31, a layout whose dimensions or role sizes do not
 // follow kernels/format, a null or misaligned pointer (a bias table not 4-byte aligned), or a workspace

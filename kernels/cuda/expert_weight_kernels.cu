@@ -17,6 +17,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -665,7 +666,7 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUp
   if constexpr (kWalk) {
     for (UnitWalk walk(a, static_cast<int>(a.ff / 32)); walk.valid(); walk.Next()) {
       GateUpOfItem<S, kTileMax>(a, walk.item, walk.part);
-      __syncthreads();  // the next unit's stores to shared memory wait for this one's loads
+      __syncthreads();  // the next unit's stores to shared memory after this one's loads (belt and braces)
     }
   } else {
     const int n_items = *a.n_items;
@@ -696,6 +697,7 @@ __device__ __forceinline__ void DownOfItem(const FfnArgs& a, const WorkItem& ite
     }
   };
   if constexpr (kTileMax == kWideTile && S != Scheme::kF16) {
+    // One tile a warp: LaunchWeightKernels gives wide calls down_tiles_per_warp 1 (n_tiles is 1 here).
     const uint8_t* const down[1] = {weights};
     MmaTileDot<S, 1, 8>(
         down, a.n_embd, a.ff, first_tile, h,
@@ -736,18 +738,27 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKe
 }
 
 // The grid of kKernel for max_items x parts units at most. A walking kernel gets at most the blocks the GPU
-// runs at once. (A failed occupancy query leaves one block an SM: fewer blocks, the same units.)
+// runs at once. (A failed occupancy query gives one block an SM: fewer blocks, the same units.)
 template <bool kWalk, void (*kKernel)(FfnArgs)>
 absl::Status UnitGrid(int64_t max_items, int64_t parts, dim3* grid) {
   if constexpr (kWalk) {
-    static const int blocks_per_sm = [] {
-      int n = 0;
-      return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, kFfnThreads, 0) == cudaSuccess ? n : 0;
-    }();
+    // Blocks an SM holds depend on the kernel and the architecture (one per process: Strata's GPUs are one
+    // kind), so the answer is kept once it is known; a failed query is cleared and asked again next time.
+    static std::atomic<int> known_blocks_per_sm{0};
+    int blocks_per_sm = known_blocks_per_sm.load(std::memory_order_relaxed);
+    if (blocks_per_sm == 0) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kKernel, kFfnThreads, 0) == cudaSuccess &&
+          blocks_per_sm > 0) {
+        known_blocks_per_sm.store(blocks_per_sm, std::memory_order_relaxed);
+      } else {
+        cudaGetLastError();  // not left for the next launch's check to report
+        blocks_per_sm = 1;
+      }
+    }
     int device = 0, sms = 0;
     CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
     CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-    const int64_t resident = int64_t{std::max(blocks_per_sm, 1)} * sms;
+    const int64_t resident = int64_t{blocks_per_sm} * sms;
     *grid = dim3(static_cast<unsigned>(std::clamp<int64_t>(max_items * parts, 1, resident)));
   } else {
     *grid = dim3(static_cast<unsigned>(max_items), static_cast<unsigned>(parts));

@@ -215,8 +215,8 @@ TEST_P(ExpertFfnGpuTest, EveryTileSize) {  // wide: work items of 1 .. 8 tokens
 }
 
 // Wide: more units (item, strip or group of down tiles) than the blocks an H200 holds at once (132 SMs x 3),
-// so that the walking blocks of RunCase's second run take several units each, and a call of ten times as many
-// items as the last; both against the CPU (RunCase checks the first run, then the second's bits against it).
+// so that the walking blocks of RunCase's second run take several units each (RunCase checks the first run
+// against the CPU, then the second's bits against it). Only integer schemes walk; f16 runs the grid twice.
 TEST_P(ExpertFfnGpuTest, MoreUnitsThanGridBlocks) {  // 4096 pairs: 512 to 640 items, 8 strips and 8 groups
   RunCase({"5120 units at most", 512, 256, 128, 512, 8, Routing::kRandom, Weights::kRandomCodes});
 }
@@ -226,8 +226,9 @@ TEST_P(ExpertFfnGpuTest, MostPairsSkipped) {
   RunCase({"most skipped", 1024, 512, 64, 1024, 8, Routing::kMostlySkipped, Weights::kRandomCodes});
 }
 
-TEST_P(ExpertFfnGpuTest, AllPairsSkipped) {
+TEST_P(ExpertFfnGpuTest, AllPairsSkipped) {  // narrow, then wide (no items to walk)
   RunCase({"all skipped", 2048, 768, 8, 4, 2, Routing::kAllSkipped, Weights::kRandomCodes});
+  RunCase({"all skipped wide", 1024, 512, 8, 64, 2, Routing::kAllSkipped, Weights::kRandomCodes});
 }
 
 TEST_P(ExpertFfnGpuTest, LargeExpertNarrow) {
