@@ -17,13 +17,13 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/expert_kernels_internal.cuh"
+#include "kernels/cuda/expert_unit_walk.cuh"
 #include "kernels/format/expert_layout.h"
 #include "kernels/format/mxfp4.h"
 #include "kernels/format/role_layout.h"
@@ -554,53 +554,6 @@ __device__ __forceinline__ float ExtrasGlu(const FfnArgs& a, int expert, int64_t
 template <Scheme S, int kTileMax>
 constexpr bool kCanWalk = kTileMax == kWideTile && S != Scheme::kF16;
 
-// A walking block's walk over its units (b, b + gridDim.x, ... in item-first order) by additions, not a
-// division a unit, with the next unit's item loaded while the block computes this one (units are small: 8
-// tokens of 32 rows). Even so, on a call with most pairs routed the walk measured 20-30% slower than the
-// 2-D grid on an H200, which is why only mostly_skipped calls walk.
-struct UnitWalk {
-  __device__ UnitWalk(const FfnArgs& a, int parts_per_item)
-      : items(a.items), n_items(*a.n_items), parts(parts_per_item) {
-    if (n_items <= 0) {
-      part = parts;
-      return;
-    }
-    index = static_cast<int>(blockIdx.x % static_cast<unsigned>(n_items));
-    part = static_cast<int>(blockIdx.x / static_cast<unsigned>(n_items));
-    step_index = static_cast<int>(gridDim.x % static_cast<unsigned>(n_items));
-    step_part = static_cast<int>(gridDim.x / static_cast<unsigned>(n_items));
-    if (valid()) item = items[index];
-    Advance();
-  }
-  __device__ bool valid() const { return part < parts; }
-  __device__ void Next() {
-    part = next_part;
-    item = next_item;
-    if (valid()) Advance();
-  }
-
-  WorkItem item{};
-  int part = 0;
-
- private:
-  // Finds the unit after this one and starts the load of its item.
-  __device__ void Advance() {
-    int next_index = index + step_index;
-    next_part = part + step_part;
-    if (next_index >= n_items) {
-      next_index -= n_items;
-      ++next_part;
-    }
-    index = next_index;
-    if (next_part < parts) next_item = items[index];
-  }
-
-  const WorkItem* items;
-  int n_items, parts;
-  int index = 0, step_index = 0, step_part = 0, next_part = 0;
-  WorkItem next_item{};
-};
-
 // A unit of GateUpKernel: the 32-row strip `strip` of ff, whose gate and up rows the four warps compute;
 // then h = silu(g) * u for the strip, which is one 32-block of h, stored per slot (list position).
 template <Scheme S, int kTileMax>
@@ -737,28 +690,12 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKe
   }
 }
 
-// The grid of kKernel for max_items x parts units at most. A walking kernel gets at most the blocks the GPU
-// runs at once. (A failed occupancy query gives one block an SM: fewer blocks, the same units.)
+// The grid of kKernel for max_items x parts units at most; a walking kernel's is at most ResidentBlocks.
 template <bool kWalk, void (*kKernel)(FfnArgs)>
 absl::Status UnitGrid(int64_t max_items, int64_t parts, dim3* grid) {
   if constexpr (kWalk) {
-    // Blocks an SM holds depend on the kernel and the architecture (one per process: Strata's GPUs are one
-    // kind), so the answer is kept once it is known; a failed query is cleared and asked again next time.
-    static std::atomic<int> known_blocks_per_sm{0};
-    int blocks_per_sm = known_blocks_per_sm.load(std::memory_order_relaxed);
-    if (blocks_per_sm == 0) {
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kKernel, kFfnThreads, 0) == cudaSuccess &&
-          blocks_per_sm > 0) {
-        known_blocks_per_sm.store(blocks_per_sm, std::memory_order_relaxed);
-      } else {
-        cudaGetLastError();  // not left for the next launch's check to report
-        blocks_per_sm = 1;
-      }
-    }
-    int device = 0, sms = 0;
-    CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
-    CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-    const int64_t resident = int64_t{blocks_per_sm} * sms;
+    int64_t resident = 0;
+    if (absl::Status s = ResidentBlocks<kKernel>(&resident); !s.ok()) return s;
     *grid = dim3(static_cast<unsigned>(std::clamp<int64_t>(max_items * parts, 1, resident)));
   } else {
     *grid = dim3(static_cast<unsigned>(max_items), static_cast<unsigned>(parts));
