@@ -1,8 +1,8 @@
 #ifndef STRATA_KERNELS_CUDA_DEPENDENT_LAUNCH_CUH_
 #define STRATA_KERNELS_CUDA_DEPENDENT_LAUNCH_CUH_
 
-// The device side of programmatic dependent launch (dependent_launch.h) and the one launch helper of
-// kernels/cuda (included by .cu files only).
+// The device side of programmatic dependent launch (dependent_launch.h), the one launch helper of
+// kernels/cuda and the one count of a kernel's resident blocks (included by .cu files only).
 //
 // The rule every kernel launched through LaunchKernel follows: each block calls WaitForPriorKernels()
 // unconditionally (no early return before it), before it reads anything an earlier kernel wrote and before
@@ -12,10 +12,13 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dependent_launch.h"
 
@@ -46,6 +49,20 @@ absl::Status LaunchKernel(std::string_view what, void (*kernel)(Params...), dim3
   config.attrs = attribute;
   config.numAttrs = DependentLaunchEnabled() ? 1 : 0;
   return CudaStatus(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), what);
+}
+
+// Blocks of `kernel` (block_threads threads a block, no dynamic shared memory) that the current device runs
+// at once: its occupancy of one SM times the SMs, at least 1. The grid of a kernel whose blocks take work in
+// turn (a persistent GEMV, a walking expert kernel).
+template <typename... Params>
+absl::StatusOr<int64_t> ResidentBlocks(void (*kernel)(Params...), int block_threads) {
+  int device = 0, sms = 0, per_sm = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                       "reading the device's multiprocessor count");
+  CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, 0),
+                       "reading a kernel's occupancy");
+  return std::max<int64_t>(1, int64_t{sms} * per_sm);
 }
 
 }  // namespace strata::kernels::cuda

@@ -2,16 +2,11 @@
 #define STRATA_KERNELS_CUDA_EXPERT_UNIT_WALK_CUH_
 
 // The walking launch form of the expert weight kernels (ExpertFfnExtras::mostly_skipped): a grid of the
-// blocks the GPU holds at once, each block walking units (work item, part of the rows) numbered item first,
-// unit u being item u % n_items of part u / n_items. Not part of the API; nvcc only.
+// blocks the GPU holds at once (ResidentBlocks), each block walking units (work item, part of the rows)
+// numbered item first, unit u being item u % n_items of part u / n_items. Not part of the API; nvcc only.
 
-#include <cuda_runtime.h>
-
-#include <atomic>
 #include <cstdint>
 
-#include "absl/status/status.h"
-#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/expert_kernels_internal.cuh"
 
 namespace strata::kernels::cuda::expert_internal {
@@ -62,30 +57,6 @@ struct UnitWalk {
   int index = 0, step_index = 0, step_part = 0, next_part = 0;
   WorkItem next_item{};
 };
-
-// Blocks of kKernel (kFfnThreads threads, no dynamic shared memory) that the current device runs at once:
-// its occupancy times the SMs. Blocks an SM holds depend on the kernel and the architecture (one per process:
-// Strata's GPUs are of one kind), so the answer is kept once known; a failed query is cleared (not left for
-// the next launch's check to report) and counts one block an SM: fewer blocks, the same units.
-template <void (*kKernel)(FfnArgs)>
-absl::Status ResidentBlocks(int64_t* blocks) {
-  static std::atomic<int> known_blocks_per_sm{0};
-  int blocks_per_sm = known_blocks_per_sm.load(std::memory_order_relaxed);
-  if (blocks_per_sm == 0) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kKernel, kFfnThreads, 0) == cudaSuccess &&
-        blocks_per_sm > 0) {
-      known_blocks_per_sm.store(blocks_per_sm, std::memory_order_relaxed);
-    } else {
-      cudaGetLastError();
-      blocks_per_sm = 1;
-    }
-  }
-  int device = 0, sms = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-  *blocks = int64_t{blocks_per_sm} * sms;
-  return absl::OkStatus();
-}
 
 }  // namespace strata::kernels::cuda::expert_internal
 

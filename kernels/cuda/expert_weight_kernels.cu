@@ -628,6 +628,12 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUp
   }
 }
 
+// The units of DownKernel a work item has: groups of kFfnWarps * down_tiles_per_warp tiles of down.
+__host__ __device__ inline int64_t DownGroups(const FfnArgs& a) {
+  const int64_t tiles = a.n_embd / kRowTile, tiles_per_group = int64_t{kFfnWarps} * a.down_tiles_per_warp;
+  return (tiles + tiles_per_group - 1) / tiles_per_group;
+}
+
 // A unit of DownKernel: a group of kFfnWarps * down_tiles_per_warp tiles of down; a warp streams its
 // consecutive tiles (from first_tile) and writes the rows into parts.
 template <Scheme S, int kTileMax>
@@ -675,9 +681,7 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKe
   const int64_t tiles = a.n_embd / kRowTile;
   const int warp = threadIdx.x / 32;
   if constexpr (kWalk) {
-    const int64_t tiles_per_block = int64_t{kFfnWarps} * a.down_tiles_per_warp;
-    for (UnitWalk walk(a, static_cast<int>((tiles + tiles_per_block - 1) / tiles_per_block)); walk.valid();
-         walk.Next()) {
+    for (UnitWalk walk(a, static_cast<int>(DownGroups(a))); walk.valid(); walk.Next()) {
       const int64_t first_tile = (int64_t{walk.part} * kFfnWarps + warp) * a.down_tiles_per_warp;
       // No barrier in a unit: a warp with no tiles (the last group's) goes on to the next.
       if (first_tile < tiles) DownOfItem<S, kTileMax>(a, walk.item, first_tile);
@@ -690,13 +694,13 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKe
   }
 }
 
-// The grid of kKernel for max_items x parts units at most; a walking kernel's is at most ResidentBlocks.
-template <bool kWalk, void (*kKernel)(FfnArgs)>
-absl::Status UnitGrid(int64_t max_items, int64_t parts, dim3* grid) {
+// The grid of `kernel` for max_items x parts units at most; a walking kernel's is at most its ResidentBlocks.
+template <bool kWalk>
+absl::Status UnitGrid(void (*kernel)(FfnArgs), int64_t max_items, int64_t parts, dim3* grid) {
   if constexpr (kWalk) {
-    int64_t resident = 0;
-    if (absl::Status s = ResidentBlocks<kKernel>(&resident); !s.ok()) return s;
-    *grid = dim3(static_cast<unsigned>(std::clamp<int64_t>(max_items * parts, 1, resident)));
+    const absl::StatusOr<int64_t> resident = ResidentBlocks(kernel, kFfnThreads);
+    if (!resident.ok()) return resident.status();
+    *grid = dim3(static_cast<unsigned>(std::clamp<int64_t>(max_items * parts, 1, *resident)));
   } else {
     *grid = dim3(static_cast<unsigned>(max_items), static_cast<unsigned>(parts));
   }
@@ -708,16 +712,13 @@ absl::Status LaunchPair(const FfnArgs& a, int64_t max_items, cudaStream_t stream
   constexpr auto gate_up_kernel = GateUpKernel<S, kTileMax, kWalk>;
   constexpr auto down_kernel = DownKernel<S, kTileMax, kWalk>;
   dim3 gate_up_grid, down_grid;
-  const absl::Status gate_up_sized = UnitGrid<kWalk, gate_up_kernel>(max_items, a.ff / 32, &gate_up_grid);
+  const absl::Status gate_up_sized = UnitGrid<kWalk>(gate_up_kernel, max_items, a.ff / 32, &gate_up_grid);
   if (!gate_up_sized.ok()) return gate_up_sized;
   const absl::Status gate_up =
       LaunchKernel("ExpertFfn gate/up kernel", gate_up_kernel, gate_up_grid, kFfnThreads, 0, stream, a);
   if (!gate_up.ok()) return gate_up;
 
-  const int64_t tiles_per_block = int64_t{kFfnWarps} * a.down_tiles_per_warp;
-  const int64_t tiles = a.n_embd / kRowTile;
-  const int64_t down_groups = (tiles + tiles_per_block - 1) / tiles_per_block;
-  const absl::Status down_sized = UnitGrid<kWalk, down_kernel>(max_items, down_groups, &down_grid);
+  const absl::Status down_sized = UnitGrid<kWalk>(down_kernel, max_items, DownGroups(a), &down_grid);
   if (!down_sized.ok()) return down_sized;
   return LaunchKernel("ExpertFfn down kernel", down_kernel, down_grid, kFfnThreads, 0, stream, a);
 }

@@ -586,10 +586,8 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
     return s;
   }
   if (absl::StatusOr<cublasContext*> bound = ctx->CublasFor(stream); !bound.ok()) return bound.status();
-  int device = 0, sms = 0, major = 0;
+  int device = 0, major = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-                       "reading the device's multiprocessor count");
   CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
                        "reading the device's compute capability");
   ctx->has_tf32_ = major >= 8;
@@ -597,11 +595,9 @@ absl::StatusOr<std::unique_ptr<MatmulContext>> MatmulContext::Create(cudaStream_
     for (int bucket = 0; bucket < kGemvBuckets; ++bucket) {
       absl::Status s = ForDenseType(type, [&]<DenseType kType>() {
         return ForTokenBucket(1 << bucket, [&]<int kTokens>() -> absl::Status {
-          int per_sm = 0;
-          CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, GemvKernel<kType, kTokens>,
-                                                                             kGemvThreads, 0),
-                               "reading the GEMV kernel's occupancy");
-          ctx->gemv_resident_blocks_[static_cast<int>(type)][bucket] = std::max(1, sms * per_sm);
+          const absl::StatusOr<int64_t> resident = ResidentBlocks(GemvKernel<kType, kTokens>, kGemvThreads);
+          if (!resident.ok()) return resident.status();
+          ctx->gemv_resident_blocks_[static_cast<int>(type)][bucket] = static_cast<int>(*resident);
           return absl::OkStatus();
         });
       });
