@@ -9,6 +9,7 @@
 #include "engine/model/ops.h"
 #include "engine/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/latent_attention.h"
 
 namespace strata::gpu {
 namespace {
@@ -39,7 +40,8 @@ int64_t WideningElements(const model::ModelWeights& weights) {
   int64_t largest = weights.output.rows * weights.output.cols;
   for (const model::LayerWeights& L : weights.layers) {
     for (const model::DenseMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.shared.gate, &L.shared.up, &L.shared.down,
-                                        &L.dense_ffn.gate, &L.dense_ffn.up, &L.dense_ffn.down}) {
+                                        &L.dense_ffn.gate, &L.dense_ffn.up, &L.dense_ffn.down, &L.mla.q_a, &L.mla.q_b,
+                                        &L.mla.kv_a}) {
       largest = std::max(largest, m->rows * m->cols);
     }
   }
@@ -52,6 +54,35 @@ int64_t SplitElements(const model::ModelConfig& c, int max_tokens, bool split_tf
   if (!split_tf32_prompts || max_tokens <= kernels::cuda::kMaxGemvTokens) return 0;
   const int64_t widest = std::max({c.n_embd, c.n_head * c.head_dim, c.shared_expert_ff, c.dense_ff});
   return int64_t{max_tokens} * widest;
+}
+
+// Floats a token of a step takes in the attention's buffers.
+struct AttentionRows {
+  uint64_t q = 0, k = 0, v = 0, attn = 0;  // q_, k_, v_, attn_
+  uint64_t q_lora = 0, q_latent = 0, latent = 0;  // latent attention's buffers
+  uint64_t total() const { return q + k + v + attn + q_lora + q_latent + latent; }
+};
+
+AttentionRows AttentionRowsOf(const model::ModelConfig& c) {
+  const model::KvLayout kv = model::CacheLayout(c);
+  AttentionRows r;
+  r.q = c.n_head * c.head_dim;
+  r.k = kv.key_dim;  // latent attention: attn_kv_a_mqa's rows, rank + rope
+  r.v = kv.value_dim;
+  r.attn = std::max<uint64_t>(r.q, c.n_head * c.mla.v_dim);
+  if (c.mla.kv_lora_rank > 0) {
+    r.q_lora = c.mla.q_lora_rank;
+    r.q_latent = c.n_head * kv.key_dim;
+    r.latent = c.n_head * c.mla.kv_lora_rank;
+  }
+  return r;
+}
+
+// The attention kernels' workspace for steps of up to n_tokens tokens and `positions` positions.
+size_t AttentionWorkspace(const model::ModelConfig& c, int n_tokens, int positions) {
+  if (c.mla.kv_lora_rank > 0) return kernels::cuda::LatentAttentionWorkspaceBytes(n_tokens, LatentShapeOf(c), positions);
+  return kernels::cuda::AttentionWorkspaceBytes(n_tokens, static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv),
+                                                static_cast<int>(c.head_dim), positions);
 }
 
 // The host bytes of the weights in upload order; each entry is copied to an aligned offset.
@@ -83,17 +114,20 @@ uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model:
   auto ffn = [&](const model::FfnWeights& f) {
     return AlignUp(f.gate.bytes()) + AlignUp(f.up.bytes()) + AlignUp(f.down.bytes()) + floats(f.gate_inp);
   };
+  auto latent = [&](const model::LatentAttentionWeights& m) {
+    return AlignUp(m.q_a.bytes()) + AlignUp(m.q_b.bytes()) + AlignUp(m.kv_a.bytes()) + AlignUp(m.kv_b.bytes()) +
+           floats(m.q_a_norm) + floats(m.kv_a_norm);
+  };
   for (const model::LayerWeights& L : w.layers) {
     bytes += AlignUp(L.wq.bytes()) + AlignUp(L.wk.bytes()) + AlignUp(L.wv.bytes()) + AlignUp(L.wo.bytes()) +
              AlignUp(L.router.bytes()) + 4 * AlignUp(c.n_embd * 4) + floats(L.q_norm) + floats(L.k_norm) +
              floats(L.bq) + floats(L.bk) + floats(L.bv) + floats(L.router_bias) + floats(L.router_logit_bias) +
-             floats(L.bo) + floats(L.attn_sinks) + ffn(L.shared) + ffn(L.dense_ffn);
+             floats(L.bo) + floats(L.attn_sinks) + ffn(L.shared) + ffn(L.dense_ffn) + latent(L.mla);
   }
   bytes += AlignUp(w.output.bytes()) + AlignUp(c.n_embd * 4);
   bytes += static_cast<uint64_t>(c.n_vocab) * c.n_embd * 4;  // the embedding, at most widened to F32
   const uint64_t n = static_cast<uint64_t>(std::max(max_batch, max_prefill));
-  const uint64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
-  bytes += n * 4 * (4 * c.n_embd + 2 * q_dim + 2 * kv_dim + c.n_expert_used * (c.n_embd + 2) + c.n_vocab);
+  bytes += n * 4 * (4 * c.n_embd + AttentionRowsOf(c).total() + c.n_expert_used * (c.n_embd + 2) + c.n_vocab);
   bytes += n * 4 * c.n_layer * c.n_expert_used;
   bytes += n * 4 * 2 * static_cast<uint64_t>(std::max(c.shared_expert_ff, c.dense_ff));  // ffn_gate_, ffn_up_
   // The routing guesses' buffers (decode steps), and both routers' workspaces.
@@ -104,18 +138,26 @@ uint64_t CudaDenseBackend::DeviceBytes(const model::ModelConfig& c, const model:
   // The matmul context's workspaces and the attention workspace as first sized (it grows with the context).
   bytes += kernels::cuda::MatmulContext::DeviceBytes(
       WideningElements(w), SplitElements(c, static_cast<int>(n), options.split_tf32_prompts));
-  bytes += kernels::cuda::AttentionWorkspaceBytes(static_cast<int>(n), static_cast<int>(c.n_head),
-                                                  static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
-                                                  PositionsBound(1));
+  bytes += AttentionWorkspace(c, static_cast<int>(n), PositionsBound(1));
   return bytes;
 }
 
 absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const model::ModelConfig& config,
                                                                            const model::ModelWeights& weights,
                                                                            const CudaDenseOptions& options) {
-  if (config.head_dim != 32 && config.head_dim != 64 && config.head_dim != 128) {
+  if (config.mla.kv_lora_rank > 0) {
+    const kernels::DenseType kv_b = weights.layers.empty() ? kernels::DenseType::kF32 : weights.layers[0].mla.kv_b.type;
+    if (absl::Status s = kernels::cuda::CheckLatentShape(LatentShapeOf(config), kv_b); !s.ok()) {
+      return absl::UnimplementedError(absl::StrCat("the CUDA latent attention kernels do not take this model's sizes (",
+                                                   s.message(), "): use --device cpu"));
+    }
+  } else if (config.head_dim != 32 && config.head_dim != 64 && config.head_dim != 128) {
     return absl::UnimplementedError(absl::StrCat("the CUDA attention kernels take head_dim 32, 64 or 128; this model's is ",
                                                  config.head_dim, ": use --device cpu"));
+  }
+  if (config.n_expert_group > 32 && config.n_group_used < config.n_expert_group) {
+    return absl::UnimplementedError(absl::StrCat("the CUDA router ranks at most 32 expert groups; this model has ",
+                                                 config.n_expert_group, ": use --device cpu"));
   }
   std::unique_ptr<CudaDenseBackend> b(new CudaDenseBackend(config));
   b->max_batch_ = std::max(1, options.max_batch);
@@ -227,6 +269,16 @@ absl::Status CudaDenseBackend::Upload(const model::ModelWeights& w) {
     if (c.attn_sinks) vec(L.attn_sinks, &D.attn_sinks);
     ffn(L.shared, &D.shared);
     ffn(L.dense_ffn, &D.dense_ffn);
+    if (c.mla.kv_lora_rank > 0) {
+      if (L.mla.q_a.rows > 0) {
+        matrix(L.mla.q_a, &D.mla.q_a);
+        vec(L.mla.q_a_norm, &D.mla.q_a_norm);
+        matrix(L.mla.q_b, &D.mla.q_b);
+      }
+      matrix(L.mla.kv_a, &D.mla.kv_a);
+      vec(L.mla.kv_a_norm, &D.mla.kv_a_norm);
+      matrix(L.mla.kv_b, &D.mla.kv_b);
+    }
   }
   vec(w.output_norm, &output_norm_);
   matrix(w.output, &output_);
@@ -256,16 +308,18 @@ absl::Status CudaDenseBackend::Upload(const model::ModelWeights& w) {
 absl::Status CudaDenseBackend::AllocateBuffers() {
   const model::ModelConfig& c = config_;
   const uint64_t n = static_cast<uint64_t>(max_tokens_);
-  const uint64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim, k = c.n_expert_used;
+  const uint64_t k = c.n_expert_used;
+  const AttentionRows rows = AttentionRowsOf(c);
   struct Need {
     DeviceBuffer* buf;
     uint64_t bytes;
   };
   const Need needs[] = {
-      {&x_, n * c.n_embd * 4},      {&h_, n * c.n_embd * 4},         {&q_, n * q_dim * 4},
-      {&k_, n * kv_dim * 4},        {&v_, n * kv_dim * 4},           {&attn_, n * q_dim * 4},
-      {&parts_, n * k * c.n_embd * 4}, {&weights_, n * k * 4},       {&ids_, c.n_layer * n * k * 4},
-      {&logits_, n * c.n_vocab * 4}, {&final_, n * c.n_embd * 4},    {&slots_, n * sizeof(TokenSlot)},
+      {&x_, n * c.n_embd * 4},          {&h_, n * c.n_embd * 4},           {&q_, n * rows.q * 4},
+      {&k_, n * rows.k * 4},            {&v_, n * rows.v * 4},             {&attn_, n * rows.attn * 4},
+      {&q_lora_, n * rows.q_lora * 4},  {&q_latent_, n * rows.q_latent * 4}, {&latent_, n * rows.latent * 4},
+      {&parts_, n * k * c.n_embd * 4},  {&weights_, n * k * 4},           {&ids_, c.n_layer * n * k * 4},
+      {&logits_, n * c.n_vocab * 4},    {&final_, n * c.n_embd * 4},      {&slots_, n * sizeof(TokenSlot)},
   };
   for (const Need& need : needs) {
     ASSIGN_OR_RETURN(*need.buf, DeviceBuffer::Allocate(need.bytes));
@@ -294,7 +348,9 @@ absl::Status CudaDenseBackend::AllocateBuffers() {
   }
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(guess_router_ws_.data(), 0, guess_router_ws_.bytes(), stream_),
                        "clearing the guess router's workspace");
-  ASSIGN_OR_RETURN(pad_cache_, DeviceBuffer::Allocate(2 * c.n_layer * kv_dim * sizeof(float)));
+  const model::KvLayout layout = model::CacheLayout(c);
+  ASSIGN_OR_RETURN(pad_cache_,
+                   DeviceBuffer::Allocate(c.n_layer * (layout.key_dim + layout.value_dim) * sizeof(float)));
   ASSIGN_OR_RETURN(slots_host_, PinnedBuffer::Allocate(n * sizeof(TokenSlot)));
   ASSIGN_OR_RETURN(logits_host_, PinnedBuffer::Allocate(n * c.n_vocab * 4));
   ASSIGN_OR_RETURN(ids_host_, PinnedBuffer::Allocate(c.n_layer * n * k * 4));
@@ -307,16 +363,16 @@ absl::Status CudaDenseBackend::AllocateBuffers() {
 absl::Status CudaDenseBackend::EnsureAttentionWorkspace(int max_positions) {
   if (max_positions <= attention_positions_) return absl::OkStatus();
   const int positions = PositionsBound(max_positions);
-  const size_t bytes = kernels::cuda::AttentionWorkspaceBytes(max_tokens_, static_cast<int>(config_.n_head),
-                                                              static_cast<int>(config_.n_head_kv),
-                                                              static_cast<int>(config_.head_dim), positions);
+  const size_t bytes = AttentionWorkspace(config_, max_tokens_, positions);
   // Graphs hold the old workspace's address.
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "waiting for the stream");
   DropGraphs();
   memory_used_ -= attention_ws_.bytes();
   attention_ws_ = DeviceBuffer();
   ASSIGN_OR_RETURN(attention_ws_, DeviceBuffer::Allocate(bytes));
-  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attention_ws_.data(), 0, bytes, stream_), "clearing the attention workspace");
+  if (bytes > 0) {
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(attention_ws_.data(), 0, bytes, stream_), "clearing the attention workspace");
+  }
   memory_used_ += bytes;
   attention_positions_ = positions;
   return absl::OkStatus();
@@ -367,9 +423,9 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
     host[t] = TokenSlot{tok.cache->keys(), tok.cache->values(), tok.cache->capacity(), static_cast<int32_t>(tok.pos),
                         tok.token};
   }
-  const int64_t kv_dim = config_.n_head_kv * config_.head_dim;
   float* pad = pad_cache_.as<float>();
-  for (int t = n; t < n_; ++t) host[t] = TokenSlot{pad, pad + config_.n_layer * kv_dim, 1, 0, 0};
+  const int64_t pad_keys = config_.n_layer * model::CacheLayout(config_).key_dim;
+  for (int t = n; t < n_; ++t) host[t] = TokenSlot{pad, pad + pad_keys, 1, 0, 0};
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slots_.data(), host, n_ * sizeof(TokenSlot), cudaMemcpyHostToDevice, stream_),
                        "uploading the batch");
   return absl::OkStatus();
@@ -410,6 +466,7 @@ absl::Status CudaDenseBackend::Embed() {
 
 absl::Status CudaDenseBackend::Attention(int64_t l) {
   const model::ModelConfig& c = config_;
+  if (c.mla.kv_lora_rank > 0) return AttendLatent(l);
   const DeviceLayer& L = layers_[l];
   const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
   const kernels::cuda::MatmulOutput qkv[3] = {{L.wq.data, L.wq.rows, q_.as<float>(), q_dim},
@@ -476,6 +533,9 @@ kernels::cuda::RouterGate CudaDenseBackend::GateOf(const DeviceLayer& L) const {
   gate.scale = c.routed_scale;
   gate.logit_bias = L.router_logit_bias;
   gate.softmax_top_k = c.router_gating == model::RouterGating::kSoftmaxTopK;
+  gate.n_group = static_cast<int>(c.n_expert_group);
+  gate.n_group_used = static_cast<int>(c.n_group_used);
+  gate.group_top_two = c.group_score == model::GroupScore::kTopTwoSum;
   return gate;
 }
 

@@ -9,9 +9,11 @@
 // private one-position cache and their results are dropped. Used by one thread at a time (the scheduler).
 // Beyond the base blocks it runs q/k/v biases, the q/k norm over the whole projection (OLMoE), partial RoPE,
 // the router's other gatings (kernels::cuda::RouterGate, gpt-oss's softmax over the top k with its logit bias
-// included), shared experts gated or not (in Combine), dense leading blocks (DenseFfn), YaRN RoPE, and
-// gpt-oss's attention sinks, sliding-window layers (masked by position over the full-length KV cache: the
-// CPU's rings for windowed layers are a memory saving not made here) and attention output bias: the blocks
+// included), grouped routers (DeepSeek: at most 32 groups), shared experts gated or not (in Combine), dense
+// leading blocks (DenseFfn), YaRN RoPE, multi-head latent attention (kernels/cuda/latent_attention.h, the
+// absorbed form for every step: cuda_latent_attention.cc), and gpt-oss's attention sinks, sliding-window
+// layers (masked by position over the full-length KV cache: the CPU's rings for windowed layers are a memory
+// saving not made here) and attention output bias: the blocks
 // runtime/model_factory.cc's CheckDeviceBlocks lists for "CUDA".
 
 #include <cuda_runtime.h>
@@ -29,6 +31,7 @@
 #include "engine/model/weights.h"
 #include "kernels/cuda/dense_kernels.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/latent_attention.h"
 
 namespace strata::gpu {
 
@@ -43,6 +46,13 @@ struct DeviceMatrix {
 struct DeviceFfn {
   DeviceMatrix gate, up, down;       // rows == 0: none
   const float* gate_inp = nullptr;   // n_embd; the shared expert's sigmoid gate, null without one
+};
+
+// Latent attention's projections (model::LatentAttentionWeights); rows == 0 unless the model has it.
+struct DeviceLatent {
+  DeviceMatrix q_a, q_b, kv_a, kv_b;  // q_a rows == 0 without q LoRA (DeviceLayer::wq then)
+  const float* q_a_norm = nullptr;
+  const float* kv_a_norm = nullptr;
 };
 
 struct DeviceLayer {
@@ -63,7 +73,11 @@ struct DeviceLayer {
   const float* attn_sinks = nullptr;  // n_head sink logits (gpt-oss); null without them
   DeviceFfn shared;                    // the shared expert
   DeviceFfn dense_ffn;                 // a dense leading block's FFN
+  DeviceLatent mla;                    // latent attention (DeepSeek-V2/V3) instead of wk / wv
 };
+
+// The latent attention kernels' sizes of `config` (kv_lora_rank > 0).
+kernels::cuda::LatentShape LatentShapeOf(const model::ModelConfig& config);
 
 // Device memory, by cudaMalloc, for KV caches.
 class CudaKvMemory : public model::KvMemory {
@@ -122,6 +136,8 @@ class CudaDenseBackend : public model::DenseBackend {
   absl::Status Upload(const model::ModelWeights& weights);
   absl::Status AllocateBuffers();
   absl::Status EnsureAttentionWorkspace(int max_positions);
+  // Attention for latent-attention models (cuda_latent_attention.cc).
+  absl::Status AttendLatent(int64_t layer);
   kernels::cuda::RouterGate GateOf(const DeviceLayer& layer) const;
   // x += Ffn(h) of `ffn` (ff wide) for the batch's tokens, through ffn_gate_ and ffn_up_.
   absl::Status AddFfn(const DeviceFfn& ffn, int64_t ff);
@@ -147,6 +163,10 @@ class CudaDenseBackend : public model::DenseBackend {
   kernels::cuda::DeviceBuffer x_, h_, q_, k_, v_, attn_, parts_, weights_, ids_, logits_, final_;
   // The dense FFNs' gate and up products (max(shared_expert_ff, dense_ff) a row); empty without such FFNs.
   kernels::cuda::DeviceBuffer ffn_gate_, ffn_up_;
+  // Latent attention's: q LoRA rows (q_lora_rank a row), the queries carried into the latent space (n_head x
+  // (rank + rope) a row) and the heads' latent sums (n_head x rank); empty without latent attention. Its
+  // attn_kv_a_mqa rows (rank + rope) go in k_.
+  kernels::cuda::DeviceBuffer q_lora_, q_latent_, latent_;
   kernels::cuda::DeviceBuffer slots_, router_ws_, attention_ws_;
   // Routing guesses (GuessRouting): a side stream forked from stream_ (fork_) and joined by the next Combine
   // (guessed_), its normed rows, ids, weights and router workspace.

@@ -38,7 +38,8 @@ absl::Status CheckDeviceBlocks(const model::ModelConfig& config, std::string_vie
                                     Block::kSharedExpert, Block::kSharedExpertGate, Block::kPartialRope,
                                     Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks,
                                     Block::kSinkWindowAttention, Block::kYarnRope, Block::kSoftmaxTopKRouter,
-                                    Block::kBiasedClampedExperts, Block::kHeadQkNormPartialRope});
+                                    Block::kBiasedClampedExperts, Block::kGroupedRouter, Block::kLatentAttention,
+                                    Block::kHeadQkNormPartialRope});
 }
 
 absl::StatusOr<PromptMath> ParsePromptMath(absl::string_view name) {

@@ -293,8 +293,16 @@ struct RouterGate {
   // those k alone (float exp, sum in double, times a float 1 / sum, as strata::model::Softmax), times the
   // scale in float. sigmoid, choice_bias and renorm are then ignored.
   bool softmax_top_k = false;
+  // Grouped choice (DeepSeek-V2/V3): the experts in n_group equal consecutive groups, each ranked by its best
+  // choice score (group_top_two: the float sum of its two best), ties to the lower group; only experts of the
+  // n_group_used best groups are chosen (strata::model::MaskAllButBestGroups). n_group 1: no groups.
+  int n_group = 1;
+  int n_group_used = 1;
+  bool group_top_two = false;
+  bool grouped() const { return n_group > 1 && n_group_used < n_group; }
   bool plain() const {
-    return !sigmoid && choice_bias == nullptr && renorm && scale == 1.0f && logit_bias == nullptr && !softmax_top_k;
+    return !sigmoid && choice_bias == nullptr && renorm && scale == 1.0f && logit_bias == nullptr && !softmax_top_k &&
+           !grouped();
   }
 };
 
@@ -312,7 +320,9 @@ struct RouterGate {
 // shared by two RouterTopK calls that may run at the same time.
 // INVALID_ARGUMENT: n_expert outside [1, 1024], k outside [1, min(n_expert, 32)], n not a positive
 // multiple of 4, n_tokens outside [0, 524280], a short workspace, w, x, norm.weight, norm.out or workspace
-// not 16-byte aligned, a null pointer (norm.out with a norm.weight), a gate.scale that is not finite.
+// not 16-byte aligned, a null pointer (norm.out with a norm.weight), a gate.scale that is not finite, a
+// grouped gate whose n_group is above 32 or does not divide n_expert, or whose n_group_used is outside
+// [1, n_group] or leaves fewer than k experts, or with softmax_top_k.
 absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x, const RouterNorm& norm,
                         const RouterGate& gate, int n_tokens, int k, int32_t* ids, float* weights, void* workspace,
                         size_t workspace_bytes, cudaStream_t stream);

@@ -279,6 +279,43 @@ __device__ __forceinline__ unsigned OrderedKey(float f) {
   return max(1u, (bits & 0x80000000u) ? ~bits : bits | 0x80000000u);
 }
 
+// The groups whose experts may be chosen (RouterGate::grouped), as a mask of group ids (n_group <= 32), from
+// the lanes' choice scores (entry i of a lane is expert lane + 32 i), as strata::model::MaskAllButBestGroups
+// ranks them: a group's two best scores (a multiset: equal scores count twice), their float sum or the best
+// alone, ties to the lower group.
+template <int kEntries>
+__device__ unsigned BestGroups(const float (&choice)[kEntries], int n_expert, const RouterGate& gate) {
+  const int lane = threadIdx.x % 32;
+  const int per_group = n_expert / gate.n_group;
+  float group_score = -INFINITY;  // lane g: group g's
+  for (int g = 0; g < gate.n_group; ++g) {
+    float first = -INFINITY, second = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kEntries; ++i) {
+      const int e = lane + 32 * i;
+      if (e >= n_expert || e / per_group != g || !(choice[i] == choice[i])) continue;  // NaN: never ranked
+      second = fmaxf(second, fminf(first, choice[i]));
+      first = fmaxf(first, choice[i]);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other_first = __shfl_xor_sync(kFullMask, first, offset);
+      const float other_second = __shfl_xor_sync(kFullMask, second, offset);
+      second = fmaxf(fminf(first, other_first), fmaxf(second, other_second));
+      first = fmaxf(first, other_first);
+    }
+    if (lane == g) group_score = gate.group_top_two ? __fadd_rn(first, second) : first;
+  }
+  unsigned key = lane < gate.n_group ? OrderedKey(group_score) : 0u;
+  unsigned chosen = 0;
+  for (int j = 0; j < gate.n_group_used; ++j) {
+    const unsigned top = __reduce_max_sync(kFullMask, key);
+    const unsigned g = __reduce_min_sync(kFullMask, key == top ? static_cast<unsigned>(lane) : 32u);
+    chosen |= 1u << g;
+    if (lane == static_cast<int>(g)) key = 0;
+  }
+  return chosen;
+}
+
 // WarpTopK for the other gatings (RouterGate): logits plus an optional bias; probs by softmax or sigmoid,
 // the choice on probs plus an optional bias (any sign, hence OrderedKey), and the weights from the chosen
 // experts' probs, renormalised or not, times the scale; or (softmax_top_k) the choice on the logits and a
@@ -319,16 +356,25 @@ __device__ void WarpTopKGated(const float* logits, int n_expert, int k, const Ro
 #pragma unroll
     for (int i = 0; i < kEntries; ++i) v[i] = v[i] * inv;
   }
+  float choice[kEntries];
+#pragma unroll
+  for (int i = 0; i < kEntries; ++i) {
+    const int e = lane + 32 * i;
+    choice[i] = gate.choice_bias != nullptr && !(kLogitGating && gate.softmax_top_k) && e < n_expert
+                    ? __fadd_rn(v[i], __ldg(gate.choice_bias + e))
+                    : v[i];
+  }
+  // Experts outside the best groups are absent (key 0), as the CPU's -infinity never wins (k fits the groups).
+  const bool grouped = !(kLogitGating && gate.softmax_top_k) && gate.n_group > 1 && gate.n_group_used < gate.n_group;
+  const unsigned groups = grouped ? BestGroups<kEntries>(choice, n_expert, gate) : ~0u;
+  const int per_group = grouped ? n_expert / gate.n_group : n_expert;
   unsigned key[kEntries];
   unsigned best = 0;
   int best_i = 0;
 #pragma unroll
   for (int i = 0; i < kEntries; ++i) {
     const int e = lane + 32 * i;
-    const float choice = gate.choice_bias != nullptr && !(kLogitGating && gate.softmax_top_k) && e < n_expert
-                             ? __fadd_rn(v[i], __ldg(gate.choice_bias + e))
-                             : v[i];
-    key[i] = e >= n_expert ? 0u : OrderedKey(choice);
+    key[i] = e >= n_expert || !((groups >> (e / per_group)) & 1u) ? 0u : OrderedKey(choice[i]);
     if (key[i] > best) {  // entries rise in id: equal keys keep the lower id
       best = key[i];
       best_i = i;
@@ -701,6 +747,17 @@ absl::Status RouterTopK(const float* w, int n_expert, int64_t n, const float* x,
   }
   if (!std::isfinite(gate.scale)) {
     return absl::InvalidArgumentError(absl::StrCat("RouterTopK: gate.scale is ", gate.scale, ", not a finite number"));
+  }
+  if (gate.grouped()) {
+    if (gate.n_group > 32 || n_expert % gate.n_group != 0) {
+      return BadArgument(kFn, "gate.n_group", gate.n_group,
+                         absl::StrCat("it must be at most 32 and divide n_expert (", n_expert, ")"));
+    }
+    if (gate.n_group_used < 1 || gate.n_group_used * (n_expert / gate.n_group) < k) {
+      return BadArgument(kFn, "gate.n_group_used", gate.n_group_used,
+                         absl::StrCat("it must be >= 1 and its groups hold at least k (", k, ") experts"));
+    }
+    if (gate.softmax_top_k) return absl::InvalidArgumentError("RouterTopK: a grouped gate with softmax_top_k");
   }
   if (ids == nullptr) return NullArgument(kFn, "ids");
   if (weights == nullptr) return NullArgument(kFn, "weights");

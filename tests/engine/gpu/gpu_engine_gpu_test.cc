@@ -6,7 +6,8 @@
 // whole q/k norm, routers without renormalisation or with sigmoid scores, the score bias and a routed scale,
 // shared experts gated and not, partial RoPE, a dense first block; attention sinks, sliding-window blocks
 // (synth's window of 8, which the tests' sequences pass), the attention output bias, YaRN RoPE, the router's
-// logit bias and softmax over the top k, expert biases and the clamped SwiGLU), every scheme, one sequence
+// logit bias and softmax over the top k, expert biases and the clamped SwiGLU; deepseek2's latent attention
+// with and without a q LoRA, grouped routers of both group scores), every scheme, one sequence
 // and 16 at once, all experts in VRAM and through the offload tier. Plus the errors: a pack too large for
 // --vram-gib, --device cuda without a device, and a request cancelled in the middle of a decode.
 
@@ -33,7 +34,7 @@ namespace {
 using ::strata::testing::ScratchDir;
 
 // The architectures the CUDA backend runs.
-constexpr const char* kArchitectures[] = {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "glm4moe", "gpt-oss"};
+constexpr const char* kArchitectures[] = {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "glm4moe", "gpt-oss", "deepseek2"};
 
 // An architecture's name as a part of a test name (letters, digits and underscores only: gpt-oss is gpt_oss).
 std::string TestNamePart(std::string arch) {
@@ -330,14 +331,24 @@ TEST(GpuEngineBlocksTest, EachArchitectureRunsOnCudaWithItsBlocks) {
       {"gpt-oss", {Block::kQkvBias, Block::kSinkWindowAttention, Block::kYarnRope, Block::kSoftmaxTopKRouter,
                    Block::kBiasedClampedExperts}},
   };
+  auto check = [](const char* arch, const char* preset, const std::vector<Block>& blocks) {
+    auto engine = Engine::Create(Options(Packs::Get().Pack(arch, preset, kernels::Scheme::kS4), "cuda", 1));
+    ASSERT_TRUE(engine.ok()) << arch << " " << preset << ": " << engine.status();
+    EXPECT_EQ((*engine)->info().backend.device, "cuda") << arch;
+    EXPECT_EQ(model::BlocksNeeded((*engine)->info().config), blocks) << arch << " " << preset;
+  };
   for (const auto& [arch, blocks] : expected) {
-    for (const char* preset : {"tiny", "small"}) {
-      auto engine = Engine::Create(Options(Packs::Get().Pack(arch, preset, kernels::Scheme::kS4), "cuda", 1));
-      ASSERT_TRUE(engine.ok()) << arch << " " << preset << ": " << engine.status();
-      EXPECT_EQ((*engine)->info().backend.device, "cuda") << arch;
-      EXPECT_EQ(model::BlocksNeeded((*engine)->info().config), blocks) << arch << " " << preset;
-    }
+    for (const char* preset : {"tiny", "small"}) check(arch, preset, blocks);
   }
+  // deepseek2's presets differ: tiny is DeepSeek-V2-Lite-like (softmax router, no renormalisation, q without a
+  // LoRA, groups by their best score), small V3-like (sigmoid scores with the bias, a routed scale, q LoRA,
+  // groups by their two best).
+  check("deepseek2", "tiny",
+        {Block::kRouterWithoutRenorm, Block::kSharedExpert, Block::kDenseLeadingBlocks, Block::kYarnRope,
+         Block::kGroupedRouter, Block::kLatentAttention});
+  check("deepseek2", "small",
+        {Block::kSharedExpert, Block::kSigmoidRouter, Block::kRoutedScale, Block::kDenseLeadingBlocks,
+         Block::kYarnRope, Block::kGroupedRouter, Block::kLatentAttention});
 }
 
 // GLM-4.5 (not Air): each head of q and k normed over head_dim before a RoPE of its first rope_dim values.

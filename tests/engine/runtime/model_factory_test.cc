@@ -146,11 +146,12 @@ TEST(ModelFactoryTest, CudaRunsWhereADeviceIsVisibleAndIsRefusedElsewhere) {
   }
 }
 
-// The CUDA backend has the base blocks and those of qwen2moe, olmoe, glm4moe and gpt-oss: the factory's check
-// passes those and names the first block another architecture needs. It is the check LoadModel runs before building
-// the CUDA backend, so it is tested here without a GPU.
-TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNamingTheBlock) {
-  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "gpt-oss", "deepseek2", "qwen3moe"}) {
+// The CUDA backend has every block of every architecture (deepseek2's grouped router and latent attention the
+// last to land): the factory's check passes each on both devices. It is the check LoadModel runs before building
+// the CUDA backend, so it is tested here without a GPU; the refusal that names a missing block is
+// CheckBackendBlocks' (model_config_test).
+TEST(ModelFactoryTest, EveryArchitectureHasItsBlocksOnBothBackends) {
+  for (const std::string arch : {"qwen2moe", "olmoe", "glm4moe", "gpt-oss", "deepseek2", "qwen3moe", "mixtral"}) {
     ScratchDir dir;
     auto pack = pack::Pack::Open(TinyPack(dir, arch));
     ASSERT_TRUE(pack.ok()) << pack.status();
@@ -158,23 +159,12 @@ TEST(ModelFactoryTest, ArchitecturesNeedingBlocksTheCudaBackendLacksAreRefusedNa
     ASSERT_TRUE(model.ok()) << model.status();
     EXPECT_TRUE(CheckDeviceBlocks((*model)->config(), "cpu").ok()) << arch;
     const absl::Status cuda = CheckDeviceBlocks((*model)->config(), "cuda");
-    const bool runs_on_cuda = arch != "deepseek2";
-    if (runs_on_cuda) {
-      EXPECT_TRUE(cuda.ok()) << arch << ": " << cuda;
-    } else {
-      // The first block in Block's order that the backend lacks: DeepSeek's grouped expert choice (its YaRN
-      // runs on CUDA).
-      const std::string block = std::string(model::BlockName(model::Block::kGroupedRouter));
-      EXPECT_THAT(cuda, StatusIsWith(absl::StatusCode::kUnimplemented,
-                                     absl::StrCat("architecture '", arch, "' needs the ", block,
-                                                  " block, which the CUDA backend does not implement")));
-    }
-    // --device auto runs it on the CPU unless a GPU is visible and the backend has its blocks.
+    EXPECT_TRUE(cuda.ok()) << arch << ": " << cuda;
+    // --device auto runs it on the GPU when one is visible.
     auto automatic = Engine::Create(Options((*pack)->dir(), "auto"));
     ASSERT_TRUE(automatic.ok()) << automatic.status();
     std::string why;
-    const bool on_gpu = runs_on_cuda && CudaDeviceAvailable(&why);
-    EXPECT_EQ((*automatic)->info().backend.device, on_gpu ? "cuda" : "cpu") << arch;
+    EXPECT_EQ((*automatic)->info().backend.device, CudaDeviceAvailable(&why) ? "cuda" : "cpu") << arch;
   }
 }
 

@@ -1,0 +1,548 @@
+// Multi-head latent attention's kernels (latent_attention.h). The norm and RoPE follow engine/model/ops.cc as
+// norm_rope.cu does (sums of squares in double, cos and sin in double rounded to float, products rounded
+// apart); the projections and the attention's sums are float sums in their own order, so they agree with the
+// CPU to rounding, not to the bit.
+//
+// LatentAttention, a block per (token, 8 heads, split of the positions): the 8 heads' query rows and a tile
+// of 16 cached positions sit in shared memory; a warp a position forms the 8 scores, then one online-softmax
+// step per tile rescales the block's accumulators (each thread holds the latent values r = thread + 256 j of
+// all 8 heads). All heads read the same cache, so a tile loaded once serves eight of them.
+
+#include "kernels/cuda/latent_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dense_device.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
+
+namespace strata::kernels::cuda {
+namespace {
+
+using detail::BadArgument;
+using detail::NullArgument;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxRank = 2048;
+constexpr int kMaxRopeDim = 256;
+constexpr int kMaxTokens = 65535;
+
+// --------------------------------------------------------------------------------------------------------
+// LatentRopeStore: a warp a q head, and one more for the token's cache position.
+
+constexpr int kRopeWarps = 4;
+
+// dst's rotation pairs from src's (dst may be src): pairs i of NORMAL (2i, 2i + 1) or NEOX (i, i + half).
+__device__ __forceinline__ void RotatePairs(float* dst, const float* src, int rope_dim, int pos, const double* freq,
+                                            float magnitude, int neox) {
+  const int half = rope_dim / 2;
+  for (int i = threadIdx.x % 32; i < half; i += 32) {
+    const int ia = neox ? i : 2 * i;
+    const int ib = neox ? i + half : 2 * i + 1;
+    const float a = src[ia], b = src[ib];
+    double sin_d, cos_d;
+    sincos(static_cast<double>(pos) * freq[i], &sin_d, &cos_d);
+    const float c = __fmul_rn(static_cast<float>(cos_d), magnitude);
+    const float s = __fmul_rn(static_cast<float>(sin_d), magnitude);
+    dst[ia] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    dst[ib] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+  }
+}
+
+__global__ void __launch_bounds__(32 * kRopeWarps)
+    LatentRopeStoreKernel(float* q, const float* kv, const TokenSlot* slots, int64_t layer, LatentShape shape,
+                          const float* kv_norm, float eps, const double* freq, float magnitude, int neox) {
+  WaitForPriorKernels();
+  const int64_t t = blockIdx.y;
+  const int head = blockIdx.x * kRopeWarps + threadIdx.x / 32;
+  if (head > shape.n_head) return;
+  const TokenSlot slot = slots[t];
+  if (head < shape.n_head) {
+    float* q_pe = q + (t * shape.n_head + head) * (shape.nope_dim + shape.rope_dim) + shape.nope_dim;
+    RotatePairs(q_pe, q_pe, shape.rope_dim, slot.pos, freq, magnitude, neox);
+    return;
+  }
+  const int64_t key_dim = (shape.rank + shape.rope_dim);
+  const float* src = kv + t * key_dim;
+  float* dst = slot.keys + (layer * slot.capacity + slot.pos) * key_dim;
+  double squares = 0;
+  for (int i = threadIdx.x % 32; i < shape.rank; i += 32) squares += static_cast<double>(src[i]) * src[i];
+  const float scale = detail::RmsScale(detail::WarpSumDouble(squares), shape.rank, eps);
+  for (int i = threadIdx.x % 32; i < shape.rank; i += 32) dst[i] = __fmul_rn(__fmul_rn(src[i], scale), kv_norm[i]);
+  RotatePairs(dst + shape.rank, src + shape.rank, shape.rope_dim, slot.pos, freq, magnitude, neox);
+}
+
+// --------------------------------------------------------------------------------------------------------
+// LatentQueryAbsorb: block (head, 8 tokens). Thread (chunk c, group g) sums W_UK rows d = g, g + groups, ...
+// of columns [8c, 8c + 8) for the block's tokens; the groups' sums are then added in group order.
+
+constexpr int kAbsorbTokens = 8;
+
+template <DenseType kType>
+__global__ void __launch_bounds__(kThreads)
+    LatentQueryAbsorbKernel(const uint8_t* kv_b, int64_t row_bytes, const float* q, int n_tokens, LatentShape shape,
+                            float* q_latent) {
+  WaitForPriorKernels();
+  extern __shared__ float4 absorb_shared[];
+  const int head = blockIdx.x;
+  const int t0 = blockIdx.y * kAbsorbTokens;
+  const int tokens = min(kAbsorbTokens, n_tokens - t0);
+  const int nope = shape.nope_dim, rope = shape.rope_dim, rank = shape.rank;
+  const int64_t head_width = nope + rope, key_dim = (shape.rank + shape.rope_dim);
+  float* s_q = reinterpret_cast<float*>(absorb_shared);  // [kAbsorbTokens][nope]
+  float* s_sum = s_q + kAbsorbTokens * nope;             // [groups][rank]
+  for (int i = threadIdx.x; i < tokens * nope; i += kThreads) {
+    const int tt = i / nope, d = i % nope;
+    s_q[i] = q[((t0 + tt) * int64_t{shape.n_head} + head) * head_width + d];
+  }
+  for (int i = threadIdx.x; i < tokens * rope; i += kThreads) {
+    const int tt = i / rope, d = i % rope;
+    const int64_t row = (t0 + tt) * int64_t{shape.n_head} + head;
+    q_latent[row * key_dim + rank + d] = q[row * head_width + nope + d];
+  }
+  __syncthreads();
+  const int chunks = rank / 8, groups = kThreads / chunks;
+  const int chunk = threadIdx.x % chunks, group = threadIdx.x / chunks;
+  float acc[kAbsorbTokens][8] = {};
+  if (group < groups) {
+    const uint8_t* rows = kv_b + static_cast<int64_t>(head) * (nope + shape.v_dim) * row_bytes;
+    for (int d = group; d < nope; d += groups) {
+      float w[8];
+      detail::WidenChunkExact<kType>(detail::LoadChunk<kType>(rows + d * row_bytes, chunk), w);
+#pragma unroll
+      for (int tt = 0; tt < kAbsorbTokens; ++tt) {
+        if (tt >= tokens) break;
+        const float qd = s_q[tt * nope + d];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[tt][j] = fmaf(w[j], qd, acc[tt][j]);
+      }
+    }
+  }
+#pragma unroll
+  for (int tt = 0; tt < kAbsorbTokens; ++tt) {
+    if (tt >= tokens) break;  // the same for the whole block
+    if (group < groups) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s_sum[group * rank + 8 * chunk + j] = acc[tt][j];
+    }
+    __syncthreads();
+    const int64_t row = (t0 + tt) * int64_t{shape.n_head} + head;
+    for (int r = threadIdx.x; r < rank; r += kThreads) {
+      float total = 0.0f;
+      for (int g = 0; g < groups; ++g) total += s_sum[g * rank + r];
+      q_latent[row * key_dim + r] = total;
+    }
+    __syncthreads();
+  }
+}
+
+size_t AbsorbSharedBytes(const LatentShape& s) {
+  return (static_cast<size_t>(kAbsorbTokens) * s.nope_dim + static_cast<size_t>(kThreads / (s.rank / 8)) * s.rank) *
+         sizeof(float);
+}
+
+// --------------------------------------------------------------------------------------------------------
+// LatentAttention.
+
+constexpr int kHeadsPerBlock = 8;
+constexpr int kTilePositions = 16;
+constexpr int kTargetBlocks = 512;        // fewer (token, head block) pairs than this split their positions
+constexpr int kMinSplitPositions = 64;    // but no split takes fewer positions than this
+constexpr int kMaxSplits = 64;
+
+int HeadBlocks(const LatentShape& s) { return (s.n_head + kHeadsPerBlock - 1) / kHeadsPerBlock; }
+
+// Splits of the positions for a step (before rounding the split's length to whole tiles).
+int SplitBound(int n_tokens, const LatentShape& s, int max_positions) {
+  const int64_t blocks = int64_t{n_tokens} * HeadBlocks(s);
+  int64_t splits = blocks >= kTargetBlocks ? 1 : (kTargetBlocks + blocks - 1) / blocks;
+  splits = std::min<int64_t>({splits, std::max(1, max_positions / kMinSplitPositions), kMaxSplits});
+  return static_cast<int>(splits);
+}
+
+struct PositionSplit {
+  int splits;
+  int positions;  // a split's positions, a multiple of kTilePositions
+};
+
+PositionSplit SplitPositions(int n_tokens, const LatentShape& s, int max_positions) {
+  const int bound = SplitBound(n_tokens, s, max_positions);
+  const int per_split = (max_positions + bound - 1) / bound;
+  const int positions = (per_split + kTilePositions - 1) / kTilePositions * kTilePositions;
+  return {(max_positions + positions - 1) / positions, positions};
+}
+
+size_t AttentionSharedBytes(const LatentShape& s) {
+  return (static_cast<size_t>(kHeadsPerBlock + kTilePositions) * s.key_dim() + kHeadsPerBlock * kTilePositions +
+          3 * kHeadsPerBlock) *
+         sizeof(float);
+}
+
+// Block (token, head block, split) over positions [split * split_positions, +split_positions) up to the token's
+// own. kRankPerThread: latent values a thread accumulates for each head (rank <= 256 * kRankPerThread).
+// With one split it writes `latent`; with several, unnormalised sums and (max, sum of exps) to the partials.
+template <int kRankPerThread>
+__global__ void __launch_bounds__(kThreads)
+    LatentAttentionKernel(const float* q_latent, const TokenSlot* slots, int64_t layer, LatentShape shape, float scale,
+                          int split_positions, int n_splits, float* latent, float* partial_sums, float* partial_stats) {
+  WaitForPriorKernels();
+  extern __shared__ float4 attention_shared[];
+  constexpr int G = kHeadsPerBlock, P = kTilePositions;
+  const int t = blockIdx.x, h0 = blockIdx.y * G, split = blockIdx.z;
+  const int heads = min(G, shape.n_head - h0);
+  const int width = (shape.rank + shape.rope_dim), width4 = width / 4, rank = shape.rank;
+  const TokenSlot slot = slots[t];
+  const int first = split * split_positions;
+  const int end = min(first + split_positions, slot.pos + 1);
+
+  float4* s_q4 = attention_shared;  // [G][width]
+  float4* s_k4 = s_q4 + G * width4;  // [P][width]
+  const float* s_q = reinterpret_cast<const float*>(s_q4);
+  const float* s_k = reinterpret_cast<const float*>(s_k4);
+  float* s_p = reinterpret_cast<float*>(s_k4 + P * width4);  // [G][P]: scores, then their exps
+  float* s_alpha = s_p + G * P;
+  float* s_max = s_alpha + G;
+  float* s_sum = s_max + G;
+
+  const float4* q4 = reinterpret_cast<const float4*>(q_latent + (static_cast<int64_t>(t) * shape.n_head + h0) * width);
+  for (int i = threadIdx.x; i < G * width4; i += kThreads) {
+    s_q4[i] = i / width4 < heads ? q4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  if (threadIdx.x < G) {
+    s_max[threadIdx.x] = -INFINITY;
+    s_sum[threadIdx.x] = 0.0f;
+  }
+  float acc[G][kRankPerThread] = {};
+  const float4* keys4 = reinterpret_cast<const float4*>(slot.keys + layer * slot.capacity * width);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int p0 = first; p0 < end; p0 += P) {
+    const int tile = min(P, end - p0);
+    __syncthreads();  // the last tile's readers are done
+    for (int i = threadIdx.x; i < tile * width4; i += kThreads) s_k4[i] = keys4[static_cast<int64_t>(p0) * width4 + i];
+    __syncthreads();
+    for (int p = warp; p < P; p += kWarps) {
+      float dot[G] = {};
+      if (p < tile) {
+        for (int i = lane; i < width; i += 32) {
+          const float k = s_k[p * width + i];
+#pragma unroll
+          for (int g = 0; g < G; ++g) dot[g] = fmaf(s_q[g * width + i], k, dot[g]);
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float total = detail::WarpSum(dot[g]);
+        if (lane == g) s_p[g * P + p] = p < tile ? total * scale : -INFINITY;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+      const int g = threadIdx.x;
+      float tile_max = -INFINITY;
+      for (int p = 0; p < tile; ++p) tile_max = fmaxf(tile_max, s_p[g * P + p]);
+      const float old_max = s_max[g], new_max = fmaxf(old_max, tile_max);
+      const float alpha = old_max == -INFINITY ? 0.0f : expf(old_max - new_max);
+      float sum = 0.0f;
+      for (int p = 0; p < P; ++p) {
+        const float e = p < tile ? expf(s_p[g * P + p] - new_max) : 0.0f;
+        s_p[g * P + p] = e;
+        sum += e;
+      }
+      s_sum[g] = s_sum[g] * alpha + sum;
+      s_max[g] = new_max;
+      s_alpha[g] = alpha;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kRankPerThread; ++j) {
+      const int r = threadIdx.x + j * kThreads;
+      if (r >= rank) break;
+      float value[P];
+#pragma unroll
+      for (int p = 0; p < P; ++p) value[p] = p < tile ? s_k[p * width + r] : 0.0f;
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float a = acc[g][j] * s_alpha[g];
+#pragma unroll
+        for (int p = 0; p < P; ++p) a = fmaf(s_p[g * P + p], value[p], a);
+        acc[g][j] = a;
+      }
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (g >= heads) break;
+    const int64_t row = static_cast<int64_t>(t) * shape.n_head + h0 + g;
+    const float inv = n_splits == 1 ? 1.0f / s_sum[g] : 1.0f;
+    float* out = n_splits == 1 ? latent + row * rank : partial_sums + (row * n_splits + split) * rank;
+#pragma unroll
+    for (int j = 0; j < kRankPerThread; ++j) {
+      const int r = threadIdx.x + j * kThreads;
+      if (r < rank) out[r] = acc[g][j] * inv;
+    }
+    if (n_splits > 1 && threadIdx.x == 0) {
+      partial_stats[2 * (row * n_splits + split)] = s_max[g];
+      partial_stats[2 * (row * n_splits + split) + 1] = s_sum[g];
+    }
+  }
+}
+
+// Block (token, head): the splits' sums weighted by exp(max_s - max), over the total of their exps. A split
+// past the token's position has sum 0 and is left out.
+__global__ void __launch_bounds__(kThreads)
+    LatentMergeKernel(const float* partial_sums, const float* partial_stats, int n_splits, int rank, float* latent) {
+  WaitForPriorKernels();
+  __shared__ float s_weight[kMaxSplits];
+  __shared__ float s_inv;
+  const int64_t row = blockIdx.x;
+  const float* stats = partial_stats + 2 * row * n_splits;
+  if (threadIdx.x == 0) {
+    float max_all = -INFINITY;
+    for (int s = 0; s < n_splits; ++s) {
+      if (stats[2 * s + 1] > 0.0f) max_all = fmaxf(max_all, stats[2 * s]);
+    }
+    float total = 0.0f;
+    for (int s = 0; s < n_splits; ++s) {
+      s_weight[s] = stats[2 * s + 1] > 0.0f ? expf(stats[2 * s] - max_all) : 0.0f;
+      total += s_weight[s] * stats[2 * s + 1];
+    }
+    s_inv = 1.0f / total;
+  }
+  __syncthreads();
+  const float* sums = partial_sums + row * n_splits * rank;
+  for (int r = threadIdx.x; r < rank; r += kThreads) {
+    float v = 0.0f;
+    for (int s = 0; s < n_splits; ++s) {
+      if (s_weight[s] != 0.0f) v = fmaf(sums[s * rank + r], s_weight[s], v);
+    }
+    latent[row * rank + r] = v * s_inv;
+  }
+}
+
+// --------------------------------------------------------------------------------------------------------
+// LatentValueProject: a warp a row of W_UV (over all heads), each lane a run of 8-column chunks.
+
+constexpr int kProjectTokens = 8;
+
+template <DenseType kType>
+__global__ void __launch_bounds__(kThreads)
+    LatentValueProjectKernel(const uint8_t* kv_b, int64_t row_bytes, const float* latent, int n_tokens,
+                             LatentShape shape, float* out) {
+  WaitForPriorKernels();
+  const int row = blockIdx.x * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= shape.n_head * shape.v_dim) return;
+  const int head = row / shape.v_dim, d = row % shape.v_dim;
+  const uint8_t* w_row = kv_b + (static_cast<int64_t>(head) * (shape.nope_dim + shape.v_dim) + shape.nope_dim + d) *
+                                    row_bytes;
+  const int t0 = blockIdx.y * kProjectTokens;
+  const int tokens = min(kProjectTokens, n_tokens - t0);
+  float acc[kProjectTokens] = {};
+  for (int c = lane; c < shape.rank / 8; c += 32) {
+    float w[8];
+    detail::WidenChunkExact<kType>(detail::LoadChunk<kType>(w_row, c), w);
+#pragma unroll
+    for (int tt = 0; tt < kProjectTokens; ++tt) {
+      if (tt >= tokens) break;
+      const float4* l4 = reinterpret_cast<const float4*>(
+          latent + (static_cast<int64_t>(t0 + tt) * shape.n_head + head) * shape.rank + 8 * c);
+      const float4 a = l4[0], b = l4[1];
+      float s = acc[tt];
+      s = fmaf(w[0], a.x, s);
+      s = fmaf(w[1], a.y, s);
+      s = fmaf(w[2], a.z, s);
+      s = fmaf(w[3], a.w, s);
+      s = fmaf(w[4], b.x, s);
+      s = fmaf(w[5], b.y, s);
+      s = fmaf(w[6], b.z, s);
+      s = fmaf(w[7], b.w, s);
+      acc[tt] = s;
+    }
+  }
+  const int64_t out_width = static_cast<int64_t>(shape.n_head) * shape.v_dim;
+#pragma unroll
+  for (int tt = 0; tt < kProjectTokens; ++tt) {
+    const float total = detail::WarpSum(acc[tt]);
+    if (lane == 0 && tt < tokens) out[(t0 + tt) * out_width + row] = total;
+  }
+}
+
+// --------------------------------------------------------------------------------------------------------
+// Host side.
+
+absl::Status CheckShape(absl::string_view fn, const LatentShape& s) {
+  if (s.n_head < 1 || s.n_head > 1024) return BadArgument(fn, "shape.n_head", s.n_head, "it must be in [1, 1024]");
+  if (s.nope_dim < 1 || s.nope_dim > 1024) {
+    return BadArgument(fn, "shape.nope_dim", s.nope_dim, "it must be in [1, 1024]");
+  }
+  if (s.v_dim < 1 || s.v_dim > 1024) return BadArgument(fn, "shape.v_dim", s.v_dim, "it must be in [1, 1024]");
+  if (s.rope_dim < 2 || s.rope_dim > kMaxRopeDim || s.rope_dim % 2 != 0) {
+    return BadArgument(fn, "shape.rope_dim", s.rope_dim, "it must be even and in [2, 256]");
+  }
+  if (s.rank < 8 || s.rank > kMaxRank || s.rank % 8 != 0) {
+    return BadArgument(fn, "shape.rank", s.rank, "it must be a multiple of 8 in [8, 2048]");
+  }
+  if (s.key_dim() % 4 != 0) {
+    return BadArgument(fn, "shape.rank + shape.rope_dim", s.key_dim(), "it must be a multiple of 4");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckWeights(absl::string_view fn, DenseType type, const uint8_t* kv_b, const LatentShape& s) {
+  if (kv_b == nullptr) return NullArgument(fn, "kv_b");
+  if (type == DenseType::kQ8_0) return detail::CheckColumns(fn, "shape.rank (kv_b's columns)", type, s.rank);
+  if (!detail::Aligned16(kv_b)) return detail::Misaligned(fn, "kv_b", kv_b);
+  return absl::OkStatus();
+}
+
+// kernel<kType> for a runtime type.
+template <template <DenseType> class Kernel>
+auto ForType(DenseType type) {
+  switch (type) {
+    case DenseType::kF16: return Kernel<DenseType::kF16>::kFn;
+    case DenseType::kBF16: return Kernel<DenseType::kBF16>::kFn;
+    case DenseType::kQ8_0: return Kernel<DenseType::kQ8_0>::kFn;
+    case DenseType::kF32: break;
+  }
+  return Kernel<DenseType::kF32>::kFn;
+}
+template <DenseType kType>
+struct AbsorbKernel {
+  static constexpr auto kFn = LatentQueryAbsorbKernel<kType>;
+};
+template <DenseType kType>
+struct ProjectKernel {
+  static constexpr auto kFn = LatentValueProjectKernel<kType>;
+};
+
+}  // namespace
+
+absl::Status CheckLatentShape(const LatentShape& shape, DenseType type) {
+  constexpr absl::string_view kFn = "CheckLatentShape";
+  if (absl::Status s = CheckShape(kFn, shape); !s.ok()) return s;
+  if (type == DenseType::kQ8_0) return detail::CheckColumns(kFn, "shape.rank (kv_b's columns)", type, shape.rank);
+  return absl::OkStatus();
+}
+
+absl::Status LatentRopeStore(float* q, const float* kv, const TokenSlot* slots, int n_tokens, int64_t layer,
+                             const LatentShape& shape, const float* kv_norm, float eps, const double* freq,
+                             float rope_magnitude, int rope_style, cudaStream_t stream) {
+  constexpr absl::string_view kFn = "LatentRopeStore";
+  if (absl::Status s = CheckShape(kFn, shape); !s.ok()) return s;
+  if (n_tokens < 0 || n_tokens > kMaxTokens) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
+  if (layer < 0) return BadArgument(kFn, "layer", layer, "it must be >= 0");
+  if (rope_style != 0 && rope_style != 1) return BadArgument(kFn, "rope_style", rope_style, "it must be 0 or 1");
+  if (q == nullptr) return NullArgument(kFn, "q");
+  if (kv == nullptr) return NullArgument(kFn, "kv");
+  if (slots == nullptr) return NullArgument(kFn, "slots");
+  if (kv_norm == nullptr) return NullArgument(kFn, "kv_norm");
+  if (freq == nullptr) return NullArgument(kFn, "freq");
+  if (!(rope_magnitude > 0.0f) || !std::isfinite(rope_magnitude)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LatentRopeStore: rope_magnitude is ", rope_magnitude, ", not a finite positive number"));
+  }
+  if (n_tokens == 0) return absl::OkStatus();
+  const dim3 grid((shape.n_head + 1 + kRopeWarps - 1) / kRopeWarps, n_tokens);
+  return LaunchKernel("LatentRopeStoreKernel", LatentRopeStoreKernel, grid, 32 * kRopeWarps, 0, stream, q, kv, slots,
+                      layer, shape, kv_norm, eps, freq, rope_magnitude, rope_style);
+}
+
+absl::Status LatentQueryAbsorb(DenseType type, const uint8_t* kv_b, const float* q, int n_tokens,
+                               const LatentShape& shape, float* q_latent, cudaStream_t stream) {
+  constexpr absl::string_view kFn = "LatentQueryAbsorb";
+  if (absl::Status s = CheckShape(kFn, shape); !s.ok()) return s;
+  if (absl::Status s = CheckWeights(kFn, type, kv_b, shape); !s.ok()) return s;
+  if (n_tokens < 0 || n_tokens > kMaxTokens) {
+    return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
+  }
+  if (q == nullptr) return NullArgument(kFn, "q");
+  if (q_latent == nullptr) return NullArgument(kFn, "q_latent");
+  if (n_tokens == 0) return absl::OkStatus();
+  const dim3 grid(shape.n_head, (n_tokens + kAbsorbTokens - 1) / kAbsorbTokens);
+  const int64_t row_bytes = static_cast<int64_t>(DenseRowBytes(type, shape.rank));
+  return LaunchKernel("LatentQueryAbsorbKernel", ForType<AbsorbKernel>(type), grid, kThreads, AbsorbSharedBytes(shape),
+                      stream, kv_b, row_bytes, q, n_tokens, shape, q_latent);
+}
+
+size_t LatentAttentionWorkspaceBytes(int n_tokens, const LatentShape& shape, int max_positions) {
+  size_t bytes = 0;
+  for (int n = 1; n <= n_tokens; ++n) {
+    const int splits = SplitBound(n, shape, std::max(1, max_positions));
+    if (splits == 1) continue;
+    bytes = std::max(bytes, static_cast<size_t>(n) * shape.n_head * splits * (shape.rank + 2) * sizeof(float));
+  }
+  return bytes;
+}
+
+absl::Status LatentAttention(const float* q_latent, const TokenSlot* slots, int n_tokens, int64_t layer,
+                             const LatentShape& shape, float scale, int max_positions, float* latent, void* workspace,
+                             size_t workspace_bytes, cudaStream_t stream) {
+  constexpr absl::string_view kFn = "LatentAttention";
+  if (absl::Status s = CheckShape(kFn, shape); !s.ok()) return s;
+  if (n_tokens < 0 || n_tokens > kMaxTokens) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
+  if (max_positions < 1) return BadArgument(kFn, "max_positions", max_positions, "it must be >= 1");
+  if (layer < 0) return BadArgument(kFn, "layer", layer, "it must be >= 0");
+  if (q_latent == nullptr) return NullArgument(kFn, "q_latent");
+  if (!detail::Aligned16(q_latent)) return detail::Misaligned(kFn, "q_latent", q_latent);
+  if (slots == nullptr) return NullArgument(kFn, "slots");
+  if (latent == nullptr) return NullArgument(kFn, "latent");
+  if (n_tokens == 0) return absl::OkStatus();
+  const PositionSplit split = SplitPositions(n_tokens, shape, max_positions);
+  float* partial_sums = nullptr;
+  float* partial_stats = nullptr;
+  if (split.splits > 1) {
+    const size_t rows = static_cast<size_t>(n_tokens) * shape.n_head * split.splits;
+    const size_t needed = rows * (shape.rank + 2) * sizeof(float);
+    if (workspace_bytes < needed) {
+      return BadArgument(kFn, "workspace_bytes", static_cast<int64_t>(workspace_bytes),
+                         absl::StrCat("these sizes need ", needed));
+    }
+    if (workspace == nullptr) return NullArgument(kFn, "workspace");
+    partial_sums = static_cast<float*>(workspace);
+    partial_stats = partial_sums + rows * shape.rank;
+  }
+  const int per_thread = (shape.rank + kThreads - 1) / kThreads;
+  const auto kernel = per_thread <= 1   ? LatentAttentionKernel<1>
+                      : per_thread <= 2 ? LatentAttentionKernel<2>
+                      : per_thread <= 4 ? LatentAttentionKernel<4>
+                                        : LatentAttentionKernel<8>;
+  const size_t shared = AttentionSharedBytes(shape);
+  if (shared > 48 * 1024) {
+    CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
+        "raising LatentAttentionKernel's shared memory");
+  }
+  const dim3 grid(n_tokens, HeadBlocks(shape), split.splits);
+  const absl::Status launched = LaunchKernel("LatentAttentionKernel", kernel, grid, kThreads, shared, stream, q_latent,
+                                             slots, layer, shape, scale, split.positions, split.splits, latent,
+                                             partial_sums, partial_stats);
+  if (!launched.ok() || split.splits == 1) return launched;
+  return LaunchKernel("LatentMergeKernel", LatentMergeKernel, dim3(n_tokens * shape.n_head), kThreads, 0, stream,
+                      partial_sums, partial_stats, split.splits, shape.rank, latent);
+}
+
+absl::Status LatentValueProject(DenseType type, const uint8_t* kv_b, const float* latent, int n_tokens,
+                                const LatentShape& shape, float* out, cudaStream_t stream) {
+  constexpr absl::string_view kFn = "LatentValueProject";
+  if (absl::Status s = CheckShape(kFn, shape); !s.ok()) return s;
+  if (absl::Status s = CheckWeights(kFn, type, kv_b, shape); !s.ok()) return s;
+  if (n_tokens < 0 || n_tokens > kMaxTokens) {
+    return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
+  }
+  if (latent == nullptr) return NullArgument(kFn, "latent");
+  if (!detail::Aligned16(latent)) return detail::Misaligned(kFn, "latent", latent);
+  if (out == nullptr) return NullArgument(kFn, "out");
+  if (n_tokens == 0) return absl::OkStatus();
+  const dim3 grid((shape.n_head * shape.v_dim + kWarps - 1) / kWarps, (n_tokens + kProjectTokens - 1) / kProjectTokens);
+  const int64_t row_bytes = static_cast<int64_t>(DenseRowBytes(type, shape.rank));
+  return LaunchKernel("LatentValueProjectKernel", ForType<ProjectKernel>(type), grid, kThreads, 0, stream, kv_b,
+                      row_bytes, latent, n_tokens, shape, out);
+}
+
+}  // namespace strata::kernels::cuda
