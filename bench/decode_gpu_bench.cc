@@ -8,7 +8,7 @@
 //   strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] [--prompt 32]
 //                           [--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0]
 //                           [--vram-experts -1,0,6144] [--cache-policy lru,lfu-decay,static] [--miss-path both]
-//                           [--router-skew S]
+//                           [--router-skew S] [--arch A --preset P --layers N --experts N --scheme S]
 // With --vram-experts below the expert count the experts not in VRAM (misses) are computed by the host's
 // threads from the arena and/or read over PCIe by the GPU (--miss-path cpu, gpu or both). The decode bound
 // printed is the slower of the HBM time (dense + hits) and the miss time: miss bytes over the bandwidth of
@@ -19,9 +19,11 @@
 // --cache-policy takes a list: each cache size runs once per policy, and a table at the end gives each one's
 // hit rate and tokens/s. static starts from the pack's routing profile: when the list names static and the
 // pack has none, the bench first profiles the pack on the CPU over its own decode prompts (those of batch 1
-// and 8, each followed by --tokens greedy tokens, as strata-pack profile counts) and says so. --router-skew S
-// synthesizes a missing --pack with expert popularity skewed by a Zipf law of exponent S (strata-pack synth
-// --router-skew); the header prints the skew the pack was made with.
+// and 8, each followed by --tokens greedy tokens, as strata-pack profile counts) and says so. A missing --pack is
+// synthesized: the --arch's --preset geometry (qwen3moe's seed by default), with --layers or --experts in place
+// of the preset's where given (DeepSeek-V3's shapes in 6 layers, say), and with --router-skew S expert popularity
+// skewed by a Zipf law of exponent S (strata-pack synth --router-skew); the header prints the skew the pack was
+// made with.
 
 #include <algorithm>
 #include <cmath>
@@ -144,7 +146,8 @@ int main(int argc, char** argv) {
                              "[--gpu-miss-reads staged,in-place] [--dependent-launch on,off] "
                              "[--prompt-math fp32,split-tf32] [--prefetch-experts 0,4] "
                              "[--prefetch-start after-layer|with-guess] "
-                             "[--preset seed --scheme s2 --router-skew S (to make --pack when it does not exist)]");
+                             "[--arch qwen3moe --preset seed --layers N --experts N --scheme s2 --router-skew S "
+                             "(to make --pack when it does not exist)]");
   const std::string pack = flags.String("pack", "");
   const std::vector<int64_t> concurrency = flags.IntList("concurrency", {1, 8, 32});
   const int tokens = static_cast<int>(flags.Int("tokens", 128));
@@ -175,7 +178,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--prefetch-start: '%s' is not after-layer or with-guess\n", prefetch_start.c_str());
     return 2;
   }
+  const std::string flags_arch = flags.String("arch", "qwen3moe");
   const std::string flags_preset = flags.String("preset", "seed");
+  // 0: the preset's. A preset's geometry with fewer layers or experts fits a flagship's shapes on one machine.
+  const int64_t flags_layers = flags.Int("layers", 0);
+  const int64_t flags_experts = flags.Int("experts", 0);
   const std::string flags_scheme = flags.String("scheme", "s2");
   // -1: not given (a missing pack is made uniform; an existing one is taken as it is).
   const double router_skew = flags.Double("router-skew", -1);
@@ -190,12 +197,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  // The pack synth makes when --pack does not exist: the seed geometry with random codes (strata-pack synth
-  // --arch qwen3moe --preset seed --pack-only), with the router skew asked for.
-  absl::StatusOr<strata::packtool::SynthGeometry> geometry = strata::packtool::PresetGeometry("qwen3moe", flags_preset);
+  // The pack synth makes when --pack does not exist: the preset's geometry with random codes (strata-pack synth
+  // --arch A --preset P [--layers N --experts N] --pack-only), with the router skew asked for.
+  absl::StatusOr<strata::packtool::SynthGeometry> geometry = strata::packtool::PresetGeometry(flags_arch, flags_preset);
+  if (geometry.ok() && flags_layers > 0) geometry->n_layer = flags_layers;
+  if (geometry.ok() && flags_experts > 0) geometry->n_expert = flags_experts;
+  if (geometry.ok()) {
+    if (absl::Status s = strata::packtool::CheckSynthGeometry(*geometry); !s.ok()) geometry = s;
+  }
   absl::StatusOr<strata::kernels::Scheme> scheme = strata::kernels::ParseScheme(flags_scheme);
   if (!geometry.ok() || !scheme.ok()) {
-    std::fprintf(stderr, "--preset/--scheme: %s\n",
+    std::fprintf(stderr, "--arch/--preset/--layers/--experts/--scheme: %s\n",
                  std::string((geometry.ok() ? scheme.status() : geometry.status()).message()).c_str());
     return 2;
   }
@@ -238,9 +250,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "synth: %s\n", std::string(m.status().message()).c_str());
       return 1;
     }
-    std::printf("synthesized the %s preset as a %s pack in %s in %.1f s (%.1f GB), router skew %g\n",
-                flags_preset.c_str(), flags_scheme.c_str(), pack.c_str(), synth.Seconds(), m->experts_bytes() / 1e9,
-                o.router_skew);
+    std::printf("synthesized %s's %s preset (%lld layers, %lld experts) as a %s pack in %s in %.1f s (%.1f GB of "
+                "experts), router skew %g\n",
+                flags_arch.c_str(), flags_preset.c_str(), static_cast<long long>(o.geometry.n_layer),
+                static_cast<long long>(o.geometry.n_expert), flags_scheme.c_str(), pack.c_str(), synth.Seconds(),
+                m->experts_bytes() / 1e9, o.router_skew);
   }
   // The skew the pack was synthesized with (dense.gguf records it), which an existing pack must match.
   absl::StatusOr<std::unique_ptr<strata::gguf::GgufFile>> dense =

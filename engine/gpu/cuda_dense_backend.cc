@@ -80,7 +80,9 @@ AttentionRows AttentionRowsOf(const model::ModelConfig& c) {
 
 // The attention kernels' workspace for steps of up to n_tokens tokens and `positions` positions.
 size_t AttentionWorkspace(const model::ModelConfig& c, int n_tokens, int positions) {
-  if (c.mla.kv_lora_rank > 0) return kernels::cuda::LatentAttentionWorkspaceBytes(n_tokens, LatentShapeOf(c), positions);
+  if (c.mla.kv_lora_rank > 0) {
+    return kernels::cuda::LatentAttentionWorkspaceBytes(n_tokens, LatentShapeOf(c), positions);
+  }
   return kernels::cuda::AttentionWorkspaceBytes(n_tokens, static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv),
                                                 static_cast<int>(c.head_dim), positions);
 }
@@ -152,8 +154,9 @@ absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const
                                                    s.message(), "): use --device cpu"));
     }
   } else if (config.head_dim != 32 && config.head_dim != 64 && config.head_dim != 128) {
-    return absl::UnimplementedError(absl::StrCat("the CUDA attention kernels take head_dim 32, 64 or 128; this model's is ",
-                                                 config.head_dim, ": use --device cpu"));
+    return absl::UnimplementedError(absl::StrCat(
+        "the CUDA attention kernels take head_dim 32, 64 or 128; this model's is ", config.head_dim,
+        ": use --device cpu"));
   }
   if (config.n_expert_group > 32 && config.n_group_used < config.n_expert_group) {
     return absl::UnimplementedError(absl::StrCat("the CUDA router ranks at most 32 expert groups; this model has ",

@@ -3,10 +3,9 @@
 // apart); the projections and the attention's sums are float sums in their own order, so they agree with the
 // CPU to rounding, not to the bit.
 //
-// LatentAttention, a block per (token, 8 heads, split of the positions): the 8 heads' query rows and a tile
-// of 16 cached positions sit in shared memory; a warp a position forms the 8 scores, then one online-softmax
-// step per tile rescales the block's accumulators (each thread holds the latent values r = thread + 256 j of
-// all 8 heads). All heads read the same cache, so a tile loaded once serves eight of them.
+// LatentAttention, a block per (token, 16 heads, split of the positions): the 16 heads' query rows and a tile
+// of 16 cached positions sit in shared memory; all heads read the same cache, so a tile loaded once serves
+// sixteen of them (see the kernel for the work's layout).
 
 #include "kernels/cuda/latent_attention.h"
 
@@ -28,7 +27,7 @@ using detail::NullArgument;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxRank = 2048;
+constexpr int kMaxRank = 1024;  // LatentAttentionKernel keeps two 512-rank blocks of sums
 constexpr int kMaxRopeDim = 256;
 constexpr int kMaxTokens = 65535;
 
@@ -147,19 +146,27 @@ size_t AbsorbSharedBytes(const LatentShape& s) {
 }
 
 // --------------------------------------------------------------------------------------------------------
-// LatentAttention.
+// LatentAttention. A block holds 16 query rows (16 heads of one token) and a tile of 16 cached positions in
+// shared memory, rows padded to RowStride floats (4 mod 8, so rows four apart fall in the other half of the
+// banks). Scores, a 16 x 16 product over the key width: each half-warp owns a 4 x 4 tile of them, its 16
+// lanes taking every 16th column and meeting in a butterfly (lane s ends with score s of the tile). The
+// online softmax is a half-warp a row. The latent sums: thread (row quad, chunk) keeps 4 rows x 8 ranks
+// (ranks 4c.. and 256 + 4c.. of each 512) in registers; each position's probabilities and values come as float4s.
 
-constexpr int kHeadsPerBlock = 8;
-constexpr int kTilePositions = 16;
-constexpr int kTargetBlocks = 512;        // fewer (token, head block) pairs than this split their positions
-constexpr int kMinSplitPositions = 64;    // but no split takes fewer positions than this
-constexpr int kMaxSplits = 64;
+constexpr int kRows = 16;
+constexpr int kTile = 16;
+constexpr int kSlices = 16;                 // lanes that share a score's dot product
+constexpr int kTargetBlocks = 1024;         // fewer (token, row block) pairs than this split their positions
+constexpr int kMinSplitPositions = 2 * kTile;  // but no split takes fewer positions than this
+constexpr int kMaxSplits = 128;
 
-int HeadBlocks(const LatentShape& s) { return (s.n_head + kHeadsPerBlock - 1) / kHeadsPerBlock; }
+__host__ __device__ __forceinline__ int RowStride(int width) { return (width + 7) / 8 * 8 + 4; }
+
+int RowBlocks(const LatentShape& s) { return (s.n_head + kRows - 1) / kRows; }
 
 // Splits of the positions for a step (before rounding the split's length to whole tiles).
 int SplitBound(int n_tokens, const LatentShape& s, int max_positions) {
-  const int64_t blocks = int64_t{n_tokens} * HeadBlocks(s);
+  const int64_t blocks = int64_t{n_tokens} * RowBlocks(s);
   int64_t splits = blocks >= kTargetBlocks ? 1 : (kTargetBlocks + blocks - 1) / blocks;
   splits = std::min<int64_t>({splits, std::max(1, max_positions / kMinSplitPositions), kMaxSplits});
   return static_cast<int>(splits);
@@ -167,129 +174,193 @@ int SplitBound(int n_tokens, const LatentShape& s, int max_positions) {
 
 struct PositionSplit {
   int splits;
-  int positions;  // a split's positions, a multiple of kTilePositions
+  int positions;  // a split's positions, a multiple of kTile
 };
 
 PositionSplit SplitPositions(int n_tokens, const LatentShape& s, int max_positions) {
   const int bound = SplitBound(n_tokens, s, max_positions);
   const int per_split = (max_positions + bound - 1) / bound;
-  const int positions = (per_split + kTilePositions - 1) / kTilePositions * kTilePositions;
+  const int positions = (per_split + kTile - 1) / kTile * kTile;
   return {(max_positions + positions - 1) / positions, positions};
 }
 
 size_t AttentionSharedBytes(const LatentShape& s) {
-  return (static_cast<size_t>(kHeadsPerBlock + kTilePositions) * s.key_dim() + kHeadsPerBlock * kTilePositions +
-          3 * kHeadsPerBlock) *
-         sizeof(float);
+  return (static_cast<size_t>(kRows + kTile) * RowStride(s.key_dim()) + kTile * kRows + 3 * kRows) * sizeof(float);
 }
 
-// Block (token, head block, split) over positions [split * split_positions, +split_positions) up to the token's
-// own. kRankPerThread: latent values a thread accumulates for each head (rank <= 256 * kRankPerThread).
-// With one split it writes `latent`; with several, unnormalised sums and (max, sum of exps) to the partials.
-template <int kRankPerThread>
-__global__ void __launch_bounds__(kThreads)
+// One step of SumOverSlices: lanes keep v[0, kHalf) or v[kHalf, 2 kHalf) by their kHalf bit (into v[0, kHalf))
+// and add what the lane kHalf away sends of the other half.
+template <int kHalf>
+__device__ __forceinline__ void KeepHalf(float (&v)[16], int slice) {
+  const bool upper = (slice & kHalf) != 0;
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    const float send = upper ? v[i] : v[i + kHalf];
+    const float keep = upper ? v[i + kHalf] : v[i];
+    v[i] = keep + __shfl_xor_sync(detail::kFullMask, send, kHalf);
+  }
+}
+
+// The 16 values of `v` summed over the 16 lanes of a half-warp (slice = lane % 16): lane s returns the total of
+// v[s] (8 + 4 + 2 + 1 shuffles).
+__device__ __forceinline__ float SumOverSlices(float (&v)[16], int slice) {
+  KeepHalf<8>(v, slice);
+  KeepHalf<4>(v, slice);
+  KeepHalf<2>(v, slice);
+  KeepHalf<1>(v, slice);
+  return v[0];
+}
+
+__device__ __forceinline__ void Fma4(float (&acc)[4], float p, const float4& v) {
+  acc[0] = fmaf(p, v.x, acc[0]);
+  acc[1] = fmaf(p, v.y, acc[1]);
+  acc[2] = fmaf(p, v.z, acc[2]);
+  acc[3] = fmaf(p, v.w, acc[3]);
+}
+
+// Block (token, row block, split) over positions [split * split_positions, +split_positions) up to the token's
+// own; kRankBlocks 512-rank blocks of latent sums a thread keeps. With one split it writes `latent`; with
+// several, unnormalised sums and (max, sum of exps) to the partials.
+template <int kRankBlocks>
+__global__ void __launch_bounds__(kThreads, kRankBlocks == 1 ? 3 : 2)
     LatentAttentionKernel(const float* q_latent, const TokenSlot* slots, int64_t layer, LatentShape shape, float scale,
                           int split_positions, int n_splits, float* latent, float* partial_sums, float* partial_stats) {
   WaitForPriorKernels();
   extern __shared__ float4 attention_shared[];
-  constexpr int G = kHeadsPerBlock, P = kTilePositions;
-  const int t = blockIdx.x, h0 = blockIdx.y * G, split = blockIdx.z;
-  const int heads = min(G, shape.n_head - h0);
-  const int width = (shape.rank + shape.rope_dim), width4 = width / 4, rank = shape.rank;
+  const int t = blockIdx.x, h0 = blockIdx.y * kRows, split = blockIdx.z;
+  const int heads = min(kRows, shape.n_head - h0);
+  const int width = shape.rank + shape.rope_dim, width4 = width / 4, rank = shape.rank;
+  const int stride = RowStride(width);
   const TokenSlot slot = slots[t];
   const int first = split * split_positions;
   const int end = min(first + split_positions, slot.pos + 1);
 
-  float4* s_q4 = attention_shared;  // [G][width]
-  float4* s_k4 = s_q4 + G * width4;  // [P][width]
-  const float* s_q = reinterpret_cast<const float*>(s_q4);
-  const float* s_k = reinterpret_cast<const float*>(s_k4);
-  float* s_p = reinterpret_cast<float*>(s_k4 + P * width4);  // [G][P]: scores, then their exps
-  float* s_alpha = s_p + G * P;
-  float* s_max = s_alpha + G;
-  float* s_sum = s_max + G;
+  float* s_q = reinterpret_cast<float*>(attention_shared);  // [kRows][stride]
+  float* s_k = s_q + kRows * stride;                        // [kTile][stride]
+  float* s_p = s_k + kTile * stride;                        // [kTile][kRows]: scores, then their exps
+  float* s_max = s_p + kTile * kRows;
+  float* s_sum = s_max + kRows;
+  float* s_alpha = s_sum + kRows;
 
   const float4* q4 = reinterpret_cast<const float4*>(q_latent + (static_cast<int64_t>(t) * shape.n_head + h0) * width);
-  for (int i = threadIdx.x; i < G * width4; i += kThreads) {
-    s_q4[i] = i / width4 < heads ? q4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int i = threadIdx.x; i < kRows * width4; i += kThreads) {
+    const int r = i / width4, c = i % width4;
+    *reinterpret_cast<float4*>(s_q + r * stride + 4 * c) = r < heads ? q4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  if (threadIdx.x < G) {
+  if (threadIdx.x < kRows) {
     s_max[threadIdx.x] = -INFINITY;
     s_sum[threadIdx.x] = 0.0f;
   }
-  float acc[G][kRankPerThread] = {};
-  const float4* keys4 = reinterpret_cast<const float4*>(slot.keys + layer * slot.capacity * width);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int p0 = first; p0 < end; p0 += P) {
-    const int tile = min(P, end - p0);
+  const int slice = lane % kSlices, score_tile = 2 * warp + lane / kSlices;
+  const int score_rows = 4 * (score_tile / 4), score_positions = 4 * (score_tile % 4);
+  const int quad = threadIdx.x / 64, chunk = threadIdx.x % 64;
+  float acc[kRankBlocks][2][4][4] = {};  // [512 block][which float4][row of the quad][rank]
+
+  const float4* keys4 = reinterpret_cast<const float4*>(slot.keys + layer * slot.capacity * width);
+  for (int p0 = first; p0 < end; p0 += kTile) {
+    const int tile = min(kTile, end - p0);
     __syncthreads();  // the last tile's readers are done
-    for (int i = threadIdx.x; i < tile * width4; i += kThreads) s_k4[i] = keys4[static_cast<int64_t>(p0) * width4 + i];
+    for (int i = threadIdx.x; i < tile * width4; i += kThreads) {
+      const int p = i / width4, c = i % width4;
+      *reinterpret_cast<float4*>(s_k + p * stride + 4 * c) = keys4[static_cast<int64_t>(p0) * width4 + i];
+    }
     __syncthreads();
-    for (int p = warp; p < P; p += kWarps) {
-      float dot[G] = {};
-      if (p < tile) {
-        for (int i = lane; i < width; i += 32) {
-          const float k = s_k[p * width + i];
+    float dot[16] = {};  // [row of the score tile][position of it]
+    for (int k = slice; k < width; k += kSlices) {
+      float qv[4], kv[4];
 #pragma unroll
-          for (int g = 0; g < G; ++g) dot[g] = fmaf(s_q[g * width + i], k, dot[g]);
+      for (int a = 0; a < 4; ++a) qv[a] = s_q[(score_rows + a) * stride + k];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) kv[b] = s_k[(score_positions + b) * stride + k];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) dot[4 * a + b] = fmaf(qv[a], kv[b], dot[4 * a + b]);
+      }
+    }
+    {
+      const float total = SumOverSlices(dot, slice);
+      const int p = score_positions + slice % 4;
+      s_p[p * kRows + score_rows + slice / 4] = p < tile ? total * scale : -INFINITY;
+    }
+    __syncthreads();
+    {  // half-warp h of warp w: row 2w + h, lane position lane % 16
+      const int r = 2 * warp + lane / 16, p = lane % 16;
+      const float score = s_p[p * kRows + r];
+      float tile_max = score;
+#pragma unroll
+      for (int offset = 8; offset >= 1; offset /= 2) {
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(detail::kFullMask, tile_max, offset));
+      }
+      const float old_max = s_max[r], new_max = fmaxf(old_max, tile_max);
+      const float e = p < tile ? expf(score - new_max) : 0.0f;
+      float sum = e;
+#pragma unroll
+      for (int offset = 8; offset >= 1; offset /= 2) sum += __shfl_xor_sync(detail::kFullMask, sum, offset);
+      s_p[p * kRows + r] = e;
+      __syncwarp();
+      if (p == 0) {
+        const float alpha = old_max == -INFINITY ? 0.0f : expf(old_max - new_max);
+        s_sum[r] = s_sum[r] * alpha + sum;
+        s_max[r] = new_max;
+        s_alpha[r] = alpha;
+      }
+    }
+    __syncthreads();
+    const float4 alpha = *reinterpret_cast<const float4*>(s_alpha + 4 * quad);
+    const float alphas[4] = {alpha.x, alpha.y, alpha.z, alpha.w};
+#pragma unroll
+    for (int m = 0; m < kRankBlocks; ++m) {
+#pragma unroll
+      for (int g = 0; g < 2; ++g) {
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[m][g][a][j] *= alphas[a];
         }
       }
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const float total = detail::WarpSum(dot[g]);
-        if (lane == g) s_p[g * P + p] = p < tile ? total * scale : -INFINITY;
-      }
     }
-    __syncthreads();
-    if (threadIdx.x < G) {
-      const int g = threadIdx.x;
-      float tile_max = -INFINITY;
-      for (int p = 0; p < tile; ++p) tile_max = fmaxf(tile_max, s_p[g * P + p]);
-      const float old_max = s_max[g], new_max = fmaxf(old_max, tile_max);
-      const float alpha = old_max == -INFINITY ? 0.0f : expf(old_max - new_max);
-      float sum = 0.0f;
-      for (int p = 0; p < P; ++p) {
-        const float e = p < tile ? expf(s_p[g * P + p] - new_max) : 0.0f;
-        s_p[g * P + p] = e;
-        sum += e;
-      }
-      s_sum[g] = s_sum[g] * alpha + sum;
-      s_max[g] = new_max;
-      s_alpha[g] = alpha;
-    }
-    __syncthreads();
+#pragma unroll 4
+    for (int p = 0; p < tile; ++p) {
+      const float4 prob = *reinterpret_cast<const float4*>(s_p + p * kRows + 4 * quad);
+      const float probs[4] = {prob.x, prob.y, prob.z, prob.w};
 #pragma unroll
-    for (int j = 0; j < kRankPerThread; ++j) {
-      const int r = threadIdx.x + j * kThreads;
-      if (r >= rank) break;
-      float value[P];
+      for (int m = 0; m < kRankBlocks; ++m) {
 #pragma unroll
-      for (int p = 0; p < P; ++p) value[p] = p < tile ? s_k[p * width + r] : 0.0f;
+        for (int g = 0; g < 2; ++g) {
+          const int r0 = 512 * m + 256 * g + 4 * chunk;
+          if (r0 >= rank) continue;
+          const float4 v = *reinterpret_cast<const float4*>(s_k + p * stride + r0);
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float a = acc[g][j] * s_alpha[g];
-#pragma unroll
-        for (int p = 0; p < P; ++p) a = fmaf(s_p[g * P + p], value[p], a);
-        acc[g][j] = a;
+          for (int a = 0; a < 4; ++a) Fma4(acc[m][g][a], probs[a], v);
+        }
       }
     }
   }
   __syncthreads();
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    if (g >= heads) break;
-    const int64_t row = static_cast<int64_t>(t) * shape.n_head + h0 + g;
-    const float inv = n_splits == 1 ? 1.0f / s_sum[g] : 1.0f;
+  for (int a = 0; a < 4; ++a) {
+    const int r = 4 * quad + a;
+    if (r >= heads) break;
+    const int64_t row = static_cast<int64_t>(t) * shape.n_head + h0 + r;
+    const float inv = n_splits == 1 ? 1.0f / s_sum[r] : 1.0f;
     float* out = n_splits == 1 ? latent + row * rank : partial_sums + (row * n_splits + split) * rank;
 #pragma unroll
-    for (int j = 0; j < kRankPerThread; ++j) {
-      const int r = threadIdx.x + j * kThreads;
-      if (r < rank) out[r] = acc[g][j] * inv;
+    for (int m = 0; m < kRankBlocks; ++m) {
+#pragma unroll
+      for (int g = 0; g < 2; ++g) {
+        const int r0 = 512 * m + 256 * g + 4 * chunk;
+        if (r0 >= rank) continue;
+        *reinterpret_cast<float4*>(out + r0) = make_float4(acc[m][g][a][0] * inv, acc[m][g][a][1] * inv,
+                                                           acc[m][g][a][2] * inv, acc[m][g][a][3] * inv);
+      }
     }
-    if (n_splits > 1 && threadIdx.x == 0) {
-      partial_stats[2 * (row * n_splits + split)] = s_max[g];
-      partial_stats[2 * (row * n_splits + split) + 1] = s_sum[g];
-    }
+  }
+  if (n_splits > 1 && threadIdx.x < heads) {
+    const int64_t row = static_cast<int64_t>(t) * shape.n_head + h0 + threadIdx.x;
+    partial_stats[2 * (row * n_splits + split)] = s_max[threadIdx.x];
+    partial_stats[2 * (row * n_splits + split) + 1] = s_sum[threadIdx.x];
   }
 }
 
@@ -386,7 +457,7 @@ absl::Status CheckShape(absl::string_view fn, const LatentShape& s) {
     return BadArgument(fn, "shape.rope_dim", s.rope_dim, "it must be even and in [2, 256]");
   }
   if (s.rank < 8 || s.rank > kMaxRank || s.rank % 8 != 0) {
-    return BadArgument(fn, "shape.rank", s.rank, "it must be a multiple of 8 in [8, 2048]");
+    return BadArgument(fn, "shape.rank", s.rank, "it must be a multiple of 8 in [8, 1024]");
   }
   if (s.key_dim() % 4 != 0) {
     return BadArgument(fn, "shape.rank + shape.rope_dim", s.key_dim(), "it must be a multiple of 4");
@@ -507,18 +578,14 @@ absl::Status LatentAttention(const float* q_latent, const TokenSlot* slots, int 
     partial_sums = static_cast<float*>(workspace);
     partial_stats = partial_sums + rows * shape.rank;
   }
-  const int per_thread = (shape.rank + kThreads - 1) / kThreads;
-  const auto kernel = per_thread <= 1   ? LatentAttentionKernel<1>
-                      : per_thread <= 2 ? LatentAttentionKernel<2>
-                      : per_thread <= 4 ? LatentAttentionKernel<4>
-                                        : LatentAttentionKernel<8>;
+  const auto kernel = shape.rank <= 512 ? LatentAttentionKernel<1> : LatentAttentionKernel<2>;
   const size_t shared = AttentionSharedBytes(shape);
   if (shared > 48 * 1024) {
     CUDA_RETURN_IF_ERROR(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
         "raising LatentAttentionKernel's shared memory");
   }
-  const dim3 grid(n_tokens, HeadBlocks(shape), split.splits);
+  const dim3 grid(n_tokens, RowBlocks(shape), split.splits);
   const absl::Status launched = LaunchKernel("LatentAttentionKernel", kernel, grid, kThreads, shared, stream, q_latent,
                                              slots, layer, shape, scale, split.positions, split.splits, latent,
                                              partial_sums, partial_stats);

@@ -30,7 +30,7 @@ namespace strata::kernels::cuda {
 
 // One layer's sizes. A query head is nope_dim values without RoPE, then rope_dim with it (as attn_q / attn_q_b
 // lay them out). Checked by every launcher: n_head in [1, 1024], nope_dim and v_dim in [1, 1024], rope_dim
-// even in [2, 256], rank a multiple of 8 (of 32 for a Q8_0 kv_b) in [8, 2048], rank + rope_dim a multiple of 4.
+// even in [2, 256], rank a multiple of 8 (of 32 for a Q8_0 kv_b) in [8, 1024], rank + rope_dim a multiple of 4.
 struct LatentShape {
   int n_head = 0;
   int nope_dim = 0;

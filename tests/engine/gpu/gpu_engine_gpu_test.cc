@@ -34,7 +34,8 @@ namespace {
 using ::strata::testing::ScratchDir;
 
 // The architectures the CUDA backend runs.
-constexpr const char* kArchitectures[] = {"qwen3moe", "mixtral", "qwen2moe", "olmoe", "glm4moe", "gpt-oss", "deepseek2"};
+constexpr const char* kArchitectures[] = {"qwen3moe", "mixtral", "qwen2moe", "olmoe",
+                                          "glm4moe",  "gpt-oss", "deepseek2"};
 
 // An architecture's name as a part of a test name (letters, digits and underscores only: gpt-oss is gpt_oss).
 std::string TestNamePart(std::string arch) {

@@ -3,8 +3,8 @@
 // and the four in a chain against the naive form of DeepSeek-V2's attention (keys and values rebuilt per head
 // from the latents, arXiv 2405.04434 eq. 9-11), which the absorbed form must equal. Shapes: DeepSeek-V3's
 // (128 heads, nope 128, rope 64, v 128, rank 512), the synth presets' (4 heads, 32/16/32, rank 64; 8 heads,
-// 64/32/64, 128) and 12 heads (not a whole head block); decode at positions across tiles and splits, mixed
-// batches and a prompt chunk. Poison and guard checks as dense_kernels_gpu_test.cc.
+// 64/32/64, 128), 12 heads (not a whole block of 16) and rank 1024 (the largest); decode at positions across
+// tiles and splits, mixed batches and a prompt chunk. Poison and guard checks as dense_kernels_gpu_test.cc.
 
 #include <cmath>
 #include <numeric>
@@ -27,6 +27,7 @@ const Shape kShapes[] = {
     {"tiny", {4, 32, 16, 32, 64}},
     {"small", {8, 64, 32, 64, 128}},
     {"12 heads", {12, 48, 16, 40, 96}},
+    {"rank 1024", {6, 64, 64, 48, 1024}},  // the largest rank: two 512-rank blocks of sums a thread
 };
 
 constexpr int kLayers = 2;
@@ -93,8 +94,8 @@ void ExpectCache(const LatentCache& c, double tol) {
   int failures = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const float want = c.keys[i];
-    const bool ok = IsPoison(want) ? IsPoison(got[i])
-                                   : std::fabs(static_cast<double>(got[i]) - want) <= tol * std::max(1.0f, std::fabs(want));
+    const double error = std::fabs(static_cast<double>(got[i]) - want);
+    const bool ok = IsPoison(want) ? IsPoison(got[i]) : error <= tol * std::max(1.0f, std::fabs(want));
     if (!ok && ++failures <= 5) {
       ADD_FAILURE() << "cache element " << i << " (position " << i / c.key_dim % c.capacity << " of layer "
                     << i / c.key_dim / c.capacity << "): " << got[i] << ", expected " << want;
@@ -410,6 +411,7 @@ TEST_F(LatentAttentionTest, BadArgumentsAreRefusedNamingThem) {
   bad.rank = 12;
   expect(CheckLatentShape(bad, DenseType::kF16), "shape.rank");
   expect(CheckLatentShape({8, 64, 32, 64, 64 + 8}, DenseType::kQ8_0), "shape.rank");
+  expect(CheckLatentShape({8, 64, 32, 64, 2048}, DenseType::kF16), "shape.rank");
   bad = good;
   bad.rope_dim = 3;
   expect(LatentRopeStore(p, p, slots.get(), 1, 0, bad, p, 1e-6f, reinterpret_cast<double*>(p), 1.0f, 0, stream_),
