@@ -465,10 +465,19 @@ absl::Status CheckShape(absl::string_view fn, const LatentShape& s) {
   return absl::OkStatus();
 }
 
-absl::Status CheckWeights(absl::string_view fn, DenseType type, const uint8_t* kv_b, const LatentShape& s) {
+// The checks both kv_b products share.
+absl::Status CheckProjection(absl::string_view fn, DenseType type, const uint8_t* kv_b, const LatentShape& s,
+                             int n_tokens) {
+  if (absl::Status status = CheckShape(fn, s); !status.ok()) return status;
   if (kv_b == nullptr) return NullArgument(fn, "kv_b");
-  if (type == DenseType::kQ8_0) return detail::CheckColumns(fn, "shape.rank (kv_b's columns)", type, s.rank);
-  if (!detail::Aligned16(kv_b)) return detail::Misaligned(fn, "kv_b", kv_b);
+  if (type == DenseType::kQ8_0) {
+    if (absl::Status status = detail::CheckColumns(fn, "shape.rank (kv_b's columns)", type, s.rank); !status.ok()) {
+      return status;
+    }
+  } else if (!detail::Aligned16(kv_b)) {
+    return detail::Misaligned(fn, "kv_b", kv_b);
+  }
+  if (n_tokens < 0 || n_tokens > kMaxTokens) return BadArgument(fn, "n_tokens", n_tokens, "it must be in [0, 65535]");
   return absl::OkStatus();
 }
 
@@ -527,11 +536,7 @@ absl::Status LatentRopeStore(float* q, const float* kv, const TokenSlot* slots, 
 absl::Status LatentQueryAbsorb(DenseType type, const uint8_t* kv_b, const float* q, int n_tokens,
                                const LatentShape& shape, float* q_latent, cudaStream_t stream) {
   constexpr absl::string_view kFn = "LatentQueryAbsorb";
-  if (absl::Status s = CheckShape(kFn, shape); !s.ok()) return s;
-  if (absl::Status s = CheckWeights(kFn, type, kv_b, shape); !s.ok()) return s;
-  if (n_tokens < 0 || n_tokens > kMaxTokens) {
-    return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
-  }
+  if (absl::Status s = CheckProjection(kFn, type, kv_b, shape, n_tokens); !s.ok()) return s;
   if (q == nullptr) return NullArgument(kFn, "q");
   if (q_latent == nullptr) return NullArgument(kFn, "q_latent");
   if (n_tokens == 0) return absl::OkStatus();
@@ -597,11 +602,7 @@ absl::Status LatentAttention(const float* q_latent, const TokenSlot* slots, int 
 absl::Status LatentValueProject(DenseType type, const uint8_t* kv_b, const float* latent, int n_tokens,
                                 const LatentShape& shape, float* out, cudaStream_t stream) {
   constexpr absl::string_view kFn = "LatentValueProject";
-  if (absl::Status s = CheckShape(kFn, shape); !s.ok()) return s;
-  if (absl::Status s = CheckWeights(kFn, type, kv_b, shape); !s.ok()) return s;
-  if (n_tokens < 0 || n_tokens > kMaxTokens) {
-    return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
-  }
+  if (absl::Status s = CheckProjection(kFn, type, kv_b, shape, n_tokens); !s.ok()) return s;
   if (latent == nullptr) return NullArgument(kFn, "latent");
   if (!detail::Aligned16(latent)) return detail::Misaligned(kFn, "latent", latent);
   if (out == nullptr) return NullArgument(kFn, "out");
