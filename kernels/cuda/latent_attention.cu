@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(kThreads)
   float acc[kAbsorbTokens][8] = {};
   if (group < groups) {
     const uint8_t* rows = kv_b + static_cast<int64_t>(head) * (nope + shape.v_dim) * row_bytes;
+#pragma unroll 8  // the loads of eight rows in flight at once
     for (int d = group; d < nope; d += groups) {
       float w[8];
       detail::WidenChunkExact<kType>(detail::LoadChunk<kType>(rows + d * row_bytes, chunk), w);
@@ -156,8 +157,8 @@ size_t AbsorbSharedBytes(const LatentShape& s) {
 constexpr int kRows = 16;
 constexpr int kTile = 16;
 constexpr int kSlices = 16;                 // lanes that share a score's dot product
-constexpr int kTargetBlocks = 1024;         // fewer (token, row block) pairs than this split their positions
-constexpr int kMinSplitPositions = 2 * kTile;  // but no split takes fewer positions than this
+constexpr int kTargetBlocks = 512;          // fewer (token, row block) pairs than this split their positions
+constexpr int kMinSplitPositions = 4 * kTile;  // but no split takes fewer positions than this
 constexpr int kMaxSplits = 128;
 
 __host__ __device__ __forceinline__ int RowStride(int width) { return (width + 7) / 8 * 8 + 4; }
@@ -364,83 +365,104 @@ __global__ void __launch_bounds__(kThreads, kRankBlocks == 1 ? 3 : 2)
   }
 }
 
-// Block (token, head): the splits' sums weighted by exp(max_s - max), over the total of their exps. A split
-// past the token's position has sum 0 and is left out.
+// Block (token, head): the splits' sums weighted by exp(max_s - max), over the total of their exps; thread s
+// reads split s's (max, sum). A split past the token's position has sum 0 and is left out.
 __global__ void __launch_bounds__(kThreads)
     LatentMergeKernel(const float* partial_sums, const float* partial_stats, int n_splits, int rank, float* latent) {
   WaitForPriorKernels();
+  static_assert(kThreads >= kMaxSplits);
   __shared__ float s_weight[kMaxSplits];
-  __shared__ float s_inv;
+  __shared__ float s_warp[kWarps];
   const int64_t row = blockIdx.x;
+  const int split = threadIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* stats = partial_stats + 2 * row * n_splits;
-  if (threadIdx.x == 0) {
-    float max_all = -INFINITY;
-    for (int s = 0; s < n_splits; ++s) {
-      if (stats[2 * s + 1] > 0.0f) max_all = fmaxf(max_all, stats[2 * s]);
-    }
-    float total = 0.0f;
-    for (int s = 0; s < n_splits; ++s) {
-      s_weight[s] = stats[2 * s + 1] > 0.0f ? expf(stats[2 * s] - max_all) : 0.0f;
-      total += s_weight[s] * stats[2 * s + 1];
-    }
-    s_inv = 1.0f / total;
-  }
+  const float split_max = split < n_splits ? stats[2 * split] : -INFINITY;
+  const float split_sum = split < n_splits ? stats[2 * split + 1] : 0.0f;
+  float max_all = split_sum > 0.0f ? split_max : -INFINITY;
+  max_all = detail::WarpMax(max_all);
+  if (lane == 0) s_warp[warp] = max_all;
   __syncthreads();
+  max_all = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) max_all = fmaxf(max_all, s_warp[w]);
+  const float weight = split_sum > 0.0f ? expf(split_max - max_all) : 0.0f;
+  if (split < kMaxSplits) s_weight[split] = weight;
+  __syncthreads();  // every thread has read s_warp's maxima
+  const float total = detail::WarpSum(weight * split_sum);
+  if (lane == 0) s_warp[warp] = total;
+  __syncthreads();
+  float all = 0.0f;
+  for (int w = 0; w < kWarps; ++w) all += s_warp[w];
+  const float inv = 1.0f / all;
   const float* sums = partial_sums + row * n_splits * rank;
   for (int r = threadIdx.x; r < rank; r += kThreads) {
     float v = 0.0f;
     for (int s = 0; s < n_splits; ++s) {
       if (s_weight[s] != 0.0f) v = fmaf(sums[s * rank + r], s_weight[s], v);
     }
-    latent[row * rank + r] = v * s_inv;
+    latent[row * rank + r] = v * inv;
   }
 }
 
 // --------------------------------------------------------------------------------------------------------
-// LatentValueProject: a warp a row of W_UV (over all heads), each lane a run of 8-column chunks.
+// LatentValueProject: a warp 4 rows of one head's W_UV (their loads in flight together), each lane a run of
+// 8-column chunks, for up to 8 tokens.
 
 constexpr int kProjectTokens = 8;
+constexpr int kProjectRows = 4;
+
+int ProjectUnits(const LatentShape& s) { return s.n_head * ((s.v_dim + kProjectRows - 1) / kProjectRows); }
 
 template <DenseType kType>
 __global__ void __launch_bounds__(kThreads)
     LatentValueProjectKernel(const uint8_t* kv_b, int64_t row_bytes, const float* latent, int n_tokens,
                              LatentShape shape, float* out) {
   WaitForPriorKernels();
-  const int row = blockIdx.x * kWarps + threadIdx.x / 32;
+  const int groups = (shape.v_dim + kProjectRows - 1) / kProjectRows;
+  const int unit = blockIdx.x * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (row >= shape.n_head * shape.v_dim) return;
-  const int head = row / shape.v_dim, d = row % shape.v_dim;
-  const uint8_t* w_row = kv_b + (static_cast<int64_t>(head) * (shape.nope_dim + shape.v_dim) + shape.nope_dim + d) *
-                                    row_bytes;
+  if (unit >= shape.n_head * groups) return;
+  const int head = unit / groups, d0 = unit % groups * kProjectRows;
+  const int rows = min(kProjectRows, shape.v_dim - d0);
+  const uint8_t* w_rows =
+      kv_b + (static_cast<int64_t>(head) * (shape.nope_dim + shape.v_dim) + shape.nope_dim + d0) * row_bytes;
   const int t0 = blockIdx.y * kProjectTokens;
   const int tokens = min(kProjectTokens, n_tokens - t0);
-  float acc[kProjectTokens] = {};
+  float acc[kProjectRows][kProjectTokens] = {};
   for (int c = lane; c < shape.rank / 8; c += 32) {
-    float w[8];
-    detail::WidenChunkExact<kType>(detail::LoadChunk<kType>(w_row, c), w);
+    float w[kProjectRows][8];
+#pragma unroll
+    for (int i = 0; i < kProjectRows; ++i) {
+      if (i < rows) {
+        detail::WidenChunkExact<kType>(detail::LoadChunk<kType>(w_rows + i * row_bytes, c), w[i]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) w[i][j] = 0.0f;
+      }
+    }
 #pragma unroll
     for (int tt = 0; tt < kProjectTokens; ++tt) {
       if (tt >= tokens) break;
       const float4* l4 = reinterpret_cast<const float4*>(
           latent + (static_cast<int64_t>(t0 + tt) * shape.n_head + head) * shape.rank + 8 * c);
       const float4 a = l4[0], b = l4[1];
-      float s = acc[tt];
-      s = fmaf(w[0], a.x, s);
-      s = fmaf(w[1], a.y, s);
-      s = fmaf(w[2], a.z, s);
-      s = fmaf(w[3], a.w, s);
-      s = fmaf(w[4], b.x, s);
-      s = fmaf(w[5], b.y, s);
-      s = fmaf(w[6], b.z, s);
-      s = fmaf(w[7], b.w, s);
-      acc[tt] = s;
+      const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < kProjectRows; ++i) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][tt] = fmaf(w[i][j], x[j], acc[i][tt]);
+      }
     }
   }
   const int64_t out_width = static_cast<int64_t>(shape.n_head) * shape.v_dim;
 #pragma unroll
-  for (int tt = 0; tt < kProjectTokens; ++tt) {
-    const float total = detail::WarpSum(acc[tt]);
-    if (lane == 0 && tt < tokens) out[(t0 + tt) * out_width + row] = total;
+  for (int i = 0; i < kProjectRows; ++i) {
+#pragma unroll
+    for (int tt = 0; tt < kProjectTokens; ++tt) {
+      const float total = detail::WarpSum(acc[i][tt]);
+      if (lane == 0 && i < rows && tt < tokens) {
+        out[(t0 + tt) * out_width + static_cast<int64_t>(head) * shape.v_dim + d0 + i] = total;
+      }
+    }
   }
 }
 
@@ -607,7 +629,7 @@ absl::Status LatentValueProject(DenseType type, const uint8_t* kv_b, const float
   if (!detail::Aligned16(latent)) return detail::Misaligned(kFn, "latent", latent);
   if (out == nullptr) return NullArgument(kFn, "out");
   if (n_tokens == 0) return absl::OkStatus();
-  const dim3 grid((shape.n_head * shape.v_dim + kWarps - 1) / kWarps, (n_tokens + kProjectTokens - 1) / kProjectTokens);
+  const dim3 grid((ProjectUnits(shape) + kWarps - 1) / kWarps, (n_tokens + kProjectTokens - 1) / kProjectTokens);
   const int64_t row_bytes = static_cast<int64_t>(DenseRowBytes(type, shape.rank));
   return LaunchKernel("LatentValueProjectKernel", ForType<ProjectKernel>(type), grid, kThreads, 0, stream, kv_b,
                       row_bytes, latent, n_tokens, shape, out);

@@ -79,8 +79,8 @@ absl::Status LatentAttention(const float* q_latent, const TokenSlot* slots, int 
                              size_t workspace_bytes, cudaStream_t stream);
 
 // out[t][h][d] = W_UV[h][d] . latent[t][h] (d < v_dim; out is [t][n_head * v_dim], the attention output
-// projection's input). One launch (a warp a row, 8 tokens a block). INVALID_ARGUMENT: a bad shape, n_tokens
-// outside [0, 65535], a null or misaligned latent.
+// projection's input). One launch (a warp 4 rows of a head, 8 tokens a block). INVALID_ARGUMENT: a bad shape,
+// n_tokens outside [0, 65535], a null or misaligned latent.
 absl::Status LatentValueProject(DenseType type, const uint8_t* kv_b, const float* latent, int n_tokens,
                                 const LatentShape& shape, float* out, cudaStream_t stream);
 
