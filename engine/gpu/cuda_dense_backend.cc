@@ -163,6 +163,13 @@ absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const
                                                  config.n_expert_group, ": use --device cpu"));
   }
   std::unique_ptr<CudaDenseBackend> b(new CudaDenseBackend(config));
+  // Where each layer sits in a cache: windowed layers (gpt-oss's) keep rings (model::KvCache), counted apart.
+  int64_t full = 0, rings = 0;
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    const bool windowed = model::AttentionWindow(config, l) > 0;
+    b->places_.emplace_back(full, rings, windowed);
+    (windowed ? rings : full) += 1;
+  }
   b->max_batch_ = std::max(1, options.max_batch);
   b->max_tokens_ = std::max(b->max_batch_, std::max(1, options.max_prefill));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -395,6 +402,20 @@ model::BackendInfo CudaDenseBackend::info() const {
   return b;
 }
 
+absl::StatusOr<int64_t> CudaDenseBackend::RingSlots(const model::KvCache& cache) const {
+  if (!cache.windowed()) return cache.capacity();  // a windowed layer's slots, if any, are its capacity
+  int64_t ring = 0;
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    if (!places_[l].windowed) continue;
+    if (ring != 0 && cache.slots(l) != ring) {
+      return absl::InvalidArgumentError(absl::StrCat("a KV cache whose windowed layers keep rings of ", ring, " and ",
+                                                     cache.slots(l), " slots: the CUDA backend takes one length"));
+    }
+    ring = cache.slots(l);
+  }
+  return ring;
+}
+
 absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> tokens) {
   const int n = static_cast<int>(tokens.size());
   if (n > max_tokens_) {
@@ -418,17 +439,13 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
   TokenSlot* host = slots_host_.as<TokenSlot>();
   for (int t = 0; t < n; ++t) {
     const model::ForwardToken& tok = tokens[t];
-    if (tok.cache->windowed()) {
-      return absl::InvalidArgumentError(
-          "a KV cache with sliding-window rings reached the CUDA backend, which indexes full-length caches "
-          "(make its KvShape without windows)");
-    }
+    ASSIGN_OR_RETURN(const int64_t ring_slots, RingSlots(*tok.cache));
     host[t] = TokenSlot{tok.cache->keys(), tok.cache->values(), tok.cache->capacity(), static_cast<int32_t>(tok.pos),
-                        tok.token};
+                        tok.token, ring_slots};
   }
   float* pad = pad_cache_.as<float>();
   const int64_t pad_keys = config_.n_layer * model::CacheLayout(config_).key_dim;
-  for (int t = n; t < n_; ++t) host[t] = TokenSlot{pad, pad + pad_keys, 1, 0, 0};
+  for (int t = n; t < n_; ++t) host[t] = TokenSlot{pad, pad + pad_keys, 1, 0, 0, 1};
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slots_.data(), host, n_ * sizeof(TokenSlot), cudaMemcpyHostToDevice, stream_),
                        "uploading the batch");
   return absl::OkStatus();
@@ -483,16 +500,17 @@ absl::Status CudaDenseBackend::Attention(int64_t l) {
                                                   c.qk_norm_whole ? L.k_norm : nullptr, c.rms_norm_eps, stream_));
   }
   RETURN_IF_ERROR(kernels::cuda::QkNormRopeStore(
-      q_.as<float>(), k_.as<float>(), v_.as<float>(), slots_.as<TokenSlot>(), n_, l, static_cast<int>(c.n_head),
-      static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim), static_cast<int>(c.rope_dim),
+      q_.as<float>(), k_.as<float>(), v_.as<float>(), slots_.as<TokenSlot>(), n_, places_[l],
+      static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
+      static_cast<int>(c.rope_dim),
       c.qk_norm ? L.q_norm : nullptr, c.qk_norm ? L.k_norm : nullptr, c.rms_norm_eps, freq_.as<double>(),
       rope_magnitude_, c.rope_style == model::RopeStyle::kNeox ? 1 : 0, stream_));
   const float scale = c.attention_scale;
   const kernels::cuda::AttentionSinkWindow sink_window{L.attn_sinks, static_cast<int>(model::AttentionWindow(c, l))};
-  RETURN_IF_ERROR(kernels::cuda::Attention(q_.as<float>(), slots_.as<TokenSlot>(), n_, l, static_cast<int>(c.n_head),
-                                           static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim), scale,
-                                           sink_window, max_positions_, attn_.as<float>(), attention_ws_.data(),
-                                           attention_ws_.bytes(), stream_));
+  RETURN_IF_ERROR(kernels::cuda::Attention(q_.as<float>(), slots_.as<TokenSlot>(), n_, places_[l],
+                                           static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv),
+                                           static_cast<int>(c.head_dim), scale, sink_window, max_positions_,
+                                           attn_.as<float>(), attention_ws_.data(), attention_ws_.bytes(), stream_));
   RETURN_IF_ERROR(kernels::cuda::DenseMatmul(*matmul_, L.wo.type, L.wo.data, L.wo.rows, L.wo.cols, attn_.as<float>(),
                                              q_dim, n_, x_.as<float>(), c.n_embd, /*accumulate=*/true, stream_));
   // As the CPU: x += o, then x += bo.

@@ -12,9 +12,9 @@
 // included), grouped routers (DeepSeek: at most 32 groups), shared experts gated or not (in Combine), dense
 // leading blocks (DenseFfn), YaRN RoPE, multi-head latent attention (kernels/cuda/latent_attention.h, the
 // absorbed form for every step: cuda_latent_attention.cc), and gpt-oss's attention sinks, sliding-window
-// layers (masked by position over the full-length KV cache: the CPU's rings for windowed layers are a memory
-// saving not made here) and attention output bias: the blocks
-// runtime/model_factory.cc's CheckDeviceBlocks lists for "CUDA".
+// layers (each keeping a ring of its window plus a step's positions in the KV cache, as on the CPU:
+// model::KvCache, kernels::cuda::KvPlace) and attention output bias: the blocks runtime/model_factory.cc's
+// CheckDeviceBlocks lists for "CUDA".
 
 #include <cuda_runtime.h>
 
@@ -136,6 +136,8 @@ class CudaDenseBackend : public model::DenseBackend {
   absl::Status Upload(const model::ModelWeights& weights);
   absl::Status AllocateBuffers();
   absl::Status EnsureAttentionWorkspace(int max_positions);
+  // TokenSlot::ring_slots of a cache: its windowed layers' ring length (one for all, else INVALID_ARGUMENT).
+  absl::StatusOr<int64_t> RingSlots(const model::KvCache& cache) const;
   // Attention for latent-attention models (cuda_latent_attention.cc).
   absl::Status AttendLatent(int64_t layer);
   kernels::cuda::RouterGate GateOf(const DeviceLayer& layer) const;
@@ -144,6 +146,7 @@ class CudaDenseBackend : public model::DenseBackend {
   void DropGraphs();
 
   const model::ModelConfig& config_;
+  std::vector<kernels::cuda::KvPlace> places_;  // per layer, where it sits in a cache
   int max_tokens_ = 0;  // max(max_batch, max_prefill)
   int max_batch_ = 0;
   cudaStream_t stream_ = nullptr;

@@ -11,7 +11,8 @@
 // window + step_positions - 1 slots (at most capacity), slot = position % ring: one forward step writes up to
 // step_positions positions of a sequence before its queries attend, and the oldest of them still needs the
 // window - 1 positions before it. Without windowed layers the layout and byte count are those of
-// [layer][capacity][dim], which the CUDA backend indexes itself through keys(), values() and capacity().
+// [layer][capacity][dim]. The CUDA backend indexes caches itself, through keys(), values(), capacity() and
+// slots() (kernels::cuda::KvPlace: every windowed layer's ring the same length).
 //
 // A cache is used by one thread at a time (the scheduler). The pool may be used from any thread: Allocate
 // fails with RESOURCE_EXHAUSTED rather than exceed the budget, and a cache returns its bytes when destroyed.

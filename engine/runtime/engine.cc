@@ -91,8 +91,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   // A step writes at most prefill_chunk prompt positions of one sequence (or one decoded position): the
   // windowed layers' rings hold that many more than the window.
   model::KvShape kv_shape = model::CacheShape(c, std::max(1, options.prefill_chunk));
-  // The CUDA backend indexes caches as [layer][capacity][dim] and masks windows by position: no rings there.
-  if (!e->model_->backend().kv_memory()->host_accessible()) kv_shape.windows.clear();
   const uint64_t kv_bytes_per_sequence = model::KvCachePool::BytesFor(kv_shape, max_ctx);
   uint64_t budget = options.kv_budget_bytes;
   if (budget == 0) budget = std::min<uint64_t>(kv_bytes_per_sequence * options.max_seqs, uint64_t{8} << 30);

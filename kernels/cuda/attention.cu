@@ -81,7 +81,7 @@ struct AttnParams {
   float* part_o;  // [split][n_tokens * n_head][D], with n_splits > 1
   float* part_m;  // [split][n_tokens * n_head]
   float* part_l;
-  int64_t layer;
+  KvPlace place;
   int n_tokens;
   int n_head;
   int n_head_kv;
@@ -132,6 +132,7 @@ __global__ void __launch_bounds__(kAttnThreads, 3) AttentionKernel(const AttnPar
   __shared__ const float* s_keys[kMaxBlockRows];  // the tile tokens' caches at (layer, position 0, kv head)
   __shared__ const float* s_values[kMaxBlockRows];
   __shared__ int s_pos[kMaxBlockRows];
+  __shared__ int s_ring[kMaxBlockRows];  // the caches' ring lengths (KvPlace)
 
   const int kv_head = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -149,10 +150,11 @@ __global__ void __launch_bounds__(kAttnThreads, 3) AttentionKernel(const AttnPar
 
   for (int i = threadIdx.x; i < tile_tokens; i += kAttnThreads) {
     const TokenSlot slot = p.slots[token0 + i];
-    const int64_t offset = p.layer * slot.capacity * kv_dim + static_cast<int64_t>(kv_head) * D;
+    const int64_t offset = detail::LayerFirstSlot(slot, p.place) * kv_dim + static_cast<int64_t>(kv_head) * D;
     s_keys[i] = slot.keys + offset;
     s_values[i] = slot.values + offset;
     s_pos[i] = slot.pos;
+    s_ring[i] = static_cast<int>(slot.ring_slots);
   }
   // Row r of the tile is token r / group, head kv_head * group + r % group; rows past the tile are zero.
   for (int i = threadIdx.x; i < q_rows * (D / 4); i += kAttnThreads) {
@@ -187,6 +189,7 @@ __global__ void __launch_bounds__(kAttnThreads, 3) AttentionKernel(const AttnPar
     const int leader = __ffsll(static_cast<long long>(~done)) - 1;
     const float* const keys = s_keys[leader];
     const float* const values = s_values[leader];
+    const int ring = p.place.windowed ? s_ring[leader] : 0;  // the members share the leader's cache
     uint64_t members = 0;
     int max_pos = -1;
     int min_first = INT_MAX;  // the earliest position any member attends to
@@ -212,7 +215,8 @@ __global__ void __launch_bounds__(kAttnThreads, 3) AttentionKernel(const AttnPar
       for (int i = threadIdx.x; i < tile_positions * (D / 4); i += kAttnThreads) {
         const int pp = i / (D / 4), d4 = i % (D / 4);
         const bool valid = start + pp < end;
-        const int64_t offset = valid ? static_cast<int64_t>(start + pp) * kv_dim + 4 * d4 : 0;
+        const int position = ring > 0 ? (start + pp) % ring : start + pp;
+        const int64_t offset = valid ? static_cast<int64_t>(position) * kv_dim + 4 * d4 : 0;
         CopyAsync16(s_k + pp * kStride + 4 * d4, keys + offset, valid);
         CopyAsync16(s_v + pp * D + 4 * d4, values + offset, valid);
       }
@@ -452,9 +456,9 @@ size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int n_head_kv, int head
   return CounterBytes(n_head_kv) + bytes;
 }
 
-absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int64_t layer, int n_head, int n_head_kv,
-                       int head_dim, float scale, const AttentionSinkWindow& sink_window, int max_positions,
-                       float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, const KvPlace& place, int n_head,
+                       int n_head_kv, int head_dim, float scale, const AttentionSinkWindow& sink_window,
+                       int max_positions, float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   constexpr absl::string_view kFn = "Attention";
   if (n_tokens < 0 || n_tokens > 65535) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
   if (n_head_kv < 1 || n_head_kv > 65535) return BadArgument(kFn, "n_head_kv", n_head_kv, "it must be in [1, 65535]");
@@ -468,7 +472,10 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int
     return BadArgument(kFn, "head_dim", head_dim, "it must be 32, 64 or 128");
   }
   if (max_positions < 1) return BadArgument(kFn, "max_positions", max_positions, "it must be >= 1");
-  if (layer < 0) return BadArgument(kFn, "layer", layer, "it must be >= 0");
+  if (place.full_before < 0) return BadArgument(kFn, "place.full_before", place.full_before, "it must be >= 0");
+  if (place.windowed_before < 0) {
+    return BadArgument(kFn, "place.windowed_before", place.windowed_before, "it must be >= 0");
+  }
   if (q == nullptr) return NullArgument(kFn, "q");
   if (!detail::Aligned16(q)) return detail::Misaligned(kFn, "q", q);
   if (slots == nullptr) return NullArgument(kFn, "slots");
@@ -496,7 +503,7 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int
   float* const part_l = part_m + static_cast<size_t>(plan.n_splits) * rows;
   if (decode) {
     const detail::DecodeAttentionArgs args{q,          slots,     out,     part_o, part_m, part_l,
-                                           static_cast<unsigned*>(workspace), layer, n_tokens, n_head,
+                                           static_cast<unsigned*>(workspace), place, n_tokens, n_head,
                                            n_head_kv, group,    plan.split_len, plan.n_splits, scale,
                                            sink_window.sinks, sink_window.window};
     return detail::LaunchDecodeAttention(args, head_dim, stream);
@@ -506,7 +513,7 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int
   p.q = q;
   p.slots = slots;
   p.out = out;
-  p.layer = layer;
+  p.place = place;
   p.n_tokens = n_tokens;
   p.n_head = n_head;
   p.n_head_kv = n_head_kv;

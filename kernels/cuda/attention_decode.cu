@@ -114,9 +114,11 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
   __syncthreads();
 
   const int64_t kv_dim = static_cast<int64_t>(a.n_head_kv) * D;
-  const int64_t base = a.layer * slot.capacity * kv_dim + static_cast<int64_t>(kv_head) * D + lane * kPer;
-  const float* const keys = slot.keys + base + begin * kv_dim;
-  const float* const values = slot.values + base + begin * kv_dim;
+  const int64_t base = LayerFirstSlot(slot, a.place) * kv_dim + static_cast<int64_t>(kv_head) * D + lane * kPer;
+  const float* const keys = slot.keys + base;
+  const float* const values = slot.values + base;
+  // Row j of this split: position begin + j, in its slot (a windowed layer's ring wraps).
+  const auto row = [&](int j) { return PositionSlot(slot, a.place, begin + j) * kv_dim; };
 
   // Scores, scaled, into s_p[g][j].
   for (int j0 = warp; j0 < n_pos; j0 += kDecodeRowsPerPass * kDecodeWarps) {
@@ -124,7 +126,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
 #pragma unroll
     for (int r = 0; r < kDecodeRowsPerPass; ++r) {
       const int j = j0 + r * kDecodeWarps;
-      if (j < n_pos) LoadRow<kPer>(keys + j * kv_dim, k[r]);
+      if (j < n_pos) LoadRow<kPer>(keys + row(j), k[r]);
     }
 #pragma unroll
     for (int r = 0; r < kDecodeRowsPerPass; ++r) {
@@ -177,7 +179,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
 #pragma unroll
     for (int r = 0; r < kDecodeRowsPerPass; ++r) {
       const int j = j0 + r * kDecodeWarps;
-      if (j < n_pos) LoadRow<kPer>(values + j * kv_dim, v[r]);
+      if (j < n_pos) LoadRow<kPer>(values + row(j), v[r]);
     }
 #pragma unroll
     for (int r = 0; r < kDecodeRowsPerPass; ++r) {

@@ -35,7 +35,7 @@ struct DecodeAttentionArgs {
   float* part_m;       // [split][n_tokens * n_head]
   float* part_l;       // same
   unsigned* counters;  // [n_tokens][n_head_kv], zero on entry and on exit
-  int64_t layer;
+  KvPlace place;
   int n_tokens;
   int n_head;
   int n_head_kv;

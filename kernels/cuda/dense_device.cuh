@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/cuda/dense_kernels.h"
 #include "kernels/format/dense_type.h"
 
 namespace strata::kernels::cuda::detail {
@@ -134,6 +135,19 @@ __device__ __forceinline__ void WidenChunkExact(const RawChunk<kType>& c, float 
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = scale * v[i];
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// KV cache slots (KvPlace).
+
+// The first slot of `place`'s layer in the token's cache.
+__device__ __forceinline__ int64_t LayerFirstSlot(const TokenSlot& slot, const KvPlace& place) {
+  return place.full_before * slot.capacity + place.windowed_before * slot.ring_slots;
+}
+
+// The slot of position `pos` within the layer (positions and ring lengths fit 31 bits: TokenSlot::pos).
+__device__ __forceinline__ int64_t PositionSlot(const TokenSlot& slot, const KvPlace& place, int pos) {
+  return place.windowed ? pos % static_cast<int>(slot.ring_slots) : pos;
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -162,11 +162,26 @@ absl::Status CombineAndNorm(const float* parts, const float* weights, int n_toke
 // Per-token state that the attention-side kernels read when they run (a device array, one per token of
 // the batch). Laid out the same on host and device; the caller fills it with cudaMemcpyAsync.
 struct TokenSlot {
-  float* keys;       // the token's sequence cache: [layer][capacity][kv_dim] f32, 16-byte aligned
+  float* keys;       // the token's sequence cache: f32 [slot][kv_dim], slots laid out by KvPlace, 16-byte aligned
   float* values;     // same shape
-  int64_t capacity;  // positions per layer in that cache
+  int64_t capacity;  // positions per full-length layer in that cache
   int32_t pos;       // the token's position: 0 <= pos < capacity
   int32_t token;     // the token id (EmbedRows): 0 <= token < the table's rows
+  // Slots of each windowed layer's ring in that cache (model::KvCache::slots of such a layer, every ring the
+  // same length); read only for a KvPlace with rings before it or its own, where it must be >= 1.
+  int64_t ring_slots = 0;
+};
+
+// Where one layer's keys and values sit in each token's cache, as model::KvCache lays them out: after
+// full_before full-length layers of capacity slots and windowed_before rings of ring_slots slots; position p
+// in slot p, or in slot p % ring_slots when the layer is windowed. A layer index converts to the layout of a
+// cache without rings, [layer][capacity][kv_dim].
+struct KvPlace {
+  KvPlace(int64_t layer = 0) : full_before(layer) {}  // NOLINT(google-explicit-constructor): a plain layer index
+  KvPlace(int64_t full, int64_t rings, bool in_ring) : full_before(full), windowed_before(rings), windowed(in_ring) {}
+  int64_t full_before = 0;
+  int64_t windowed_before = 0;
+  bool windowed = false;
 };
 
 // For each token t, with kv_dim = n_head_kv * head_dim:
@@ -176,16 +191,16 @@ struct TokenSlot {
 //   cos and sin computed in double and rounded to float (freq: rope_dim/2 doubles,
 //   strata::model::RopeFrequencies); rope_style 0 rotates the pairs (2i, 2i+1), 1 (NeoX) the pairs
 //   (i, i + rope_dim/2). Arithmetic in the CPU's order without fused multiply-adds.
-// - q is written back in place; k (rotated) and v (unchanged) are stored at
-//   keys/values + (layer*capacity + pos)*kv_dim of the token's slot (tokens that share a cache and a
-//   position, such as padding, store in no particular order). k and v are not modified.
+// - q is written back in place; k (rotated) and v (unchanged) are stored in the slot of pos at `place` (for a
+//   plain layer index, keys/values + (layer*capacity + pos)*kv_dim) of the token's cache (tokens that share
+//   a cache and a position, such as padding, store in no particular order). k and v are not modified.
 // - rope_magnitude multiplies the float cos and sin before the rotation (YaRN's mscale,
 //   strata::model::YarnMagnitude; 1 for plain RoPE, which leaves them exact), as strata::model::RopeAngles.
 // One launch. INVALID_ARGUMENT: n_tokens outside [0, 65535], n_head < 1, n_head_kv < 1, head_dim odd or
-// outside [2, 256], rope_dim odd or outside [2, head_dim], rope_style not 0 or 1, layer < 0, a null q, k, v,
-// slots or freq, a rope_magnitude that is not finite and positive.
+// outside [2, 256], rope_dim odd or outside [2, head_dim], rope_style not 0 or 1, a negative count in place, a
+// null q, k, v, slots or freq, a rope_magnitude that is not finite and positive.
 absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const TokenSlot* slots, int n_tokens,
-                             int64_t layer, int n_head, int n_head_kv, int head_dim, int rope_dim,
+                             const KvPlace& place, int n_head, int n_head_kv, int head_dim, int rope_dim,
                              const float* q_norm, const float* k_norm, float eps, const double* freq,
                              float rope_magnitude, int rope_style, cudaStream_t stream);
 
@@ -236,9 +251,10 @@ struct AttentionSinkWindow {
 
 // For each token t and head h (kv head h / (n_head / n_head_kv)), with D = head_dim:
 //   out[(t*n_head + h)*D + d] = sum_p softmax_p(scale * q_t,h . key(p)) * value(p)[d]
-// over p in [0, pos_t] of token t's cache at `layer` (key(p) = keys + (layer*capacity + p)*kv_dim +
-// kv_head*D), or over (pos_t - sink_window.window, pos_t] only, with sink_window.sinks[h] added to the
-// softmax's denominator as exp(sink - max) (AttentionSinkWindow). q: [t][n_head][D] f32, 16-byte aligned.
+// over p in [0, pos_t] of token t's cache at `place` (for a plain layer index key(p) = keys +
+// (layer*capacity + p)*kv_dim + kv_head*D; a windowed layer's ring keeps the last ring_slots positions), or
+// over (pos_t - sink_window.window, pos_t] only, with sink_window.sinks[h] added to the softmax's denominator
+// as exp(sink - max) (AttentionSinkWindow). q: [t][n_head][D] f32, 16-byte aligned.
 // The keys and values of every position attended to must have been stored (those of this batch by
 // QkNormRopeStore). Nothing in a cache after the largest position the batch has in it is read, nor any other
 // layer; a window's decode splits wholly before it read nothing.
@@ -254,11 +270,11 @@ struct AttentionSinkWindow {
 // The first call for a head_dim also raises that kernel's shared-memory limit (cudaFuncSetAttribute, a
 // host-side setting). The workspace must not be shared by two calls that may run at the same time.
 // INVALID_ARGUMENT: n_tokens outside [0, 65535], n_head_kv < 1, n_head not a multiple of n_head_kv,
-// n_head / n_head_kv > 64, head_dim not 32, 64 or 128, max_positions < 1, layer < 0, a short workspace,
-// q or workspace not 16-byte aligned, a null pointer, a negative sink_window.window.
-absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, int64_t layer, int n_head, int n_head_kv,
-                       int head_dim, float scale, const AttentionSinkWindow& sink_window, int max_positions,
-                       float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// n_head / n_head_kv > 64, head_dim not 32, 64 or 128, max_positions < 1, a negative count in place, a short
+// workspace, q or workspace not 16-byte aligned, a null pointer, a negative sink_window.window.
+absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, const KvPlace& place, int n_head,
+                       int n_head_kv, int head_dim, float scale, const AttentionSinkWindow& sink_window,
+                       int max_positions, float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
 // Embedding and router.

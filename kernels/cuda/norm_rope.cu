@@ -105,7 +105,7 @@ constexpr int kMaxHeadDim = 256;
 constexpr int kMaxPairsPerLane = kMaxHeadDim / 2 / 32;
 
 __global__ void __launch_bounds__(32 * kRopeWarps)
-    QkNormRopeStoreKernel(float* q, const float* k, const float* v, const TokenSlot* slots, int64_t layer, int n_head,
+    QkNormRopeStoreKernel(float* q, const float* k, const float* v, const TokenSlot* slots, KvPlace place, int n_head,
                           int n_head_kv, int head_dim, int rope_dim, const float* q_norm, const float* k_norm,
                           float eps, const double* freq, int neox, float magnitude) {
   WaitForPriorKernels();
@@ -118,7 +118,9 @@ __global__ void __launch_bounds__(32 * kRopeWarps)
   const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * head_dim;
   const bool is_q = head < n_head;
   const int kv_head = head - n_head;
-  const int64_t cache_offset = (layer * slot.capacity + slot.pos) * kv_dim + static_cast<int64_t>(kv_head) * head_dim;
+  const int64_t cache_offset =
+      (detail::LayerFirstSlot(slot, place) + detail::PositionSlot(slot, place, slot.pos)) * kv_dim +
+      static_cast<int64_t>(kv_head) * head_dim;
 
   const float* src =
       is_q ? q + (t * n_head + head) * head_dim : k + t * kv_dim + static_cast<int64_t>(kv_head) * head_dim;
@@ -222,7 +224,7 @@ absl::Status CombineAndNorm(const float* parts, const float* weights, int n_toke
 }
 
 absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const TokenSlot* slots, int n_tokens,
-                             int64_t layer, int n_head, int n_head_kv, int head_dim, int rope_dim,
+                             const KvPlace& place, int n_head, int n_head_kv, int head_dim, int rope_dim,
                              const float* q_norm, const float* k_norm, float eps, const double* freq,
                              float rope_magnitude, int rope_style, cudaStream_t stream) {
   constexpr absl::string_view kFn = "QkNormRopeStore";
@@ -236,7 +238,10 @@ absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const Tok
     return BadArgument(kFn, "rope_dim", rope_dim, absl::StrCat("it must be even and in [2, head_dim ", head_dim, "]"));
   }
   if (rope_style != 0 && rope_style != 1) return BadArgument(kFn, "rope_style", rope_style, "it must be 0 or 1");
-  if (layer < 0) return BadArgument(kFn, "layer", layer, "it must be >= 0");
+  if (place.full_before < 0) return BadArgument(kFn, "place.full_before", place.full_before, "it must be >= 0");
+  if (place.windowed_before < 0) {
+    return BadArgument(kFn, "place.windowed_before", place.windowed_before, "it must be >= 0");
+  }
   if (q == nullptr) return NullArgument(kFn, "q");
   if (k == nullptr) return NullArgument(kFn, "k");
   if (v == nullptr) return NullArgument(kFn, "v");
@@ -249,7 +254,7 @@ absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const Tok
   if (n_tokens == 0) return absl::OkStatus();
   const dim3 grid((n_head + n_head_kv + kRopeWarps - 1) / kRopeWarps, n_tokens);
   return LaunchKernel("QkNormRopeStoreKernel", QkNormRopeStoreKernel, grid, 32 * kRopeWarps, 0, stream, q, k, v, slots,
-                      layer, n_head, n_head_kv, head_dim, rope_dim, q_norm, k_norm, eps, freq, rope_style,
+                      place, n_head, n_head_kv, head_dim, rope_dim, q_norm, k_norm, eps, freq, rope_style,
                       rope_magnitude);
 }
 

@@ -93,6 +93,9 @@ struct Offload {
   bool stage_gpu_misses = true;
   int prefetch_experts = 0;
   bool prefetch_after_layer = true;
+  // And the engine's prompt chunk (0: its default). A small one gives gpt-oss's windowed blocks KV rings
+  // (window + chunk - 1 positions) shorter than the sequences.
+  int prefill_chunk = 0;
 };
 
 EngineOptions Options(const std::string& pack, const std::string& device, int max_seqs, const Offload& offload = {}) {
@@ -109,6 +112,7 @@ EngineOptions Options(const std::string& pack, const std::string& device, int ma
   o.device.stage_gpu_misses = offload.stage_gpu_misses;
   o.device.prefetch_experts = offload.prefetch_experts;
   o.device.prefetch_after_layer = offload.prefetch_after_layer;
+  if (offload.prefill_chunk > 0) o.prefill_chunk = offload.prefill_chunk;
   return o;
 }
 
@@ -194,7 +198,9 @@ Agreement CheckAgainstCpu(const std::string& pack, int n_seqs, int prompt_len, i
   for (const GenerationResult& g : generated) a.hit_rate += g.usage.expert_hit_rate / n_seqs;
   for (const GenerationResult& g : on_gpu) a.gpu_logits.push_back(g.prompt_logits);
   gpu->reset();
-  auto cpu = Engine::Create(Options(pack, "cpu", n_seqs));
+  Offload cpu_options;  // the same prompt chunk, so that the CPU's caches have the same rings
+  cpu_options.prefill_chunk = offload.prefill_chunk;
+  auto cpu = Engine::Create(Options(pack, "cpu", n_seqs, cpu_options));
   EXPECT_TRUE(cpu.ok()) << cpu.status();
   if (!cpu.ok()) return a;
   const std::vector<GenerationResult> on_cpu = RunAll(**cpu, full, 1, true);
@@ -367,6 +373,34 @@ TEST(GpuEngineGlm45Test, PerHeadQkNormBeforeAPartialRopeAgreesWithTheCpu) {
       const Agreement many = CheckAgainstCpu(pack, 16, 9, 10, bound);
       EXPECT_EQ(one.generation_events, 0) << preset;
       std::printf("glm4moe+qk-norm %s %s: worst relative logit error %.2e, events %d of 17\n", preset,
+                  std::string(kernels::SchemeName(scheme)).c_str(), std::max(one.worst_error, many.worst_error),
+                  one.events + many.events);
+    }
+  }
+}
+
+// gpt-oss's sliding-window blocks keep rings of the window plus a prompt chunk in the GPU's KV caches, as on the
+// CPU: with chunks of 4 (rings of 11 positions against synth's window of 8) the sequences of 21-40 positions wrap
+// them, and the engine agrees with the CPU engine; the caches are smaller than full-length ones.
+TEST(GpuEngineRingCacheTest, SlidingWindowBlocksKeepRingsAndAgreeWithTheCpu) {
+  Offload rings;
+  rings.prefill_chunk = 4;
+  for (const char* preset : {"tiny", "small"}) {
+    for (kernels::Scheme scheme : {kernels::Scheme::kF16, kernels::Scheme::kS4}) {
+      SCOPED_TRACE(::testing::Message() << preset << " " << kernels::SchemeName(scheme));
+      const std::string pack = Packs::Get().Pack("gpt-oss", preset, scheme);
+      {
+        auto with_rings = Engine::Create(Options(pack, "cuda", 1, rings));
+        auto full = Engine::Create(Options(pack, "cuda", 1));  // chunks of 512: rings as long as the cache
+        ASSERT_TRUE(with_rings.ok()) << with_rings.status();
+        ASSERT_TRUE(full.ok()) << full.status();
+        EXPECT_LT((*with_rings)->info().kv_bytes_per_sequence, (*full)->info().kv_bytes_per_sequence);
+      }
+      const double bound = scheme == kernels::Scheme::kF16 ? 1e-3 : 5e-3;
+      const Agreement one = CheckAgainstCpu(pack, 1, 12, 24, bound, rings, /*max_events=*/1);
+      const Agreement many = CheckAgainstCpu(pack, 16, 9, 12, bound, rings);
+      EXPECT_EQ(one.generation_events, 0);
+      std::printf("gpt-oss %s %s with KV rings: worst relative logit error %.2e, events %d of 17\n", preset,
                   std::string(kernels::SchemeName(scheme)).c_str(), std::max(one.worst_error, many.worst_error),
                   one.events + many.events);
     }

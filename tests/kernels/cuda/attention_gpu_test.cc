@@ -306,6 +306,98 @@ TEST_F(DenseKernelsTest, QkNormRopeStoreWithYarnMatchesTheCpu) {
               StatusIsWith(absl::StatusCode::kInvalidArgument, "rope_magnitude is 0"));
 }
 
+// Caches in model::KvCache's layout with sliding-window rings: layers [ring][full][ring][full], a ring of
+// ring_slots = min(capacity, window + span - 1) slots keeping position p in slot p % ring_slots. Poisoned but for
+// what CopyFrom writes.
+struct RingCache {
+  RingCache(int64_t capacity, int64_t ring, int64_t kv_dim)
+      : capacity(capacity),
+        ring_slots(std::min(capacity, ring)),
+        kv_dim(kv_dim),
+        keys(static_cast<size_t>(2 * (capacity + ring_slots) * kv_dim), PoisonFloat()),
+        values(keys.size(), PoisonFloat()),
+        d_keys(keys.size()),
+        d_values(keys.size()) {}
+  // Slot of position p in layer 2 (the second ring, KvPlace{1, 1, true}) or 3 (full, KvPlace{1, 2, false}).
+  int64_t Slot(int layer, int64_t p) const {
+    return layer == 2 ? ring_slots + capacity + p % ring_slots : 2 * ring_slots + capacity + p;
+  }
+  // Positions [begin, end) of `from`'s layer `from_layer` into layers 2 and 3, in rising order (a ring keeps the
+  // last of those that share a slot).
+  void CopyFrom(Cache& from, int64_t from_layer, int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      for (int layer : {2, 3}) {
+        std::copy_n(from.key(from_layer, p), kv_dim, &keys[Slot(layer, p) * kv_dim]);
+        std::copy_n(from.value(from_layer, p), kv_dim, &values[Slot(layer, p) * kv_dim]);
+      }
+    }
+    d_keys.Upload(keys);
+    d_values.Upload(values);
+  }
+  TokenSlot Token(int pos) const { return TokenSlot{d_keys.get(), d_values.get(), capacity, pos, 0, ring_slots}; }
+
+  int64_t capacity, ring_slots, kv_dim;
+  std::vector<float> keys, values;
+  DeviceArray<float> d_keys, d_values;
+};
+
+// QkNormRopeStore into ring caches: a windowed layer's key and value land in slot pos % ring_slots of its ring,
+// a full layer's after the rings before it, and nothing else is written.
+TEST_F(DenseKernelsTest, QkNormRopeStoreWritesTheRingAndFullLayersOfARingCache) {
+  const HeadShape shape{4, 2, 32};
+  Random rng(NextSeed());
+  std::vector<std::unique_ptr<RingCache>> rings;
+  rings.push_back(std::make_unique<RingCache>(64, 11, shape.kv_dim()));
+  rings.push_back(std::make_unique<RingCache>(64, 11, shape.kv_dim()));
+  const std::vector<BatchToken> batch = {{0, 25}, {1, 7}};  // 25 wraps to slot 3 of its ring
+  const int n = static_cast<int>(batch.size());
+  std::vector<TokenSlot> host_slots;
+  for (const BatchToken& b : batch) host_slots.push_back(rings[b.seq]->Token(b.pos));
+  DeviceArray<TokenSlot> slots(host_slots.size());
+  slots.Upload(host_slots);
+  const std::vector<float> q = RandomFloats(n * shape.q_dim(), -2.0f, 2.0f, rng);
+  const std::vector<float> k = RandomFloats(n * shape.kv_dim(), -2.0f, 2.0f, rng);
+  const std::vector<float> v = RandomFloats(n * shape.kv_dim(), -2.0f, 2.0f, rng);
+  const std::vector<double> freq = model::RopeFrequencies(shape.head_dim, 1e4f);
+  DeviceArray<float> dq(q.size()), dk(k.size()), dv(v.size());
+  DeviceArray<double> dfreq(freq.size());
+  dk.Upload(k);
+  dv.Upload(v);
+  dfreq.Upload(freq);
+  for (const KvPlace& place : {KvPlace(1, 1, true), KvPlace(1, 2, false)}) {
+    dq.Upload(q);
+    ASSERT_TRUE(QkNormRopeStore(dq.get(), dk.get(), dv.get(), slots.get(), n, place, shape.n_head, shape.n_head_kv,
+                                shape.head_dim, shape.head_dim, nullptr, nullptr, 1e-6f, dfreq.get(), 1.0f, 1, stream_)
+                    .ok());
+    Sync();
+  }
+  std::vector<float> want_k = k;
+  for (int t = 0; t < n; ++t) {
+    ReferenceNormRope(&want_k[t * shape.kv_dim()], shape.n_head_kv, shape.head_dim, shape.head_dim, {}, 1e-6f, freq,
+                      batch[t].pos, model::RopeStyle::kNeox);
+    RingCache& c = *rings[batch[t].seq];
+    for (int layer : {2, 3}) {
+      std::copy_n(&want_k[t * shape.kv_dim()], shape.kv_dim(), &c.keys[c.Slot(layer, batch[t].pos) * c.kv_dim]);
+      std::copy_n(&v[t * shape.kv_dim()], shape.kv_dim(), &c.values[c.Slot(layer, batch[t].pos) * c.kv_dim]);
+    }
+  }
+  for (const auto& c : rings) {
+    const std::vector<float> keys = c->d_keys.Download(), values = c->d_values.Download();
+    int wrong = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (IsPoison(c->keys[i])) {
+        wrong += !IsPoison(keys[i]) + !IsPoison(values[i]);
+        continue;
+      }
+      wrong += !(std::fabs(keys[i] - c->keys[i]) <= 1e-6f * std::max(1.0f, std::fabs(c->keys[i])));
+      wrong += values[i] != c->values[i];
+    }
+    EXPECT_EQ(wrong, 0) << "wrong or stray keys/values in a ring cache";
+    ExpectGuards(c->d_keys, "keys");
+    ExpectGuards(c->d_values, "values");
+  }
+}
+
 void RunAttention(cudaStream_t stream, const HeadShape& shape, const std::vector<int64_t>& capacities,
                   const std::vector<BatchToken>& batch, int max_positions, const std::string& name,
                   const SinkWindow& sink_window = {}) {
@@ -363,6 +455,38 @@ void RunAttention(cudaStream_t stream, const HeadShape& shape, const std::vector
   ExpectGuards(dout, "out");
   ExpectGuards(workspace, "workspace");
   EXPECT_EQ(dq.Download(), q) << "q was modified";
+  if (sink_window.window == 0) return;
+
+  // The same keys and values in ring caches (the engine's layout for sliding-window layers): the ring layer and
+  // the full layer after it give the full cache's bits, and reading any slot a ring no longer holds would meet
+  // poison. The ring holds the window plus the positions one sequence has in the batch, less one.
+  const std::vector<float> full_cache_out = dout.Download();
+  std::vector<int> lowest(caches.size(), INT_MAX), highest(caches.size(), -1);
+  for (const BatchToken& b : batch) {
+    lowest[b.seq] = std::min(lowest[b.seq], b.pos);
+    highest[b.seq] = std::max(highest[b.seq], b.pos);
+  }
+  int span = 1;
+  for (size_t i = 0; i < caches.size(); ++i) span = std::max(span, highest[i] - lowest[i] + 1);
+  std::vector<std::unique_ptr<RingCache>> rings;
+  for (size_t i = 0; i < caches.size(); ++i) {
+    rings.push_back(std::make_unique<RingCache>(caches[i]->capacity, sink_window.window + span - 1, shape.kv_dim()));
+    rings.back()->CopyFrom(*caches[i], kLayer, first[i] == INT_MAX ? 0 : first[i], filled[i]);
+  }
+  std::vector<TokenSlot> ring_slots;
+  for (const BatchToken& b : batch) ring_slots.push_back(rings[b.seq]->Token(b.pos));
+  DeviceArray<TokenSlot> d_ring_slots(ring_slots.size());
+  d_ring_slots.Upload(ring_slots);
+  for (const KvPlace& place : {KvPlace(1, 1, true), KvPlace(1, 2, false)}) {
+    SCOPED_TRACE(place.windowed ? "ring layer" : "full layer after rings");
+    Check(cudaMemset(dout.get(), 0xff, q.size() * 4), "poisoning out");
+    const absl::Status s = Attention(dq.get(), d_ring_slots.get(), n, place, shape.n_head, shape.n_head_kv,
+                                     shape.head_dim, scale, options, max_positions, dout.get(), workspace.get(),
+                                     ws_bytes, stream);
+    ASSERT_TRUE(s.ok()) << s;
+    Check(cudaStreamSynchronize(stream), "Attention");
+    EXPECT_EQ(dout.Download(), full_cache_out);
+  }
 }
 
 const HeadShape kAttentionShapes[] = {
