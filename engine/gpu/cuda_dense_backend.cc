@@ -148,10 +148,11 @@ absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const
                                                                            const model::ModelWeights& weights,
                                                                            const CudaDenseOptions& options) {
   if (config.mla.kv_lora_rank > 0) {
-    const kernels::DenseType kv_b = weights.layers.empty() ? kernels::DenseType::kF32 : weights.layers[0].mla.kv_b.type;
-    if (absl::Status s = kernels::cuda::CheckLatentShape(LatentShapeOf(config), kv_b); !s.ok()) {
-      return absl::UnimplementedError(absl::StrCat("the CUDA latent attention kernels do not take this model's sizes (",
-                                                   s.message(), "): use --device cpu"));
+    for (const model::LayerWeights& layer : weights.layers) {
+      if (absl::Status s = kernels::cuda::CheckLatentShape(LatentShapeOf(config), layer.mla.kv_b.type); !s.ok()) {
+        return absl::UnimplementedError(absl::StrCat(
+            "the CUDA latent attention kernels do not take this model's sizes (", s.message(), "): use --device cpu"));
+      }
     }
   } else if (config.head_dim != 32 && config.head_dim != 64 && config.head_dim != 128) {
     return absl::UnimplementedError(absl::StrCat(
@@ -161,6 +162,16 @@ absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const
   if (config.n_expert_group > 32 && config.n_group_used < config.n_expert_group) {
     return absl::UnimplementedError(absl::StrCat("the CUDA router ranks at most 32 expert groups; this model has ",
                                                  config.n_expert_group, ": use --device cpu"));
+  }
+  int64_t window = 0;  // the KV rings' window: one for all windowed layers (TokenSlot::ring_slots)
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    const int64_t w = model::AttentionWindow(config, l);
+    if (w > 0 && window > 0 && w != window) {
+      return absl::UnimplementedError(absl::StrCat("the CUDA backend's KV rings take one window for every "
+                                                   "sliding-window layer; this model has ", window, " and ", w,
+                                                   ": use --device cpu"));
+    }
+    if (w > 0) window = w;
   }
   std::unique_ptr<CudaDenseBackend> b(new CudaDenseBackend(config));
   // Where each layer sits in a cache: windowed layers (gpt-oss's) keep rings (model::KvCache), counted apart.

@@ -365,6 +365,16 @@ __global__ void __launch_bounds__(kThreads, kRankBlocks == 1 ? 3 : 2)
   }
 }
 
+// Above 48 KiB a kernel must opt in: once per process for each instantiation (host-side, enqueues nothing), to the
+// most any shape of it asks (rank 512 * kRankBlocks, rope 256), so that graph captures skip it.
+template <int kRankBlocks>
+cudaError_t RaiseSharedLimit() {
+  static const cudaError_t raised = cudaFuncSetAttribute(
+      LatentAttentionKernel<kRankBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(AttentionSharedBytes(LatentShape{1, 1, kMaxRopeDim, 1, 512 * kRankBlocks})));
+  return raised;
+}
+
 // Block (token, head): the splits' sums weighted by exp(max_s - max), over the total of their exps; thread s
 // reads split s's (max, sum). A split past the token's position has sum 0 and is left out.
 __global__ void __launch_bounds__(kThreads)
@@ -590,6 +600,7 @@ absl::Status LatentAttention(const float* q_latent, const TokenSlot* slots, int 
   if (!detail::Aligned16(q_latent)) return detail::Misaligned(kFn, "q_latent", q_latent);
   if (slots == nullptr) return NullArgument(kFn, "slots");
   if (latent == nullptr) return NullArgument(kFn, "latent");
+  if (!detail::Aligned16(latent)) return detail::Misaligned(kFn, "latent", latent);
   if (n_tokens == 0) return absl::OkStatus();
   const PositionSplit split = SplitPositions(n_tokens, shape, max_positions);
   float* partial_sums = nullptr;
@@ -602,16 +613,14 @@ absl::Status LatentAttention(const float* q_latent, const TokenSlot* slots, int 
                          absl::StrCat("these sizes need ", needed));
     }
     if (workspace == nullptr) return NullArgument(kFn, "workspace");
+    if (!detail::Aligned16(workspace)) return detail::Misaligned(kFn, "workspace", workspace);
     partial_sums = static_cast<float*>(workspace);
     partial_stats = partial_sums + rows * shape.rank;
   }
   const auto kernel = shape.rank <= 512 ? LatentAttentionKernel<1> : LatentAttentionKernel<2>;
+  CUDA_RETURN_IF_ERROR(shape.rank <= 512 ? RaiseSharedLimit<1>() : RaiseSharedLimit<2>(),
+                       "raising LatentAttentionKernel's shared memory");
   const size_t shared = AttentionSharedBytes(shape);
-  if (shared > 48 * 1024) {
-    CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)),
-        "raising LatentAttentionKernel's shared memory");
-  }
   const dim3 grid(n_tokens, RowBlocks(shape), split.splits);
   const absl::Status launched = LaunchKernel("LatentAttentionKernel", kernel, grid, kThreads, shared, stream, q_latent,
                                              slots, layer, shape, scale, split.positions, split.splits, latent,

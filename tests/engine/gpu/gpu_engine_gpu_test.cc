@@ -391,7 +391,7 @@ TEST(GpuEngineRingCacheTest, SlidingWindowBlocksKeepRingsAndAgreeWithTheCpu) {
       const std::string pack = Packs::Get().Pack("gpt-oss", preset, scheme);
       {
         auto with_rings = Engine::Create(Options(pack, "cuda", 1, rings));
-        auto full = Engine::Create(Options(pack, "cuda", 1));  // chunks of 512: rings as long as the cache
+        auto full = Engine::Create(Options(pack, "cuda", 1));  // chunks of 512: rings of 519 of the 512 positions
         ASSERT_TRUE(with_rings.ok()) << with_rings.status();
         ASSERT_TRUE(full.ok()) << full.status();
         EXPECT_LT((*with_rings)->info().kv_bytes_per_sequence, (*full)->info().kv_bytes_per_sequence);
@@ -400,6 +400,11 @@ TEST(GpuEngineRingCacheTest, SlidingWindowBlocksKeepRingsAndAgreeWithTheCpu) {
       const Agreement one = CheckAgainstCpu(pack, 1, 12, 24, bound, rings, /*max_events=*/1);
       const Agreement many = CheckAgainstCpu(pack, 16, 9, 12, bound, rings);
       EXPECT_EQ(one.generation_events, 0);
+      // F16 experts have no int8 codes to flip: every position of every sequence, the wrapped ones included, must
+      // agree within the event bound (measured: no events for any architecture's f16 packs).
+      if (scheme == kernels::Scheme::kF16) {
+        EXPECT_EQ(one.events + many.events, 0);
+      }
       std::printf("gpt-oss %s %s with KV rings: worst relative logit error %.2e, events %d of 17\n", preset,
                   std::string(kernels::SchemeName(scheme)).c_str(), std::max(one.worst_error, many.worst_error),
                   one.events + many.events);

@@ -458,18 +458,18 @@ void RunAttention(cudaStream_t stream, const HeadShape& shape, const std::vector
   if (sink_window.window == 0) return;
 
   // The same keys and values in ring caches (the engine's layout for sliding-window layers): the ring layer and
-  // the full layer after it give the full cache's bits, and reading any slot a ring no longer holds would meet
-  // poison. The ring holds the window plus the positions one sequence has in the batch, less one.
+  // the full layer after it must give the full cache's bits (a wrong slot holds another position's key, or
+  // poison). Each sequence's ring holds its window plus the positions it has in the batch, less one, so that
+  // the rings wrap wherever a sequence reaches past that.
   const std::vector<float> full_cache_out = dout.Download();
   std::vector<int> lowest(caches.size(), INT_MAX), highest(caches.size(), -1);
   for (const BatchToken& b : batch) {
     lowest[b.seq] = std::min(lowest[b.seq], b.pos);
     highest[b.seq] = std::max(highest[b.seq], b.pos);
   }
-  int span = 1;
-  for (size_t i = 0; i < caches.size(); ++i) span = std::max(span, highest[i] - lowest[i] + 1);
   std::vector<std::unique_ptr<RingCache>> rings;
   for (size_t i = 0; i < caches.size(); ++i) {
+    const int span = highest[i] < 0 ? 1 : highest[i] - lowest[i] + 1;
     rings.push_back(std::make_unique<RingCache>(caches[i]->capacity, sink_window.window + span - 1, shape.kv_dim()));
     rings.back()->CopyFrom(*caches[i], kLayer, first[i] == INT_MAX ? 0 : first[i], filled[i]);
   }

@@ -670,6 +670,114 @@ TEST_F(DenseKernelsTest, RouterTopKOfATokenDoesNotDependOnItsBlock) {
   }
 }
 
+// The grouped choice (DeepSeek's RouterGate::n_group) against the CPU's router (engine/model/cpu_dense_backend.cc:
+// probs, probs + bias masked by model::MaskAllButBestGroups, model::TopK, the weights renormalised and scaled).
+// Each token's logits are exact (x one-hot, so a logit is one weight), which lets the cases hold exact ties:
+// two groups with the same score (the lower must win), a group whose two best scores are equal (both count),
+// and -inf logits; the decode path (up to 8 tokens, one launch) and the prompt path (tiles, then the top-k).
+TEST_F(DenseKernelsTest, RouterTopKChoosesWithinTheBestGroupsAsTheCpu) {
+  struct GroupCase {
+    int n_expert, k, n_group, n_group_used;
+    bool top_two, sigmoid;
+  };
+  const GroupCase cases[] = {{64, 6, 8, 3, true, true},    {256, 8, 8, 4, true, true}, {160, 6, 8, 3, false, false},
+                             {1024, 8, 32, 4, true, true}, {96, 4, 4, 2, false, true}};
+  constexpr int64_t kN = 64;
+  for (const GroupCase& c : cases) {
+    for (int n_tokens : {5, 20}) {
+      const uint64_t seed = NextSeed();
+      SCOPED_TRACE(absl::StrCat(c.n_expert, " experts in ", c.n_group, " groups, ", n_tokens, " tokens, seed ", seed));
+      Random rng(seed);
+      const int per_group = c.n_expert / c.n_group;
+      // W's column t holds token t's logits (token t's x is one-hot at t); the other columns are 0.
+      std::vector<float> w(static_cast<size_t>(c.n_expert) * kN, 0.0f), x(static_cast<size_t>(n_tokens) * kN, 0.0f);
+      std::vector<std::vector<float>> logits(n_tokens, std::vector<float>(c.n_expert));
+      for (int t = 0; t < n_tokens; ++t) {
+        x[t * kN + t] = 1.0f;
+        for (int e = 0; e < c.n_expert; ++e) logits[t][e] = static_cast<float>(rng.UniformInt(-4000, 4000)) / 1000.0f;
+        if (t % 4 == 1) {
+          // Groups u - 1 and u + 1 (u = n_group_used) tie for the last group chosen, after the u - 1 best.
+          const int u = c.n_group_used;
+          for (int g = 0; g <= u + 1; ++g) {
+            if (g == u) continue;
+            const float top = g < u - 1 ? 8.0f : 6.0f;
+            for (int i = 0; i < per_group; ++i) logits[t][g * per_group + i] = i < 2 ? top : -5.0f;
+          }
+        }
+        if (t % 4 == 2) logits[t][0] = logits[t][per_group + 1] = -INFINITY;
+        if (t % 4 == 3) logits[t][2 * per_group] = logits[t][2 * per_group + 1] = 7.0f;  // a group's two best equal
+        for (int e = 0; e < c.n_expert; ++e) w[static_cast<size_t>(e) * kN + t] = logits[t][e];
+      }
+      std::vector<float> bias(c.n_expert, 0.0f);
+      if (c.sigmoid) {  // none on the groups set up above (the tie exact), small beside their margins elsewhere
+        for (int e = 0; e < c.n_expert; ++e) {
+          const int g = e / per_group;
+          if (g == c.n_group_used || g > c.n_group_used + 1) {
+            bias[e] = static_cast<float>(rng.UniformInt(-100, 100)) / 20000.0f;
+          }
+        }
+      }
+      RouterGate gate;
+      gate.sigmoid = c.sigmoid;
+      gate.renorm = true;
+      gate.scale = 2.5f;
+      gate.n_group = c.n_group;
+      gate.n_group_used = c.n_group_used;
+      gate.group_top_two = c.top_two;
+      DeviceArray<float> dw(w.size()), dx(x.size()), dbias(bias.size()), dweights(static_cast<size_t>(n_tokens) * c.k);
+      DeviceArray<int32_t> dids(static_cast<size_t>(n_tokens) * c.k);
+      dw.Upload(w);
+      dx.Upload(x);
+      dbias.Upload(bias);
+      if (c.sigmoid) gate.choice_bias = dbias.get();
+      const size_t ws_bytes = RouterWorkspaceBytes(n_tokens, c.n_expert);
+      DeviceArray<uint8_t> workspace(ws_bytes);
+      Check(cudaMemset(workspace.get(), 0, ws_bytes), "memset");
+      const absl::Status s = RouterTopK(dw.get(), c.n_expert, kN, dx.get(), RouterNorm{}, gate, n_tokens, c.k,
+                                        dids.get(), dweights.get(), workspace.get(), ws_bytes, stream_);
+      ASSERT_TRUE(s.ok()) << s;
+      Sync();
+      const std::vector<int32_t> ids = dids.Download();
+      const std::vector<float> weights = dweights.Download();
+      for (int t = 0; t < n_tokens; ++t) {
+        std::vector<float> probs = logits[t];
+        if (c.sigmoid) {
+          for (float& p : probs) p = model::Sigmoid(p);
+        } else {
+          model::Softmax(probs.data(), c.n_expert);
+        }
+        std::vector<float> choice(c.n_expert);
+        for (int e = 0; e < c.n_expert; ++e) choice[e] = probs[e] + bias[e];
+        model::MaskAllButBestGroups(choice.data(), c.n_expert, c.n_group, c.n_group_used,
+                                    c.top_two ? model::GroupScore::kTopTwoSum : model::GroupScore::kMax);
+        std::vector<int32_t> want(c.k);
+        model::TopK(choice.data(), c.n_expert, c.k, want.data());
+        double sum = 0;
+        for (int j = 0; j < c.k; ++j) sum += probs[want[j]];
+        const std::vector<int32_t> got(ids.begin() + t * c.k, ids.begin() + (t + 1) * c.k);
+        EXPECT_EQ(got, want) << "token " << t;
+        for (int j = 0; j < c.k; ++j) {
+          const float want_weight = static_cast<float>(probs[want[j]] / sum * 2.5);
+          EXPECT_NEAR(weights[t * c.k + j], want_weight, 1e-6f * std::fabs(want_weight)) << "token " << t;
+        }
+      }
+      if (c.n_group == 4) {  // refusals: groups that do not divide the experts, or hold fewer than k
+        RouterGate bad = gate;
+        bad.n_group = 5;
+        EXPECT_THAT(RouterTopK(dw.get(), c.n_expert, kN, dx.get(), RouterNorm{}, bad, n_tokens, c.k, dids.get(),
+                               dweights.get(), workspace.get(), ws_bytes, stream_),
+                    StatusIsWith(absl::StatusCode::kInvalidArgument, "gate.n_group is 5"));
+        bad = gate;
+        bad.n_group = 32;
+        bad.n_group_used = 1;
+        EXPECT_THAT(RouterTopK(dw.get(), c.n_expert, kN, dx.get(), RouterNorm{}, bad, n_tokens, c.k, dids.get(),
+                               dweights.get(), workspace.get(), ws_bytes, stream_),
+                    StatusIsWith(absl::StatusCode::kInvalidArgument, "gate.n_group_used is 1"));
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // A decode step captured once in a CUDA graph and replayed with new token ids and positions.
 
