@@ -163,23 +163,20 @@ absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const
     return absl::UnimplementedError(absl::StrCat("the CUDA router ranks at most 32 expert groups; this model has ",
                                                  config.n_expert_group, ": use --device cpu"));
   }
-  int64_t window = 0;  // the KV rings' window: one for all windowed layers (TokenSlot::ring_slots)
-  for (int64_t l = 0; l < config.n_layer; ++l) {
-    const int64_t w = model::AttentionWindow(config, l);
-    if (w > 0 && window > 0 && w != window) {
-      return absl::UnimplementedError(absl::StrCat("the CUDA backend's KV rings take one window for every "
-                                                   "sliding-window layer; this model has ", window, " and ", w,
-                                                   ": use --device cpu"));
-    }
-    if (w > 0) window = w;
-  }
   std::unique_ptr<CudaDenseBackend> b(new CudaDenseBackend(config));
-  // Where each layer sits in a cache: windowed layers (gpt-oss's) keep rings (model::KvCache), counted apart.
+  // Where each layer sits in a cache: windowed layers (gpt-oss's) keep rings (model::KvCache), counted apart,
+  // all of one length (TokenSlot::ring_slots), which takes one window for all of them.
   int64_t full = 0, rings = 0;
   for (int64_t l = 0; l < config.n_layer; ++l) {
-    const bool windowed = model::AttentionWindow(config, l) > 0;
-    b->places_.emplace_back(full, rings, windowed);
-    (windowed ? rings : full) += 1;
+    const int64_t window = model::AttentionWindow(config, l);
+    if (window > 0 && b->first_windowed_ >= 0 && window != model::AttentionWindow(config, b->first_windowed_)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "the CUDA backend's KV rings take one window for every sliding-window layer; this model has ",
+          model::AttentionWindow(config, b->first_windowed_), " and ", window, ": use --device cpu"));
+    }
+    if (window > 0 && b->first_windowed_ < 0) b->first_windowed_ = l;
+    b->places_.emplace_back(full, rings, window > 0);
+    (window > 0 ? rings : full) += 1;
   }
   b->max_batch_ = std::max(1, options.max_batch);
   b->max_tokens_ = std::max(b->max_batch_, std::max(1, options.max_prefill));
@@ -413,20 +410,6 @@ model::BackendInfo CudaDenseBackend::info() const {
   return b;
 }
 
-absl::StatusOr<int64_t> CudaDenseBackend::RingSlots(const model::KvCache& cache) const {
-  if (!cache.windowed()) return cache.capacity();  // a windowed layer's slots, if any, are its capacity
-  int64_t ring = 0;
-  for (int64_t l = 0; l < config_.n_layer; ++l) {
-    if (!places_[l].windowed) continue;
-    if (ring != 0 && cache.slots(l) != ring) {
-      return absl::InvalidArgumentError(absl::StrCat("a KV cache whose windowed layers keep rings of ", ring, " and ",
-                                                     cache.slots(l), " slots: the CUDA backend takes one length"));
-    }
-    ring = cache.slots(l);
-  }
-  return ring;
-}
-
 absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> tokens) {
   const int n = static_cast<int>(tokens.size());
   if (n > max_tokens_) {
@@ -450,7 +433,8 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
   TokenSlot* host = slots_host_.as<TokenSlot>();
   for (int t = 0; t < n; ++t) {
     const model::ForwardToken& tok = tokens[t];
-    ASSIGN_OR_RETURN(const int64_t ring_slots, RingSlots(*tok.cache));
+    // A cache without rings keeps capacity slots in every layer, windowed ones included.
+    const int64_t ring_slots = tok.cache->windowed() ? tok.cache->slots(first_windowed_) : tok.cache->capacity();
     host[t] = TokenSlot{tok.cache->keys(), tok.cache->values(), tok.cache->capacity(), static_cast<int32_t>(tok.pos),
                         tok.token, ring_slots};
   }

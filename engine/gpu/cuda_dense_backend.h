@@ -136,8 +136,6 @@ class CudaDenseBackend : public model::DenseBackend {
   absl::Status Upload(const model::ModelWeights& weights);
   absl::Status AllocateBuffers();
   absl::Status EnsureAttentionWorkspace(int max_positions);
-  // TokenSlot::ring_slots of a cache: its windowed layers' ring length (one for all, else INVALID_ARGUMENT).
-  absl::StatusOr<int64_t> RingSlots(const model::KvCache& cache) const;
   // Attention for latent-attention models (cuda_latent_attention.cc).
   absl::Status AttendLatent(int64_t layer);
   kernels::cuda::RouterGate GateOf(const DeviceLayer& layer) const;
@@ -147,6 +145,7 @@ class CudaDenseBackend : public model::DenseBackend {
 
   const model::ModelConfig& config_;
   std::vector<kernels::cuda::KvPlace> places_;  // per layer, where it sits in a cache
+  int64_t first_windowed_ = -1;                  // a sliding-window layer (all keep rings of one length), or -1
   int max_tokens_ = 0;  // max(max_batch, max_prefill)
   int max_batch_ = 0;
   cudaStream_t stream_ = nullptr;
