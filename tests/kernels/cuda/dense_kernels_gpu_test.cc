@@ -4,10 +4,8 @@
 // the gaps of strided outputs: a value never written, or written where it must not be, is reported. The
 // router's tests are in router_gpu_test.cc, the attention side's in attention_gpu_test.cc.
 
-#include <bit>
 #include <cstring>
 #include <string>
-#include <utility>
 
 #include "tests/kernels/cuda/dense_test_support.h"
 
