@@ -22,19 +22,6 @@ using kernels::cuda::TokenSlot;
 constexpr uint64_t kAlign = 256;
 // Batches of at most this many tokens (one router token block) get the FFN norm fused with the router.
 constexpr int kFusedNormTokens = 8;
-
-// A matrix's bytes (none for an absent one), for PrefetchWeights.
-kernels::cuda::ByteRange RangeOf(const DeviceMatrix& m) {
-  if (m.data == nullptr || m.rows == 0) return {};
-  return {m.data, kernels::DenseRowBytes(m.type, m.cols) * static_cast<uint64_t>(m.rows)};
-}
-
-// A MoE layer's router weights (F32, n_expert x n_embd), or none.
-kernels::cuda::ByteRange RouterRange(const DeviceLayer& layer, const model::ModelConfig& c) {
-  if (layer.router == nullptr) return {};
-  return {layer.router, static_cast<uint64_t>(c.n_expert) * c.n_embd * sizeof(float)};
-}
-
 uint64_t AlignUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // Positions a graph's attention grid covers: the next power of two, at least 256.
@@ -197,13 +184,6 @@ absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->guess_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->fork_, cudaEventDisableTiming), "cudaEventCreate");
   CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->guessed_, cudaEventDisableTiming), "cudaEventCreate");
-  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->prefetch_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->prefetch_fork_, cudaEventDisableTiming), "cudaEventCreate");
-  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b->prefetched_, cudaEventDisableTiming), "cudaEventCreate");
-  int device = 0, l2_bytes = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "reading the L2 size");
-  b->prefetch_budget_ = static_cast<uint64_t>(l2_bytes) / 2;
   ASSIGN_OR_RETURN(b->matmul_, kernels::cuda::MatmulContext::Create(b->stream_, WideningElements(weights),
                                                                      SplitElements(config, b->max_tokens_,
                                                                                    options.split_tf32_prompts)));
@@ -228,12 +208,6 @@ CudaDenseBackend::~CudaDenseBackend() {
   }
   if (fork_ != nullptr) cudaEventDestroy(fork_);
   if (guessed_ != nullptr) cudaEventDestroy(guessed_);
-  if (prefetch_stream_ != nullptr) {
-    cudaStreamSynchronize(prefetch_stream_);
-    cudaStreamDestroy(prefetch_stream_);
-  }
-  if (prefetch_fork_ != nullptr) cudaEventDestroy(prefetch_fork_);
-  if (prefetched_ != nullptr) cudaEventDestroy(prefetched_);
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     matmul_.reset();
@@ -444,7 +418,6 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
   }
   n_real_ = n;
   guess_pending_ = false;  // a step that failed after a guess leaves nothing for this one to wait on
-  prefetch_pending_ = false;
   wanted_.clear();
   int64_t max_pos = 0;
   for (int t = 0; t < n; ++t) {
@@ -516,8 +489,6 @@ absl::Status CudaDenseBackend::Attention(int64_t l) {
                                               {L.wv.data, L.wv.rows, v_.as<float>(), kv_dim}};
   RETURN_IF_ERROR(kernels::cuda::DenseMatmulGroup(*matmul_, L.wq.type, c.n_embd, qkv, h_.as<float>(), c.n_embd, n_,
                                                   stream_));
-  // The output projection's and the router's weights towards L2 while q, k and v go through the attention.
-  RETURN_IF_ERROR(PrefetchWeights({RangeOf(L.wo), RouterRange(L, c)}));
   if (c.qkv_bias || c.qk_norm_whole) {
     RETURN_IF_ERROR(kernels::cuda::QkvBiasAndNorm(q_.as<float>(), k_.as<float>(), v_.as<float>(), n_, q_dim, kv_dim,
                                                   L.bq, L.bk, L.bv, c.qk_norm_whole ? L.q_norm : nullptr,
@@ -560,14 +531,6 @@ absl::Status CudaDenseBackend::Router(int64_t l, model::MoeBatch* moe) {
   RETURN_IF_ERROR(kernels::cuda::RouterTopK(L.router, static_cast<int>(c.n_expert), c.n_embd, router_in, norm,
                                             GateOf(L), n_, k, ids, weights_.as<float>(), router_ws_.data(),
                                             router_ws_.bytes(), stream_));
-  // The next layer's q, k and v weights towards L2 while the experts run.
-  if (l + 1 < c.n_layer) {
-    const DeviceLayer& next = layers_[l + 1];
-    const DeviceLatent& m = next.mla;
-    RETURN_IF_ERROR(c.mla.kv_lora_rank > 0
-                        ? PrefetchWeights({RangeOf(m.q_a), RangeOf(m.q_b), RangeOf(next.wq), RangeOf(m.kv_a)})
-                        : PrefetchWeights({RangeOf(next.wq), RangeOf(next.wk), RangeOf(next.wv)}));
-  }
   moe->n_tokens = n_;
   moe->k = k;
   moe->x_device = h_.as<float>();
@@ -663,32 +626,8 @@ absl::Status CudaDenseBackend::Combine(int64_t l, const model::MoeBatch& moe) {
                                        x_.as<float>(), next_norm, c.rms_norm_eps, h_.as<float>(), stream_);
 }
 
-absl::Status CudaDenseBackend::PrefetchWeights(std::initializer_list<kernels::cuda::ByteRange> ranges) {
-  if (n_ > kFusedNormTokens || !kernels::cuda::DenseWeightPrefetchEnabled()) return absl::OkStatus();
-  // The ranges in order, the last cut to what the budget leaves.
-  std::vector<kernels::cuda::ByteRange> taken;
-  uint64_t left = prefetch_budget_;
-  for (kernels::cuda::ByteRange r : ranges) {
-    if (r.data == nullptr || left == 0) continue;
-    r.bytes = std::min(r.bytes, left);
-    left -= r.bytes;
-    taken.push_back(r);
-  }
-  if (taken.empty()) return absl::OkStatus();
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetch_fork_, stream_), "forking the prefetch stream");
-  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(prefetch_stream_, prefetch_fork_, 0), "forking the prefetch stream");
-  RETURN_IF_ERROR(kernels::cuda::PrefetchToL2(taken, prefetch_stream_));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(prefetched_, prefetch_stream_), "cudaEventRecord");
-  prefetch_pending_ = true;
-  return absl::OkStatus();
-}
-
 absl::Status CudaDenseBackend::Head() {
   const model::ModelConfig& c = config_;
-  if (prefetch_pending_) {
-    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, prefetched_, 0), "joining the prefetch stream");
-    prefetch_pending_ = false;
-  }
   const int m = static_cast<int>(wanted_.size());
   if (m == 0) return absl::OkStatus();
   // h holds every token's output-normed state; gather the wanted rows unless they are the first m.

@@ -19,7 +19,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <map>
 #include <memory>
 #include <span>
@@ -32,7 +31,6 @@
 #include "engine/model/weights.h"
 #include "kernels/cuda/dense_kernels.h"
 #include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/l2_prefetch.h"
 #include "kernels/cuda/latent_attention.h"
 
 namespace strata::gpu {
@@ -143,10 +141,6 @@ class CudaDenseBackend : public model::DenseBackend {
   kernels::cuda::RouterGate GateOf(const DeviceLayer& layer) const;
   // x += Ffn(h) of `ffn` (ff wide) for the batch's tokens, through ffn_gate_ and ffn_up_.
   absl::Status AddFfn(const DeviceFfn& ffn, int64_t ff);
-  // In a decode step with kernels::cuda::DenseWeightPrefetchEnabled(): forks prefetch_stream_ from stream_
-  // here and prefetches `matrices` into L2 on it (up to half the L2), for the kernels a few launches on; Head
-  // joins it. Otherwise nothing.
-  absl::Status PrefetchWeights(std::initializer_list<kernels::cuda::ByteRange> ranges);
   void DropGraphs();
 
   const model::ModelConfig& config_;
@@ -181,12 +175,6 @@ class CudaDenseBackend : public model::DenseBackend {
   cudaStream_t guess_stream_ = nullptr;
   cudaEvent_t fork_ = nullptr, guessed_ = nullptr;
   bool guess_pending_ = false;
-  // Dense weights read into L2 ahead of their kernels (PrefetchWeights): a side stream forked from stream_ at
-  // each prefetch (prefetch_fork_), its last kernel marked by prefetched_, joined by Head.
-  cudaStream_t prefetch_stream_ = nullptr;
-  cudaEvent_t prefetch_fork_ = nullptr, prefetched_ = nullptr;
-  bool prefetch_pending_ = false;
-  uint64_t prefetch_budget_ = 0;  // bytes a prefetch asks for at most: half the device's L2
   kernels::cuda::DeviceBuffer guess_h_, guess_ids_, guess_weights_, guess_router_ws_;
   kernels::cuda::PinnedBuffer slots_host_, logits_host_, ids_host_;
   int attention_positions_ = 0;  // what attention_ws_ is sized for

@@ -16,8 +16,6 @@
 // group) units in turn, so that the blocks of a bound far above the items are never launched.
 
 #include <algorithm>
-#include <atomic>
-#include <climits>
 #include <cstdint>
 #include <utility>
 
@@ -26,7 +24,6 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/expert_kernels.h"
 #include "kernels/cuda/expert_kernels_internal.cuh"
-#include "kernels/cuda/l2_prefetch.cuh"
 #include "kernels/format/role_layout.h"
 
 namespace strata::kernels::cuda {
@@ -53,8 +50,6 @@ constexpr int kMaxExperts = 8192;
 // Activation offsets inside the kernels are int32 (elements of x and of h: pairs * ff).
 constexpr int64_t kMaxActivationElements = (int64_t{1} << 31) - 1;
 constexpr size_t kWorkspaceAlignment = 256;
-
-std::atomic<bool> g_expert_l2_prefetch{true};
 
 // ---------------------------------------------------------------------------------------------------
 // Workspace
@@ -196,10 +191,6 @@ struct GroupArgs {
   int32_t* list;         // n_pairs: pair indices t * k + j grouped by expert
   WorkItem* items;
   int32_t* n_items;
-  // A few-pair call's routed blobs are prefetched into L2 (prefetch_bytes each, a multiple of 16; 0: none),
-  // as many as fit in prefetch_budget bytes, in the order of their runs.
-  uint32_t prefetch_bytes;
-  int64_t prefetch_budget;
 };
 
 // Inclusive sums of two counts over the lanes of a full warp (lane L gets the sums of lanes 0 .. L).
@@ -290,15 +281,10 @@ __device__ void GroupFewPairsByExpert(const GroupArgs& a) {
   const int leader_lane = __ffs(peers) - 1;
   const int my_run_start = __shfl_sync(expert_internal::kFullMask, run_start, leader_lane);
   if (valid) a.list[my_run_start + __popc(peers & lower_lanes)] = lane;
-  const unsigned leaders = __ballot_sync(expert_internal::kFullMask, leader);
   if (leader) {
     const uint8_t* blob = a.blobs[e];
     int item_at = scan_items - my_items;
     for (int s = 0; s < count; s += a.tile) a.items[item_at++] = WorkItem{blob, run_start + s, min(a.tile, count - s)};
-    // The expert's weights start towards L2 now, a kernel boundary and the gate/up kernel's look-ups before
-    // the weight kernels ask for them.
-    const int64_t run = __popc(leaders & lower_lanes);
-    if ((run + 1) * a.prefetch_bytes <= a.prefetch_budget) PrefetchToL2ByOneThread(blob, a.prefetch_bytes);
   }
   if (lane == 31) *a.n_items = scan_items;
 }
@@ -373,17 +359,6 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   group.list = reinterpret_cast<int32_t*>(ws + plan.list);
   group.items = reinterpret_cast<WorkItem*>(ws + plan.items);
   group.n_items = reinterpret_cast<int32_t*>(ws + plan.n_items);
-  group.prefetch_bytes = 0;
-  group.prefetch_budget = 0;
-  if (ExpertL2PrefetchEnabled() && pairs <= 32) {
-    // Half the L2 at most, so that a layer's experts do not push each other (or the activations) out.
-    int device = 0, l2_bytes = 0;
-    if (cudaGetDevice(&device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device) == cudaSuccess) {
-      group.prefetch_bytes = static_cast<uint32_t>(std::min<uint64_t>(layout.blob_bytes, UINT32_MAX) / 16 * 16);
-      group.prefetch_budget = l2_bytes / 2;
-    }
-  }
   int8_t* xq = quantized ? reinterpret_cast<int8_t*>(ws + plan.xq) : nullptr;
   float* xscale = quantized ? reinterpret_cast<float*>(ws + plan.xscale) : nullptr;
   int32_t* xsum = quantized ? reinterpret_cast<int32_t*>(ws + plan.xsum) : nullptr;
@@ -415,10 +390,6 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   a.has_extras = !extras.plain();
   return expert_internal::LaunchWeightKernels(layout.scheme, a, tile, max_items, stream);
 }
-
-void SetExpertL2Prefetch(bool on) { g_expert_l2_prefetch.store(on); }
-
-bool ExpertL2PrefetchEnabled() { return g_expert_l2_prefetch.load(std::memory_order_relaxed); }
 
 absl::Status QuantizeActivations(const float* x, int64_t n, int n_tokens, int8_t* q, float* scale, int32_t* sum,
                                  cudaStream_t stream) {

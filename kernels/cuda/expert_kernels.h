@@ -89,14 +89,6 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
                        int n_tokens, int k, const float* x, float* parts, const ExpertFfnExtras& extras,
                        void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-// Whether ExpertFfn starts the routed experts' weights of a call of at most 32 pairs (a decode step) towards
-// L2 as soon as its prepare kernel has grouped the pairs (on by default), up to half the device's L2: the
-// weight kernels then find them there instead of waiting for HBM. A hint only: the results are the same bits
-// either way. Process-wide, for benches that compare the two; a CUDA graph keeps what it was captured with.
-// Any thread may call these.
-void SetExpertL2Prefetch(bool on);
-bool ExpertL2PrefetchEnabled();
-
 // Quantizes n_tokens activations of n elements (n a positive multiple of 32) exactly as kernels/cpu's
 // QuantizeActivation: q[t*n + i], scale[t*(n/32) + b], sum[t*(n/32) + b]. The codes, scales and sums are
 // bit-identical to the CPU's for the same input floats (NaN, infinities and subnormals included).

@@ -25,8 +25,6 @@
 #include "engine/runtime/engine.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/dependent_launch.h"
-#include "kernels/cuda/expert_kernels.h"
-#include "kernels/cuda/l2_prefetch.h"
 #include "packtool/synth.h"
 #include "tests/testing/test_util.h"
 
@@ -531,36 +529,6 @@ TEST(GpuEngineDependentLaunchTest, PlainLaunchesGiveTheSameBits) {
       EXPECT_FALSE(logits[1].empty());
       EXPECT_EQ(logits[1], logits[0]) << kernels::SchemeName(scheme) << ", " << offload.vram_experts
                                       << " VRAM experts, misses on " << offload.miss_path;
-    }
-  }
-}
-
-// Weights read into L2 ahead of their kernels in decode steps (the routed experts' by ExpertFfn, the next
-// kernels' dense ones by the backend on a side stream) are hints: the same bits without them, with every expert
-// in VRAM and with the offload tier's miss paths; decode steps of 1 and 4 tokens (more than 8 prefetch no
-// dense weights), latent attention (deepseek2) included.
-TEST(GpuEngineL2PrefetchTest, NoPrefetchGivesTheSameBits) {
-  struct Restore {
-    bool experts = kernels::cuda::ExpertL2PrefetchEnabled(), dense = kernels::cuda::DenseWeightPrefetchEnabled();
-    ~Restore() {
-      kernels::cuda::SetExpertL2Prefetch(experts);
-      kernels::cuda::SetDenseWeightPrefetch(dense);
-    }
-  } restore;
-  for (const char* arch : {"qwen3moe", "deepseek2"}) {
-    const std::string pack = Packs::Get().Pack(arch, "tiny", kernels::Scheme::kS2);
-    for (const Offload& offload : {Offload{}, Offload{0, "lru", "cpu"}, Offload{4, "lfu-decay", "gpu"}}) {
-      for (int n_seqs : {1, 4}) {
-        std::vector<std::vector<float>> logits[2];
-        for (bool prefetch : {true, false}) {
-          kernels::cuda::SetExpertL2Prefetch(prefetch);
-          kernels::cuda::SetDenseWeightPrefetch(prefetch);
-          logits[prefetch ? 1 : 0] = CheckAgainstCpu(pack, n_seqs, 8, 10, 5e-3, offload).gpu_logits;
-        }
-        EXPECT_FALSE(logits[1].empty());
-        EXPECT_EQ(logits[1], logits[0]) << arch << ", " << n_seqs << " sequences, " << offload.vram_experts
-                                        << " VRAM experts, misses on " << offload.miss_path;
-      }
     }
   }
 }

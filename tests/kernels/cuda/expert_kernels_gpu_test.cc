@@ -135,20 +135,12 @@ class ExpertFfnGpuTest : public ::testing::TestWithParam<Scheme> {
     const std::vector<float> again = Run(layer, c.n_expert, ids, c.n_tokens, c.k, x, walked);
     EXPECT_EQ(std::memcmp(parts.data(), again.data(), parts.size() * sizeof(float)), 0)
         << c.name << ": a second run (items walked) gave different bits";
-    // A third without the L2 prefetch of a few-pair call's experts (on by default): a hint, the same bits.
-    SetExpertL2Prefetch(false);
-    const std::vector<float> unprefetched = Run(layer, c.n_expert, ids, c.n_tokens, c.k, x, device_extras);
-    SetExpertL2Prefetch(true);
-    EXPECT_EQ(std::memcmp(parts.data(), unprefetched.data(), parts.size() * sizeof(float)), 0)
-        << c.name << ": a third run (no L2 prefetch) gave different bits";
   }
 
   cudaStream_t stream_ = nullptr;
 };
 
 // Narrow tiles (tokens * k < 4 * n_expert) versus wide tiles (8 tokens a work item) are noted per case.
-
-TEST_P(ExpertFfnGpuTest, PrefetchesToL2ByDefault) { EXPECT_TRUE(ExpertL2PrefetchEnabled()); }
 
 TEST_P(ExpertFfnGpuTest, OneTokenOneExpert) {
   RunCase({"one token one expert", 2560, 640, 1, 1, 1, Routing::kRandom, Weights::kQuantized});
