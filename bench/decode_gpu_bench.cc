@@ -43,7 +43,6 @@
 #include "engine/runtime/engine.h"
 #include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_info.h"
-#include "kernels/cuda/expert_kernels.h"
 #include "packtool/routing_profiler.h"
 #include "packtool/synth.h"
 #include "packtool/synth_router_skew.h"
@@ -144,7 +143,7 @@ int main(int argc, char** argv) {
                              "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] "
                              "[--prompt 32] [--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
                              "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] "
-                             "[--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--few-pair-grouping on,off] "
+                             "[--gpu-miss-reads staged,in-place] [--dependent-launch on,off] "
                              "[--prompt-math fp32,split-tf32] [--prefetch-experts 0,4] "
                              "[--prefetch-start after-layer|with-guess] "
                              "[--arch qwen3moe --preset seed --layers N --experts N --scheme s2 --router-skew S "
@@ -167,9 +166,6 @@ int main(int argc, char** argv) {
   // Kernels launched with programmatic dependent launch (on) or plainly (off); every configuration runs
   // once per item.
   const std::vector<std::string> dependent_launch = flags.StringList("dependent-launch", {"on"});
-  // Expert calls of a decode step of 1 or 2 tokens group their pairs in the weight kernels (on) or in a prepare
-  // kernel (off: kernels::cuda::SetFewPairGrouping); every configuration runs once per item.
-  const std::vector<std::string> few_pair_grouping = flags.StringList("few-pair-grouping", {"on"});
   // How prompt steps multiply the dense weights (runtime::DeviceOptions::prompt_math); every configuration runs once
   // per item.
   const std::vector<std::string> prompt_maths = flags.StringList("prompt-math", {"fp32"});
@@ -229,14 +225,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  for (const auto& [name, values] : {std::pair<const char*, const std::vector<std::string>*>{"dependent-launch",
-                                                                                              &dependent_launch},
-                                     {"few-pair-grouping", &few_pair_grouping}}) {
-    for (const std::string& v : *values) {
-      if (v != "on" && v != "off") {
-        std::fprintf(stderr, "--%s: %s is neither on nor off\n", name, v.c_str());
-        return 2;
-      }
+  for (const std::string& d : dependent_launch) {
+    if (d != "on" && d != "off") {
+      std::fprintf(stderr, "--dependent-launch: %s is neither on nor off\n", d.c_str());
+      return 2;
     }
   }
   for (const std::string& m : prompt_maths) {
@@ -312,32 +304,28 @@ int main(int argc, char** argv) {
     int64_t slots;
     std::string reads;
     std::string dependent;
-    std::string grouping;
     int prefetch;
     std::string prompt_math;
   };
   std::vector<Config> configs;
   for (int64_t slots : vram_experts) {
     for (const std::string& dependent : dependent_launch) {
-      for (const std::string& grouping : few_pair_grouping) {
-        for (const std::string& math : prompt_maths) {
-          if (slots < 0) {
-            configs.push_back({slots, "staged", dependent, grouping, 0, math});
-            continue;
-          }
-          for (const std::string& reads : miss_reads) {
-            for (int64_t prefetch : prefetch_experts) {
-              configs.push_back({slots, reads, dependent, grouping, static_cast<int>(prefetch), math});
-            }
+      for (const std::string& math : prompt_maths) {
+        if (slots < 0) {
+          configs.push_back({slots, "staged", dependent, 0, math});
+          continue;
+        }
+        for (const std::string& reads : miss_reads) {
+          for (int64_t prefetch : prefetch_experts) {
+            configs.push_back({slots, reads, dependent, static_cast<int>(prefetch), math});
           }
         }
       }
     }
   }
   std::vector<SummaryRow> summary;
-  for (const auto& [slots, reads, dependent, grouping, prefetch, prompt_math] : configs) {
+  for (const auto& [slots, reads, dependent, prefetch, prompt_math] : configs) {
     strata::kernels::cuda::SetDependentLaunch(dependent == "on");
-    strata::kernels::cuda::SetFewPairGrouping(grouping == "on");
     // With every expert in VRAM the policy decides nothing: that size runs with the first policy only.
     for (size_t policy_index = 0; policy_index < (slots < 0 ? 1 : policies.size()); ++policy_index) {
       const std::string& cache_policy = policies[policy_index];
@@ -371,14 +359,13 @@ int main(int argc, char** argv) {
                   (long long)info.config.n_expert, (long long)info.config.n_expert_used, (long long)info.config.n_embd,
                   info.scheme.c_str(), pack_skew, load.Seconds());
       std::printf("device %s (%s), %.2f GiB in use, experts from %s%s, VRAM experts %s of %llu (%s)%s, dependent "
-                  "launch %s, few-pair grouping %s, prompt math %s\n",
+                  "launch %s, prompt math %s\n",
                   info.backend.name.c_str(), info.backend.isa.c_str(), info.backend.memory_used / 1073741824.0,
                   info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
                   slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
                   cache_policy.c_str(),
                   slots < 0 ? "" : absl::StrCat(", GPU misses ", reads, ", prefetch ", prefetch, " a layer (", prefetch_start, ")").c_str(),
-                  strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off", grouping.c_str(),
-                  prompt_math.c_str());
+                  strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off", prompt_math.c_str());
       if (!info.device_note.empty()) std::printf("note: %s\n", info.device_note.c_str());
       // Batch 1: hits from HBM, misses by the miss paths; at a hit rate h the bound is
       // 1 / max(dense/HBM + h*experts/HBM, (1-h)*experts/miss bandwidth) (both run at once).
@@ -422,9 +409,7 @@ int main(int argc, char** argv) {
                     (long long)n, r.decode_tps, r.decode_tps / n, h, cache.host_share);
         if (n == 1) strata::bench::PrintResult("  decode, batch 1", r.decode_tps, "tokens/s", bound, "HBM+miss bound");
         summary.push_back({slots, reads, cache_policy,
-                           absl::StrCat(strata::kernels::cuda::DependentLaunchEnabled() ? "dependent" : "plain",
-                                        grouping == "on" ? "" : ",prep"),
-                           prompt_math,
+                           strata::kernels::cuda::DependentLaunchEnabled() ? "dependent" : "plain", prompt_math,
                            prefetch, n, h, r.decode_tps, bound});
       }
       for (int64_t p : prefill) {
@@ -441,11 +426,11 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\ndecode by cache size and policy (router skew %g):\n", pack_skew);
-  std::printf("  %12s %-8s %-10s %-14s %-10s %8s %5s %8s %10s %10s\n", "vram experts", "misses", "policy",
+  std::printf("  %12s %-8s %-10s %-9s %-10s %8s %5s %8s %10s %10s\n", "vram experts", "misses", "policy",
               "launches", "prompts", "prefetch", "batch", "hit rate", "tokens/s", "bound");
   for (const SummaryRow& row : summary) {
     // The bound is batch 1's (HBM + miss paths at that hit rate).
-    std::printf("  %12s %-8s %-10s %-14s %-10s %8d %5lld %8.3f %10.1f %10s\n",
+    std::printf("  %12s %-8s %-10s %-9s %-10s %8d %5lld %8.3f %10.1f %10s\n",
                 row.slots < 0 ? "all" : std::to_string(row.slots).c_str(), row.slots < 0 ? "-" : row.reads.c_str(),
                 row.policy.c_str(), row.launches.c_str(), row.prompt_math.c_str(), row.prefetch, (long long)row.batch,
                 row.hit_rate, row.tokens_per_second, row.batch == 1 ? absl::StrFormat("%.0f", row.bound).c_str() : "-");

@@ -16,7 +16,6 @@
 // group) units in turn, so that the blocks of a bound far above the items are never launched.
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -51,8 +50,6 @@ constexpr int kMaxExperts = 8192;
 // Activation offsets inside the kernels are int32 (elements of x and of h: pairs * ff).
 constexpr int64_t kMaxActivationElements = (int64_t{1} << 31) - 1;
 constexpr size_t kWorkspaceAlignment = 256;
-
-std::atomic<bool> g_few_pair_grouping{true};
 
 // ---------------------------------------------------------------------------------------------------
 // Workspace
@@ -196,6 +193,20 @@ struct GroupArgs {
   int32_t* n_items;
 };
 
+// Inclusive sums of two counts over the lanes of a full warp (lane L gets the sums of lanes 0 .. L).
+__device__ __forceinline__ void WarpInclusiveScan(int* a, int* b) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int up_a = __shfl_up_sync(expert_internal::kFullMask, *a, offset);
+    const int up_b = __shfl_up_sync(expert_internal::kFullMask, *b, offset);
+    if (lane >= offset) {
+      *a += up_a;
+      *b += up_b;
+    }
+  }
+}
+
 // A counting sort of the valid pairs by expert, run by one block of kPrepThreads threads, with counts[e]
 // (n_expert ints of shared memory) first expert e's pair count, then its next free list position. The
 // order of pairs inside an expert's run depends on atomics; nothing downstream depends on it.
@@ -220,7 +231,7 @@ __device__ void GroupPairsByExpert(const GroupArgs& a, int32_t* counts) {
     my_items += (counts[e] + a.tile - 1) / a.tile;
   }
   int scan_pairs = my_pairs, scan_items = my_items;  // inclusive, within the warp
-  expert_internal::WarpInclusiveScan(&scan_pairs, &scan_items);
+  WarpInclusiveScan(&scan_pairs, &scan_items);
   if (lane == 31) warp_totals[warp] = make_int2(scan_pairs, scan_items);
   __syncthreads();
   if (tid == 0) {
@@ -251,18 +262,31 @@ __device__ void GroupPairsByExpert(const GroupArgs& a, int32_t* counts) {
 }
 
 // GroupPairsByExpert for at most 32 pairs (a decode step of up to 32 / k tokens) by warp 0 alone, with no
-// shared memory and no block barrier: GroupFewPairs's grouping (the runs in the order of their lowest lanes,
-// not of their experts; nothing downstream depends on the order of the runs either), written out.
+// shared memory and no block barrier: lane p holds pair p, the lanes of one expert find each other
+// (match.any), and the runs follow each other in the order of their lowest lanes, not of their experts
+// (nothing downstream depends on the order of the runs either).
 __device__ void GroupFewPairsByExpert(const GroupArgs& a) {
   const int lane = threadIdx.x % 32;
-  const expert_internal::FewPairsLane g = expert_internal::GroupFewPairs(a.ids, a.n_pairs, a.n_expert, a.tile);
-  if (g.expert >= 0) a.list[g.list_pos] = lane;
-  if (g.leader) {
-    const uint8_t* blob = a.blobs[g.expert];
-    int item_at = g.first_item;
-    for (int s = 0; s < g.count; s += a.tile) a.items[item_at++] = WorkItem{blob, g.run_start + s, min(a.tile, g.count - s)};
+  const unsigned lower_lanes = (1u << lane) - 1u;
+  int e = lane < a.n_pairs ? a.ids[lane] : -1;
+  const bool valid = e >= 0 && e < a.n_expert;
+  if (!valid) e = -1;
+  const unsigned peers = __match_any_sync(expert_internal::kFullMask, e);
+  const bool leader = valid && (peers & lower_lanes) == 0;
+  const int count = __popc(peers);
+  const int my_pairs = leader ? count : 0, my_items = leader ? (count + a.tile - 1) / a.tile : 0;
+  int scan_pairs = my_pairs, scan_items = my_items;  // inclusive over the lanes
+  WarpInclusiveScan(&scan_pairs, &scan_items);
+  const int run_start = scan_pairs - my_pairs;  // a leader's first list position
+  const int leader_lane = __ffs(peers) - 1;
+  const int my_run_start = __shfl_sync(expert_internal::kFullMask, run_start, leader_lane);
+  if (valid) a.list[my_run_start + __popc(peers & lower_lanes)] = lane;
+  if (leader) {
+    const uint8_t* blob = a.blobs[e];
+    int item_at = scan_items - my_items;
+    for (int s = 0; s < count; s += a.tile) a.items[item_at++] = WorkItem{blob, run_start + s, min(a.tile, count - s)};
   }
-  if (lane == 31) *a.n_items = g.n_items;
+  if (lane == 31) *a.n_items = scan_items;
 }
 
 __global__ void __launch_bounds__(kPrepThreads)
@@ -325,11 +349,6 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   const int64_t pairs = int64_t{n_tokens} * k;
   const int tile = pairs >= kWideTokensPerExpert * n_expert ? kWideTile : kNarrowTile;
   const int64_t max_items = MaxWorkItems(pairs, n_expert, tile);
-  // Few pairs (a decode step of one or two tokens): no prepare kernel, one link less in the step's chain.
-  const bool few_pairs = FewPairGroupingEnabled() && pairs <= expert_internal::kMaxFewPairs &&
-                         n_tokens <= kNarrowTile && tile == kNarrowTile &&
-                         expert_internal::FewPairsSharedBytes(layout.scheme, n_tokens, layout.n_embd) <=
-                             expert_internal::kMaxFewPairsSharedBytes;
 
   GroupArgs group;
   group.blobs = blobs;
@@ -346,23 +365,15 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   const int64_t x_blocks = quantized ? int64_t{n_tokens} * (layout.n_embd / 32) : 0;
   const int64_t quant_ctas = (x_blocks + kPrepWarps * kQuantBlocksPerWarp - 1) / (kPrepWarps * kQuantBlocksPerWarp);
   const size_t counts_bytes = pairs > 32 ? static_cast<size_t>(n_expert) * sizeof(int32_t) : 0;
-  if (!few_pairs) {
-    const absl::Status prepared =
-        LaunchKernel("ExpertFfn prepare kernel", PrepareKernel, static_cast<unsigned>(1 + quant_ctas), kPrepThreads,
-                     counts_bytes, stream, group, x, x_blocks, xq, xscale, xsum);
-    if (!prepared.ok()) return prepared;
-  }
+  const absl::Status prepared =
+      LaunchKernel("ExpertFfn prepare kernel", PrepareKernel, static_cast<unsigned>(1 + quant_ctas), kPrepThreads,
+                   counts_bytes, stream, group, x, x_blocks, xq, xscale, xsum);
+  if (!prepared.ok()) return prepared;
 
   FfnArgs a;
   a.items = group.items;
   a.n_items = group.n_items;
   a.list = group.list;
-  a.few_pairs = few_pairs;
-  a.blobs = blobs;
-  a.n_pairs = static_cast<int>(pairs);
-  a.n_expert = n_expert;
-  a.n_tokens = n_tokens;
-  a.x_rows = x;
   a.k = k;
   a.n_embd = layout.n_embd;
   a.ff = layout.expert_ff;
@@ -377,13 +388,8 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   a.ids = ids;
   a.extras = extras;
   a.has_extras = !extras.plain();
-  // A few-pair call's blocks find their items among at most n_pairs.
-  return expert_internal::LaunchWeightKernels(layout.scheme, a, tile, few_pairs ? pairs : max_items, stream);
+  return expert_internal::LaunchWeightKernels(layout.scheme, a, tile, max_items, stream);
 }
-
-void SetFewPairGrouping(bool on) { g_few_pair_grouping.store(on); }
-
-bool FewPairGroupingEnabled() { return g_few_pair_grouping.load(std::memory_order_relaxed); }
 
 absl::Status QuantizeActivations(const float* x, int64_t n, int n_tokens, int8_t* q, float* scale, int32_t* sum,
                                  cudaStream_t stream) {

@@ -61,9 +61,7 @@ struct ExpertFfnExtras {
 // (it also suffices for any smaller n_tokens). 0 for arguments ExpertFfn would refuse.
 size_t ExpertFfnWorkspaceBytes(const ExpertLayout& layout, int max_tokens, int k, int n_expert);
 
-// The routed experts of one MoE layer for n_tokens tokens, as one grouped launch sequence (three kernels, or
-// two for a call of at most 32 pairs and 2 tokens, a decode step, whose weight kernels group the pairs and
-// quantize x themselves: FewPairGroupingEnabled):
+// The routed experts of one MoE layer for n_tokens tokens, as one grouped launch sequence (three kernels):
 //  - layout: as ComputeExpertLayout returns it;
 //  - blobs: device array of n_expert pointers, blobs[e] = the blob of expert e (laid out as `layout`), each
 //    16-byte aligned, in device memory or mapped page-locked host memory. Only the blobs of routed experts
@@ -90,13 +88,6 @@ size_t ExpertFfnWorkspaceBytes(const ExpertLayout& layout, int max_tokens, int k
 absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, int n_expert, const int32_t* ids,
                        int n_tokens, int k, const float* x, float* parts, const ExpertFfnExtras& extras,
                        void* workspace, size_t workspace_bytes, cudaStream_t stream);
-
-// Whether ExpertFfn calls of at most 32 pairs and 2 tokens skip the prepare kernel (on by default): their
-// weight kernels' blocks then group the pairs by expert and (integer schemes) quantize x themselves, the same
-// grouping and the same codes, so the results are the same bits either way. Process-wide, for tests and
-// benches that compare the two; a CUDA graph keeps the launches it was captured with. Any thread may call these.
-void SetFewPairGrouping(bool on);
-bool FewPairGroupingEnabled();
 
 // Quantizes n_tokens activations of n elements (n a positive multiple of 32) exactly as kernels/cpu's
 // QuantizeActivation: q[t*n + i], scale[t*(n/32) + b], sum[t*(n/32) + b]. The codes, scales and sums are

@@ -104,8 +104,7 @@ struct IntBlock {
   uint2 m;
 };
 
-// kSharedAct: the activations are in shared memory (a few-pair gate/up block's own x codes).
-template <Scheme S, int T, bool kSharedAct = false>
+template <Scheme S, int T>
 struct IntUnits {
   using Sc = IntScheme<S>;
   using Data = IntBlock<S>;
@@ -185,10 +184,10 @@ struct IntUnits {
     for (int t = 0; t < T; ++t) {
       const int64_t block = static_cast<int64_t>(first_block[t]) + b;
       const int4* xq = reinterpret_cast<const int4*>(act.q + 32 * block);
-      const int4 a0 = LoadActivation<kSharedAct>(xq), a1 = LoadActivation<kSharedAct>(xq + 1);
+      const int4 a0 = __ldg(xq), a1 = __ldg(xq + 1);
       const int a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-      const float xs = LoadActivation<kSharedAct>(act.scale + block);
-      const int xsum = S == Scheme::kS8 || S == Scheme::kMxfp4 ? 0 : LoadActivation<kSharedAct>(act.sum + block);
+      const float xs = __ldg(act.scale + block);
+      const int xsum = S == Scheme::kS8 || S == Scheme::kMxfp4 ? 0 : __ldg(act.sum + block);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         int dot = 0;
@@ -327,15 +326,14 @@ __device__ __forceinline__ void StreamPartials(const Units& units, int n_tiles, 
 // Rows [16 * first_tile, 16 * (first_tile + n_tiles)) of a rows x cols role for T activation rows:
 // sink(tile, row, t, value) for tile < n_tiles, row < 16 (within the tile), t < T, spread over the lanes.
 // The 8 partial sums of a row are added as ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)) by cl.
-template <Scheme S, int T, bool kSharedAct = false, typename Sink>
+template <Scheme S, int T, typename Sink>
 __device__ __forceinline__ void RowsDot(const uint8_t* role, int64_t rows, int64_t cols, int64_t first_tile,
                                         int n_tiles, const ActBase& act, const int (&first_block)[T], int lane,
                                         float* partial, Sink&& sink) {
   if constexpr (S == Scheme::kF16) {
     StreamPartials<T>(F16Units<T>(role, cols, first_tile, lane, act, first_block), n_tiles, lane, partial);
   } else {
-    StreamPartials<T>(IntUnits<S, T, kSharedAct>(role, rows, cols, first_tile, lane, act, first_block), n_tiles, lane,
-                      partial);
+    StreamPartials<T>(IntUnits<S, T>(role, rows, cols, first_tile, lane, act, first_block), n_tiles, lane, partial);
   }
   __syncwarp();
   for (int idx = lane; idx < n_tiles * 16 * T; idx += 32) {
@@ -558,11 +556,8 @@ constexpr bool kCanWalk = kTileMax == kWideTile && S != Scheme::kF16;
 
 // A unit of GateUpKernel: the 32-row strip `strip` of ff, whose gate and up rows the four warps compute;
 // then h = silu(g) * u for the strip, which is one 32-block of h, stored per slot (list position).
-// list[item.start + t]: the item's pairs (a.list, or a few-pair block's own); x: the activations (a.x, or a
-// few-pair block's codes in shared memory: kSharedAct).
-template <Scheme S, int kTileMax, bool kSharedAct = false>
-__device__ __forceinline__ void GateUpOfItem(const FfnArgs& a, const WorkItem& item, const int32_t* list,
-                                             const ActBase& x, int64_t strip) {
+template <Scheme S, int kTileMax>
+__device__ __forceinline__ void GateUpOfItem(const FfnArgs& a, const WorkItem& item, int64_t strip) {
   __shared__ float gate_up[2][32][kTileMax];  // [gate, up][row of the strip][token]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t tile = 2 * strip + (warp & 1);
@@ -572,8 +567,8 @@ __device__ __forceinline__ void GateUpOfItem(const FfnArgs& a, const WorkItem& i
     __shared__ float halves[2][2][32][kTileMax];  // [residue half][gate, up][row of the strip][token]
     const uint8_t* const both[2] = {item.blob + a.role_offset[kGate], item.blob + a.role_offset[kUp]};
     MmaTileDot<S, 2, 4>(
-        both, a.ff, a.n_embd, tile, x,
-        [&](int t) { return list[item.start + min(t, item.count - 1)] / a.k * static_cast<int>(a.n_embd / 32); },
+        both, a.ff, a.n_embd, tile, a.x,
+        [&](int t) { return a.list[item.start + min(t, item.count - 1)] / a.k * static_cast<int>(a.n_embd / 32); },
         4 * (warp >> 1), lane,
         [&](int r, int row, int t, float v) { halves[warp >> 1][r][16 * (warp & 1) + row][t] = v; });
     __syncthreads();
@@ -590,16 +585,16 @@ __device__ __forceinline__ void GateUpOfItem(const FfnArgs& a, const WorkItem& i
       int first_block[T];
 #pragma unroll
       for (int t = 0; t < T; ++t) {
-        const int token = list[item.start + min(t, item.count - 1)] / a.k;
+        const int token = a.list[item.start + min(t, item.count - 1)] / a.k;
         first_block[t] = token * static_cast<int>(a.n_embd / 32);
       }
-      RowsDot<S, T, kSharedAct>(weights, a.ff, a.n_embd, tile, 1, x, first_block, lane, partials[warp],
+      RowsDot<S, T>(weights, a.ff, a.n_embd, tile, 1, a.x, first_block, lane, partials[warp],
                     [&](int, int row, int t, float v) { gate_up[role][16 * (warp & 1) + row][t] = v; });
     });
   }
   __syncthreads();
   // gpt-oss's extras: a branch on a kernel argument, outside the products.
-  const int expert = a.has_extras ? __ldg(a.ids + list[item.start]) : 0;
+  const int expert = a.has_extras ? __ldg(a.ids + __ldg(a.list + item.start)) : 0;
   for (int t = warp; t < item.count; t += kFfnWarps) {  // a warp per token, lane = row of the strip
     const float g = gate_up[0][lane][t], u = gate_up[1][lane][t];
     const float h = a.has_extras ? ExtrasGlu(a, expert, 32 * strip + lane, g, u) : SwiGlu(g, u);
@@ -618,87 +613,18 @@ __device__ __forceinline__ void GateUpOfItem(const FfnArgs& a, const WorkItem& i
   }
 }
 
-// The n_tokens rows of x quantized into `codes` (FewPairsSharedBytes: the codes, then the block scales and
-// sums) by every warp of the block, with the codes, scales and sums of QuantizeBlock32 (the prepare kernel's):
-// eight lanes a 32-element block, four elements a lane, so that a warp's float4 loads of up to 32 blocks are
-// all in flight at once. Returns them as activations; the caller's barrier publishes them.
-__device__ __forceinline__ ActBase QuantizeRowsToShared(const FfnArgs& a, int4* codes) {
-  constexpr int kLoads = 8;              // float4s a lane loads before it quantizes them
-  constexpr int kBlocksPerLoad = 4;      // 32-element blocks a warp's float4 load covers
-  const int64_t n_blocks = a.n_tokens * (a.n_embd / 32);
-  int8_t* q = reinterpret_cast<int8_t*>(codes);
-  float* scale = reinterpret_cast<float*>(q + a.n_tokens * a.n_embd);
-  int32_t* sum = reinterpret_cast<int32_t*>(scale + n_blocks);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float4* x4 = reinterpret_cast<const float4*>(a.x_rows);
-  constexpr int64_t kWarpStride = int64_t{kFfnWarps} * kBlocksPerLoad;
-  for (int64_t b0 = warp * kBlocksPerLoad; b0 < n_blocks; b0 += kLoads * kWarpStride) {
-    float4 v[kLoads];
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int64_t b = b0 + u * kWarpStride + lane / 8;
-      v[u] = b < n_blocks ? __ldg(x4 + 8 * b + lane % 8) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int64_t b = b0 + u * kWarpStride + lane / 8;
-      if (b0 + u * kWarpStride >= n_blocks) break;  // the same in the whole warp
-      // amax as QuantizeBlock32 forms it: fmaxf drops NaN; the maximum does not depend on the order.
-      float amax = fmaxf(fmaxf(fmaxf(fabsf(v[u].x), 0.0f), fmaxf(fabsf(v[u].y), 0.0f)),
-                         fmaxf(fmaxf(fabsf(v[u].z), 0.0f), fmaxf(fabsf(v[u].w), 0.0f)));
-#pragma unroll
-      for (int offset = 4; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
-      const float s = __fdiv_rn(amax, 127.0f);
-      auto code = [s](float e) {
-        return s != 0.0f ? __float2int_rn(fminf(fmaxf(__fdiv_rn(e, s), -127.0f), 127.0f)) : 0;
-      };
-      const int c0 = code(v[u].x), c1 = code(v[u].y), c2 = code(v[u].z), c3 = code(v[u].w);
-      int block_sum = c0 + c1 + c2 + c3;
-#pragma unroll
-      for (int offset = 4; offset > 0; offset >>= 1) block_sum += __shfl_xor_sync(kFullMask, block_sum, offset);
-      if (b < n_blocks) {
-        reinterpret_cast<char4*>(q)[8 * b + lane % 8] = make_char4(c0, c1, c2, c3);
-        if (lane % 8 == 0) {
-          scale[b] = s;
-          sum[b] = block_sum;
-        }
-      }
-    }
-  }
-  return ActBase{q, scale, sum, nullptr};
-}
-
-// kFewPairs (FfnArgs::few_pairs; narrow tiles, no walk): grid (n_pairs, strips); block (i, strip) finds work
-// item i itself and quantizes x into its dynamic shared memory (integer schemes); the blocks of strip 0 write
-// the grouping out for the down kernel, as the prepare kernel would.
-template <Scheme S, int kTileMax, bool kWalk, bool kFewPairs>
+template <Scheme S, int kTileMax, bool kWalk>
 __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUpKernel(const FfnArgs a) {
   WaitForPriorKernels();
-  if constexpr (kFewPairs) {
-    static_assert(kTileMax == kNarrowTile && !kWalk);
-    __shared__ FewPairsItem s_item;
-    extern __shared__ int4 s_x_codes[];
-    if (threadIdx.x < 32) FindFewPairsItem(a, blockIdx.x, &s_item);
-    constexpr bool kQuantized = S != Scheme::kF16;
-    const ActBase x = kQuantized ? QuantizeRowsToShared(a, s_x_codes) : a.x;
-    __syncthreads();
-    if (blockIdx.y == 0) {
-      if (threadIdx.x == 0 && blockIdx.x == 0) *a.n_items = s_item.n_items;
-      if (threadIdx.x == 0 && s_item.item.count > 0) a.items[blockIdx.x] = s_item.item;
-      if (threadIdx.x < s_item.item.count) a.list[s_item.item.start + threadIdx.x] = s_item.pairs[threadIdx.x];
-    }
-    if (s_item.item.count > 0) {  // the same in the whole block
-      GateUpOfItem<S, kTileMax, kQuantized>(a, s_item.item, s_item.pairs - s_item.item.start, x, blockIdx.y);
-    }
-  } else if constexpr (kWalk) {
+  if constexpr (kWalk) {
     for (UnitWalk walk(a, static_cast<int>(a.ff / 32)); walk.valid(); walk.Next()) {
-      GateUpOfItem<S, kTileMax>(a, walk.item, a.list, a.x, walk.part);
+      GateUpOfItem<S, kTileMax>(a, walk.item, walk.part);
       __syncthreads();  // the next unit's stores to shared memory after this one's loads (belt and braces)
     }
   } else {
     const int n_items = *a.n_items;
     const WorkItem item = a.items[blockIdx.x];  // in bounds (the grid is the item bound); used only if valid
-    if (static_cast<int>(blockIdx.x) < n_items) GateUpOfItem<S, kTileMax>(a, item, a.list, a.x, blockIdx.y);
+    if (static_cast<int>(blockIdx.x) < n_items) GateUpOfItem<S, kTileMax>(a, item, blockIdx.y);
   }
 }
 
@@ -781,16 +707,15 @@ absl::Status UnitGrid(void (*kernel)(FfnArgs), int64_t max_items, int64_t parts,
   return absl::OkStatus();
 }
 
-template <Scheme S, int kTileMax, bool kWalk, bool kFewPairs = false>
+template <Scheme S, int kTileMax, bool kWalk>
 absl::Status LaunchPair(const FfnArgs& a, int64_t max_items, cudaStream_t stream) {
-  constexpr auto gate_up_kernel = GateUpKernel<S, kTileMax, kWalk, kFewPairs>;
+  constexpr auto gate_up_kernel = GateUpKernel<S, kTileMax, kWalk>;
   constexpr auto down_kernel = DownKernel<S, kTileMax, kWalk>;
   dim3 gate_up_grid, down_grid;
   const absl::Status gate_up_sized = UnitGrid<kWalk>(gate_up_kernel, max_items, a.ff / 32, &gate_up_grid);
   if (!gate_up_sized.ok()) return gate_up_sized;
-  const size_t x_codes_bytes = kFewPairs ? static_cast<size_t>(FewPairsSharedBytes(S, a.n_tokens, a.n_embd)) : 0;
-  const absl::Status gate_up = LaunchKernel("ExpertFfn gate/up kernel", gate_up_kernel, gate_up_grid, kFfnThreads,
-                                            x_codes_bytes, stream, a);
+  const absl::Status gate_up =
+      LaunchKernel("ExpertFfn gate/up kernel", gate_up_kernel, gate_up_grid, kFfnThreads, 0, stream, a);
   if (!gate_up.ok()) return gate_up;
 
   const absl::Status down_sized = UnitGrid<kWalk>(down_kernel, max_items, DownGroups(a), &down_grid);
@@ -800,9 +725,6 @@ absl::Status LaunchPair(const FfnArgs& a, int64_t max_items, cudaStream_t stream
 
 template <Scheme S, int kTileMax>
 absl::Status Launch(const FfnArgs& a, int64_t max_items, cudaStream_t stream) {
-  if constexpr (kTileMax == kNarrowTile) {
-    if (a.few_pairs) return LaunchPair<S, kTileMax, false, true>(a, max_items, stream);
-  }
   if constexpr (kCanWalk<S, kTileMax>) {
     if (a.extras.mostly_skipped) return LaunchPair<S, kTileMax, true>(a, max_items, stream);
   }

@@ -135,36 +135,6 @@ class ExpertFfnGpuTest : public ::testing::TestWithParam<Scheme> {
     const std::vector<float> again = Run(layer, c.n_expert, ids, c.n_tokens, c.k, x, walked);
     EXPECT_EQ(std::memcmp(parts.data(), again.data(), parts.size() * sizeof(float)), 0)
         << c.name << ": a second run (items walked) gave different bits";
-    // A third with the prepare kernel for few-pair calls too (decode steps of 1 or 2 tokens group their pairs
-    // and quantize x in the weight kernels' blocks by default): the same bits.
-    SetFewPairGrouping(false);
-    const std::vector<float> prepared = Run(layer, c.n_expert, ids, c.n_tokens, c.k, x, device_extras);
-    SetFewPairGrouping(true);
-    EXPECT_EQ(std::memcmp(parts.data(), prepared.data(), parts.size() * sizeof(float)), 0)
-        << c.name << ": a third run (the prepare kernel's grouping) gave different bits";
-  }
-
-  // The kernel nodes of one ExpertFfn call captured in a graph.
-  size_t CapturedKernels(const Layer& layer, int n_expert, int n_tokens, int k) {
-    const std::vector<int32_t> ids(static_cast<size_t>(n_tokens) * k, 0);
-    DeviceBuffer d_ids = Upload(ids);
-    DeviceBuffer d_x = Upload(std::vector<float>(static_cast<size_t>(n_tokens) * layer.layout.n_embd, 1.0f));
-    DeviceBuffer parts = Upload(std::vector<float>(ids.size() * layer.layout.n_embd, 0.0f));
-    const size_t ws_bytes = ExpertFfnWorkspaceBytes(layer.layout, n_tokens, k, n_expert);
-    absl::StatusOr<DeviceBuffer> ws = DeviceBuffer::Allocate(ws_bytes);
-    EXPECT_TRUE(ws.ok()) << ws.status();
-    if (!ws.ok()) return 0;
-    cudaGraph_t graph = nullptr;
-    EXPECT_TRUE(CudaOk(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal)));
-    const absl::Status captured =
-        ExpertFfn(layer.layout, layer.blob_table.as<const uint8_t* const>(), n_expert, d_ids.as<int32_t>(), n_tokens,
-                  k, d_x.as<float>(), parts.as<float>(), {}, ws->data(), ws_bytes, stream_);
-    EXPECT_TRUE(CudaOk(cudaStreamEndCapture(stream_, &graph)));
-    EXPECT_TRUE(captured.ok()) << captured;
-    size_t nodes = 0;
-    EXPECT_TRUE(CudaOk(cudaGraphGetNodes(graph, nullptr, &nodes)));
-    cudaGraphDestroy(graph);
-    return nodes;
   }
 
   cudaStream_t stream_ = nullptr;
@@ -207,32 +177,6 @@ TEST_P(ExpertFfnGpuTest, FewPairsWithSkipsAndAHotExpert) {
   RunCase({"4 tokens with skips", 2560, 640, 64, 4, 8, Routing::kWithSkips, Weights::kRandomCodes});
   RunCase({"hot expert, 16 tokens", 2048, 768, 64, 16, 2, Routing::kHotExpert, Weights::kRandomCodes});
   RunCase({"3 tokens, top-10 of 512", 2560, 640, 512, 3, 10, Routing::kRandom, Weights::kRandomCodes});
-  // Two tokens: the few-pair form (no prepare kernel), with skips, and with work items of two pairs (token 0
-  // names the hot expert in all its slots, token 1 once more).
-  RunCase({"2 tokens with skips", 2560, 640, 64, 2, 8, Routing::kWithSkips, Weights::kRandomCodes});
-  RunCase({"2 tokens, a hot expert", 2048, 768, 64, 2, 4, Routing::kHotExpert, Weights::kRandomCodes});
-  // Two tokens whose x codes would take more than the few-pair form's 32 KiB of shared memory: the prepare
-  // kernel again.
-  RunCase({"2 tokens of 16384", 16384, 128, 8, 2, 2, Routing::kRandom, Weights::kRandomCodes});
-}
-
-// A decode step of one or two tokens is two kernels (its blocks group the pairs themselves), three with the
-// few-pair form off or for more tokens.
-TEST_P(ExpertFfnGpuTest, FewPairCallsLaunchNoPrepareKernel) {
-  const ExpertLayout l = Layout(2560, 640);
-  const int n_expert = 16;
-  std::mt19937 rng(5);
-  const Layer layer = MakeLayer(l, n_expert, {0}, Weights::kRandomCodes, false, rng());
-  EXPECT_TRUE(FewPairGroupingEnabled());
-  EXPECT_EQ(CapturedKernels(layer, n_expert, 1, 8), 2u);
-  EXPECT_EQ(CapturedKernels(layer, n_expert, 2, 8), 2u);
-  EXPECT_EQ(CapturedKernels(layer, n_expert, 2, 16), 2u);  // 32 pairs
-  EXPECT_EQ(CapturedKernels(layer, n_expert, 3, 8), 3u);   // 3 tokens
-  EXPECT_EQ(CapturedKernels(layer, n_expert, 4, 8), 3u);   // 32 pairs of 4 tokens
-  EXPECT_EQ(CapturedKernels(layer, n_expert, 3, 16), 3u);  // 48 pairs
-  SetFewPairGrouping(false);
-  EXPECT_EQ(CapturedKernels(layer, n_expert, 1, 8), 3u);
-  SetFewPairGrouping(true);
 }
 
 TEST_P(ExpertFfnGpuTest, PrefillWithAHotExpert) {  // wide: the hot expert's 303 pairs in 38 items
