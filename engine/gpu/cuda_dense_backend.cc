@@ -433,7 +433,8 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
   TokenSlot* host = slots_host_.as<TokenSlot>();
   for (int t = 0; t < n; ++t) {
     const model::ForwardToken& tok = tokens[t];
-    // A cache without rings keeps capacity slots in every layer, windowed ones included.
+    // A cache without rings keeps capacity slots in every layer, windowed ones included; one with rings has them
+    // for the model's windows (Model::CheckBatch), so the first windowed layer's is every ring's length.
     const int64_t ring_slots = tok.cache->windowed() ? tok.cache->slots(first_windowed_) : tok.cache->capacity();
     host[t] = TokenSlot{tok.cache->keys(), tok.cache->values(), tok.cache->capacity(), static_cast<int32_t>(tok.pos),
                         tok.token, ring_slots};

@@ -75,10 +75,11 @@ KvCache::KvCache(KvCachePool* pool, const KvShape& shape, int64_t capacity, uint
     LayerSlots& layer = layers_[l];
     layer.first = first;
     layer.slots = SlotsOfLayer(shape, l, capacity);
+    layer.window = WindowOf(shape, l);
     layer.ring = layer.slots < capacity;
     if (layer.ring) {
       windowed_ = true;
-      step_positions_ = std::min(step_positions_, layer.slots - WindowOf(shape, l) + 1);
+      step_positions_ = std::min(step_positions_, layer.slots - layer.window + 1);
     }
     first += layer.slots;
   }

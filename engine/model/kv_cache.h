@@ -64,6 +64,7 @@ class KvCache {
 
   // Positions the sequence may reach: key(layer, pos) is defined for pos < capacity.
   int64_t capacity() const { return capacity_; }
+  int64_t n_layer() const { return static_cast<int64_t>(layers_.size()); }
   int64_t key_dim() const { return layout_.key_dim; }
   int64_t value_dim() const { return layout_.value_dim; }
   // The start of the keys and values; [layer][capacity][dim] only when !windowed().
@@ -76,6 +77,8 @@ class KvCache {
   int64_t step_positions() const { return step_positions_; }
   // Slots layer `layer` keeps: capacity, or its ring's length.
   int64_t slots(int64_t layer) const { return layers_[layer].slots; }
+  // The window layer `layer`'s ring was sized for (KvShape::windows), 0 for a layer that keeps every position.
+  int64_t window(int64_t layer) const { return layers_[layer].ring ? layers_[layer].window : 0; }
   // key_dim (value_dim) floats for (layer, pos); pos < capacity, and for a windowed layer one of its last
   // slots(layer) positions written. Host-accessible memory only.
   float* key(int64_t layer, int64_t pos) const { return keys_ + Slot(layer, pos) * layout_.key_dim; }
@@ -87,6 +90,7 @@ class KvCache {
   struct LayerSlots {
     int64_t first = 0;  // the layer's first slot, counted over all layers
     int64_t slots = 0;
+    int64_t window = 0;
     bool ring = false;
   };
   KvCache(KvCachePool* pool, const KvShape& shape, int64_t capacity, uint64_t bytes, void* data);

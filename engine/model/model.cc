@@ -15,6 +15,29 @@ absl::Status Mismatch(const char* what, int64_t pack_value, int64_t model_value)
                                                  " but dense.gguf says ", model_value));
 }
 
+// Whether `cache` is laid out for `config`: its layers and key and value widths, and each ring sized for
+// that layer's window (a ring for another window would hold the wrong positions, and the CUDA backend places
+// every layer's slots from the model's windows). A cache without rings fits any windows.
+absl::Status CheckCacheFits(const KvCache& cache, const ModelConfig& config) {
+  const KvLayout layout = CacheLayout(config);
+  if (cache.n_layer() != config.n_layer || cache.key_dim() != layout.key_dim ||
+      cache.value_dim() != layout.value_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a KV cache of ", cache.n_layer(), " layers of keys ", cache.key_dim(), " and values ", cache.value_dim(),
+        " wide reached a model that needs ", config.n_layer, " layers of ", layout.key_dim, " and ",
+        layout.value_dim));
+  }
+  if (!cache.windowed()) return absl::OkStatus();
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    if (cache.slots(l) < cache.capacity() && cache.window(l) != AttentionWindow(config, l)) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", l, " of a KV cache keeps a ring for a window of ",
+                                                     cache.window(l), " positions; the model's is ",
+                                                     AttentionWindow(config, l)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const pack::Pack& pack) {
@@ -65,6 +88,8 @@ absl::Status Model::CheckBatch(std::span<const ForwardToken> tokens) const {
       return absl::OutOfRangeError(absl::StrCat("position ", t.pos, " is outside the sequence's KV cache (",
                                                 t.cache == nullptr ? 0 : t.cache->capacity(), " positions)"));
     }
+    // A sequence's tokens come together in a step: check each cache once.
+    if (i == 0 || tokens[i - 1].cache != t.cache) RETURN_IF_ERROR(CheckCacheFits(*t.cache, config_));
   }
   // A windowed layer's ring holds the window plus step_positions() - 1 positions: a step spanning more
   // positions of one sequence would overwrite keys its own earlier queries attend to.

@@ -44,6 +44,11 @@ class LoadedTiny {
   }
   Model& model() { return *loaded_.model; }
   std::unique_ptr<KvCache> NewCache() { return *kv_->Allocate(64); }
+  // A cache of another shape (from a pool kept for the model's lifetime).
+  std::unique_ptr<KvCache> NewCacheOf(const KvShape& shape) {
+    other_pools_.push_back(std::make_unique<KvCachePool>(shape, uint64_t{1} << 26, model().backend().kv_memory()));
+    return *other_pools_.back()->Allocate(64);
+  }
   // Positions first .. first + n - 1 of each cache in one step.
   absl::Status Step(const std::vector<KvCache*>& caches, int64_t first, int64_t n) {
     std::vector<ForwardToken> batch;
@@ -60,6 +65,7 @@ class LoadedTiny {
   std::unique_ptr<exec::ThreadPool> pool_;
   runtime::LoadedModel loaded_;
   std::unique_ptr<KvCachePool> kv_;
+  std::vector<std::unique_ptr<KvCachePool>> other_pools_;
   std::vector<float> logits_;
 };
 
@@ -82,6 +88,47 @@ TEST(ModelTest, CachesWithoutWindowsTakeAnyStep) {
   std::unique_ptr<KvCache> cache = tiny.NewCache();
   EXPECT_FALSE(cache->windowed());
   EXPECT_TRUE(tiny.Step({cache.get()}, 0, 64).ok());
+}
+
+// A cache laid out for another model (layers, key or value widths, rings for other windows) is refused before
+// any block reads it; one without rings fits any model, sliding windows included.
+TEST(ModelTest, ACacheLaidOutForAnotherModelIsRefused) {
+  LoadedTiny tiny("gpt-oss");
+  const KvShape own = CacheShape(tiny.model().config(), 4);
+  ASSERT_FALSE(own.windows.empty());
+  auto refused = [&](KvShape shape, const std::string& says) {
+    std::unique_ptr<KvCache> cache = tiny.NewCacheOf(shape);
+    const absl::Status s = tiny.Step({cache.get()}, 0, 1);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr(says));
+  };
+  KvShape shape = own;
+  shape.n_layer += 1;
+  shape.windows.push_back(0);
+  refused(shape, absl::StrCat("a KV cache of ", own.n_layer + 1, " layers"));
+  shape = own;
+  shape.layout.key_dim += 4;
+  refused(shape, "reached a model that needs");
+  shape = own;
+  shape.layout.value_dim -= 4;
+  refused(shape, "reached a model that needs");
+  int64_t windowed = 0;
+  while (own.windows[windowed] == 0) ++windowed;
+  shape = own;
+  shape.windows[windowed] = own.windows[windowed] / 2;
+  refused(shape, absl::StrCat("layer ", windowed, " of a KV cache keeps a ring for a window of ",
+                              own.windows[windowed] / 2, " positions; the model's is ", own.windows[windowed]));
+  shape = own;
+  const int64_t unwindowed = own.windows[0] == 0 ? 0 : 1;
+  ASSERT_EQ(own.windows[unwindowed], 0);
+  shape.windows[unwindowed] = own.windows[windowed];
+  refused(shape, absl::StrCat("layer ", unwindowed, " of a KV cache keeps a ring"));
+  // No rings at all: every layer keeps every position.
+  shape = own;
+  shape.windows.clear();
+  std::unique_ptr<KvCache> plain = tiny.NewCacheOf(shape);
+  ASSERT_FALSE(plain->windowed());
+  EXPECT_TRUE(tiny.Step({plain.get()}, 0, 8).ok());
 }
 
 // Records the blocks a step runs, in order, around the CPU backend and dispatch; the dispatch wants routing
