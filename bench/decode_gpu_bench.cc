@@ -302,6 +302,15 @@ int main(int argc, char** argv) {
   std::printf("HBM copy bandwidth %.0f GB/s (read + write); PCIe host-to-device %.1f GB/s (page-locked); DRAM read "
               "%.1f GB/s (%d threads)\n",
               *hbm, *pcie, dram, host_threads);
+  // The floor under each kernel of a decode step: a decode layer is a chain of about ten dependent kernels.
+  const absl::StatusOr<double> link = strata::kernels::cuda::MeasureDependentKernelMicros();
+  if (link.ok()) {
+    std::printf("a kernel in a chain of dependent kernels (480 in a graph, 132 blocks, one L2 read each, dependent "
+                "launch %s): %.2f us\n",
+                strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off", *link);
+  } else {
+    std::printf("chain probe: %s\n", std::string(link.status().message()).c_str());
+  }
   const double miss_gbps = miss_path == "gpu" ? *pcie : miss_path == "cpu" ? dram : *pcie + dram;
   int64_t longest = 0;
   for (int64_t p : prefill) longest = std::max(longest, p);

@@ -32,6 +32,13 @@ absl::StatusOr<double> MeasureDeviceCopyGBps(size_t bytes = size_t{1} << 30, int
 // Host-to-device bandwidth over PCIe from page-locked memory, GB/s, the median of `repeats` copies.
 absl::StatusOr<double> MeasureHostToDeviceGBps(size_t bytes = size_t{1} << 30, int repeats = 5);
 
+// What one kernel adds to a chain of dependent kernels: a CUDA graph of `kernels` launches on one stream, made
+// as the decode step's launchers make theirs (programmatic dependent launch when DependentLaunchEnabled), each
+// of `blocks` blocks of 128 threads that wait for the kernel before, read a value it wrote (one L2 round trip)
+// and write one for the next. Microseconds a kernel, the median of `repeats` replays after a warm-up: the floor
+// under each kernel of a decode step, whatever its work. INVALID_ARGUMENT for kernels, blocks or repeats < 1.
+absl::StatusOr<double> MeasureDependentKernelMicros(int kernels = 480, int blocks = 132, int repeats = 20);
+
 }  // namespace strata::kernels::cuda
 
 #endif  // STRATA_KERNELS_CUDA_DEVICE_INFO_H_

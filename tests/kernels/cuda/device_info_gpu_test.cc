@@ -18,5 +18,16 @@ TEST(CudaDeviceTest, SmokeKernelComputesTheRightSums) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
+// The chain probe the decode bench prints beside its results: a positive time a kernel, far below a
+// millisecond, and a refusal of empty chains.
+TEST(CudaDeviceTest, DependentKernelProbeMeasuresAKernelOfAChain) {
+  const absl::StatusOr<double> micros = MeasureDependentKernelMicros(64, 8, 3);
+  ASSERT_TRUE(micros.ok()) << micros.status();
+  EXPECT_GT(*micros, 0.0);
+  EXPECT_LT(*micros, 1000.0);
+  EXPECT_EQ(MeasureDependentKernelMicros(0, 8, 3).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MeasureDependentKernelMicros(64, 0, 3).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace strata::kernels::cuda
