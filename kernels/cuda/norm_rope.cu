@@ -60,9 +60,14 @@ template <typename V>
 __global__ void __launch_bounds__(kNormThreads)
     CombineAndNormKernel(const float* parts, const float* weights, int k, int64_t n, float* x, const float* norm_weight,
                          float eps, float* h) {
-  WaitForPriorKernels();
   constexpr int kWidth = sizeof(V) / sizeof(float);
   const int64_t t = blockIdx.x, nv = n / kWidth;
+  const V* g = reinterpret_cast<const V*>(norm_weight);
+  // The norm weight of this thread's first element, read while the kernel before finishes (a weight: no kernel
+  // writes it), so that the last loop below waits for no load (a row of up to 1024 Vs is that element alone).
+  V g_first{};
+  if (g != nullptr && threadIdx.x < nv) g_first = __ldg(g + threadIdx.x);
+  WaitForPriorKernels();
   V* xt = reinterpret_cast<V*>(x + t * n);
   const float* wt = weights + t * k;
   const V* pt = reinterpret_cast<const V*>(parts + t * k * n);
@@ -92,9 +97,10 @@ __global__ void __launch_bounds__(kNormThreads)
   if (norm_weight == nullptr) return;  // the same for the whole block
   const float scale = RmsScale(detail::BlockSumDouble(sum), n, eps);
   V* ht = reinterpret_cast<V*>(h + t * n);
-  const V* g = reinterpret_cast<const V*>(norm_weight);
   // Each thread reads back only the elements it wrote.
-  for (int64_t i = threadIdx.x; i < nv; i += kNormThreads) ht[i] = xt[i] * scale * g[i];
+  for (int64_t i = threadIdx.x; i < nv; i += kNormThreads) {
+    ht[i] = xt[i] * scale * (i == threadIdx.x ? g_first : g[i]);
+  }
 }
 
 // A warp per head: blockIdx.y is the token, blockIdx.x * kRopeWarps + warp the head (q heads first, then

@@ -551,12 +551,15 @@ __global__ void __launch_bounds__(kRouterThreads, 2)
   const float4* const g4 = reinterpret_cast<const float4*>(norm.weight);
   const bool normed = norm.weight != nullptr;
 
-  // The first run of weights is in flight while the kernel before finishes and the norm's sums form.
-  float4 wv[kDecodeWeightRun];
+  // The first run of weights and of the norm's weights is in flight while the kernel before finishes and the
+  // norm's sums form.
+  float4 wv[kDecodeWeightRun], gv[kDecodeWeightRun];
   auto load_run = [&](int64_t run_first) {
 #pragma unroll
-    for (int u = 0; u < kDecodeWeightRun; ++u)
+    for (int u = 0; u < kDecodeWeightRun; ++u) {
       wv[u] = wr != nullptr ? LoadOrZero(wr, run_first + u * kRowStride, n4) : Zero4();
+      gv[u] = normed ? LoadOrZero(g4, run_first + u * kRowStride, n4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    }
   };
   load_run(first);
   WaitForPriorKernels();  // the router's weights are no kernel's output; x is
@@ -568,11 +571,6 @@ __global__ void __launch_bounds__(kRouterThreads, 2)
   for (int t = 0; t < kRouterTokens; ++t) acc[t] = 0.0f;
   for (int64_t run_first = first; run_first < n4; run_first += kDecodeWeightRun * kRowStride) {
     if (run_first != first) load_run(run_first);
-    float4 g[kDecodeWeightRun];
-#pragma unroll
-    for (int u = 0; u < kDecodeWeightRun; ++u) {
-      g[u] = normed ? LoadOrZero(g4, run_first + u * kRowStride, n4) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-    }
 #pragma unroll
     for (int t = 0; t < kRouterTokens; ++t) {
       if (t < block_tokens) {  // the same in the whole block
@@ -582,7 +580,7 @@ __global__ void __launch_bounds__(kRouterThreads, 2)
         for (int u = 0; u < kDecodeWeightRun; ++u) xv[u] = LoadOrZero(xt, run_first + u * kRowStride, n4);
 #pragma unroll
         for (int u = 0; u < kDecodeWeightRun; ++u) {
-          if (normed) xv[u] = Normed(xv[u], s_scale[t], g[u]);
+          if (normed) xv[u] = Normed(xv[u], s_scale[t], gv[u]);
           acc[t] = fmaf(wv[u].x, xv[u].x, acc[t]);
           acc[t] = fmaf(wv[u].y, xv[u].y, acc[t]);
           acc[t] = fmaf(wv[u].z, xv[u].z, acc[t]);
