@@ -438,6 +438,12 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
     const int64_t ring_slots = tok.cache->windowed() ? tok.cache->slots(first_windowed_) : tok.cache->capacity();
     host[t] = TokenSlot{tok.cache->keys(), tok.cache->values(), tok.cache->capacity(), static_cast<int32_t>(tok.pos),
                         tok.token, ring_slots};
+    // The step writes this sequence's positions from its lowest in the batch on.
+    int64_t first_new = tok.pos;
+    for (int u = 0; u < n; ++u) {
+      if (tokens[u].cache == tok.cache) first_new = std::min(first_new, tokens[u].pos);
+    }
+    host[t].first_new = static_cast<int32_t>(first_new);
   }
   float* pad = pad_cache_.as<float>();
   const int64_t pad_keys = config_.n_layer * model::CacheLayout(config_).key_dim;

@@ -10,7 +10,9 @@
 // writes its (m, l, O) to the workspace and the last of them to finish (a counter per (token, kv head),
 // which it resets) merges them in split order. Splits wholly past a token's position, or wholly before its
 // sliding window (AttentionSinkWindow), exit at once; the window's first live split starts at the window.
-// A sink joins the denominator where the output is divided (DivideWithSink).
+// A sink joins the denominator where the output is divided (DivideWithSink). Keys and values of positions
+// an earlier step wrote (below TokenSlot::first_new) are loaded before the wait for the kernel before, so
+// that after it a block's chain starts with q and the step's new positions alone.
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +23,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dense_device.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/grid_count.cuh"
 
 namespace strata::kernels::cuda::detail {
 namespace {
@@ -31,7 +34,9 @@ constexpr int kDecodeGranule = 64;    // split lengths are multiples of this man
 constexpr int kDecodeMaxSplit = 512;  // positions of the score buffer
 constexpr int kDecodeTargetBlocks = 264;
 constexpr int kDecodeMaxSplits = 1024;
-constexpr int kDecodeRowsPerPass = 4;  // K / V rows a warp loads before using them
+// K / V rows a warp loads before using them: eight where the registers allow (the first pass's keys and
+// values are held from before the wait to the products), four for the largest groups.
+__host__ __device__ constexpr int RowsPerPass(int ng, int per) { return ng * per <= 32 ? 8 : 4; }
 
 // Reduces N values (N a power of two, <= 32) over the warp at once. Returns, in lane l, the sum over the
 // warp of value index l >> (5 - log2 N) (for N = 1, the sum of v[0] in every lane). Clobbers v.
@@ -83,19 +88,19 @@ size_t DecodeSharedBytes(int group, int head_dim, int split_len) {
 // D: head_dim; NG: G rounded up to a power of two (the values each lane reduces at once).
 template <int D, int NG>
 __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const DecodeAttentionArgs a) {
-  WaitForPriorKernels();
   constexpr int kPer = D / 32;
   constexpr int kShift = 5 - Log2(NG);
+  constexpr int kRows = RowsPerPass(NG, kPer);
   extern __shared__ float4 decode_shared_raw[];
   float* const s_q = reinterpret_cast<float*>(decode_shared_raw);
   float* const s_p = s_q + a.group * D;
   float* const s_o = s_p + a.group * a.split_len;
   __shared__ float s_m[NG], s_l[NG];
-  __shared__ bool s_is_last;
 
   const int token = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int G = a.group;
+  // The slots are the step's input, uploaded before its first kernel: read before the wait.
   const TokenSlot slot = a.slots[token];
   // Positions [first, pos] are attended to; the live splits are those that hold some of them.
   const int first = a.window > 0 ? max(0, slot.pos - a.window + 1) : 0;
@@ -103,33 +108,61 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
   const int split_begin = split * a.split_len;
   const int begin = max(split_begin, first);
   const int n_pos = min(split_begin + a.split_len, slot.pos + 1) - begin;
-  // Past the token's position or wholly before its window: no part to write, not counted.
-  if (n_pos <= 0 || split < first_split) return;
-  const int live_splits = (slot.pos + a.split_len) / a.split_len - first_split;
-  const int64_t row0 = static_cast<int64_t>(token) * a.n_head + static_cast<int64_t>(kv_head) * G;
-
-  for (int i = threadIdx.x; i < G * D / 4; i += kDecodeThreads) {
-    reinterpret_cast<float4*>(s_q)[i] = __ldg(reinterpret_cast<const float4*>(a.q + row0 * D) + i);
-  }
-  __syncthreads();
-
+  const bool live = n_pos > 0 && split >= first_split;
   const int64_t kv_dim = static_cast<int64_t>(a.n_head_kv) * D;
   const int64_t base = LayerFirstSlot(slot, a.place) * kv_dim + static_cast<int64_t>(kv_head) * D + lane * kPer;
   const float* const keys = slot.keys + base;
   const float* const values = slot.values + base;
   // Row j of this split: position begin + j, in its slot (a windowed layer's ring wraps).
   const auto row = [&](int j) { return PositionSlot(slot, a.place, begin + j) * kv_dim; };
+  // This warp's rows of the first pass, keys and values, those at positions an earlier step wrote
+  // (TokenSlot::first_new) loaded before the wait: the chain after it then starts with q alone.
+  float k0[kRows][kPer], v0[kRows][kPer];
+  const auto written_before = [&](int j) { return j < n_pos && begin + j < slot.first_new; };
+  if (live) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int j = warp + r * kDecodeWarps;
+      if (written_before(j)) {
+        LoadRow<kPer>(keys + row(j), k0[r]);
+        LoadRow<kPer>(values + row(j), v0[r]);
+      }
+    }
+  }
+  WaitForPriorKernels();
+  // Past the token's position or wholly before its window: no part to write, not counted.
+  if (!live) return;
+  const int live_splits = (slot.pos + a.split_len) / a.split_len - first_split;
+  const int64_t row0 = static_cast<int64_t>(token) * a.n_head + static_cast<int64_t>(kv_head) * G;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int j = warp + r * kDecodeWarps;
+    if (j < n_pos && !written_before(j)) {
+      LoadRow<kPer>(keys + row(j), k0[r]);
+      LoadRow<kPer>(values + row(j), v0[r]);
+    }
+  }
+
+  for (int i = threadIdx.x; i < G * D / 4; i += kDecodeThreads) {
+    reinterpret_cast<float4*>(s_q)[i] = __ldg(reinterpret_cast<const float4*>(a.q + row0 * D) + i);
+  }
+  __syncthreads();
 
   // Scores, scaled, into s_p[g][j].
-  for (int j0 = warp; j0 < n_pos; j0 += kDecodeRowsPerPass * kDecodeWarps) {
-    float k[kDecodeRowsPerPass][kPer];
+  for (int j0 = warp; j0 < n_pos; j0 += kRows * kDecodeWarps) {
+    float k[kRows][kPer];
 #pragma unroll
-    for (int r = 0; r < kDecodeRowsPerPass; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const int j = j0 + r * kDecodeWarps;
-      if (j < n_pos) LoadRow<kPer>(keys + row(j), k[r]);
+      if (j0 == warp) {
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) k[r][c] = k0[r][c];
+      } else if (j < n_pos) {
+        LoadRow<kPer>(keys + row(j), k[r]);
+      }
     }
 #pragma unroll
-    for (int r = 0; r < kDecodeRowsPerPass; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const int j = j0 + r * kDecodeWarps;
       if (j >= n_pos) break;
       float dots[NG];
@@ -174,15 +207,20 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
 #pragma unroll
     for (int c = 0; c < kPer; ++c) o[g][c] = 0.0f;
   }
-  for (int j0 = warp; j0 < n_pos; j0 += kDecodeRowsPerPass * kDecodeWarps) {
-    float v[kDecodeRowsPerPass][kPer];
+  for (int j0 = warp; j0 < n_pos; j0 += kRows * kDecodeWarps) {
+    float v[kRows][kPer];
 #pragma unroll
-    for (int r = 0; r < kDecodeRowsPerPass; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const int j = j0 + r * kDecodeWarps;
-      if (j < n_pos) LoadRow<kPer>(values + row(j), v[r]);
+      if (j0 == warp) {
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) v[r][c] = v0[r][c];
+      } else if (j < n_pos) {
+        LoadRow<kPer>(values + row(j), v[r]);
+      }
     }
 #pragma unroll
-    for (int r = 0; r < kDecodeRowsPerPass; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       const int j = j0 + r * kDecodeWarps;
       if (j >= n_pos) break;
 #pragma unroll
@@ -227,13 +265,8 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
   if (live_splits == 1) return;
 
   // Count this split in; the last one merges every live split of (token, kv head) in split order.
-  __threadfence();
-  __syncthreads();
   unsigned* const counter = a.counters + static_cast<int64_t>(token) * a.n_head_kv + kv_head;
-  if (threadIdx.x == 0) s_is_last = atomicAdd(counter, 1u) == static_cast<unsigned>(live_splits - 1);
-  __syncthreads();
-  if (!s_is_last) return;
-  __threadfence();
+  if (!detail::CountInIsLast(counter, live_splits)) return;
   for (int i = threadIdx.x; i < G * D; i += kDecodeThreads) {
     const int g = i / D, d = i % D;
     const int64_t row = row0 + g;

@@ -170,6 +170,10 @@ struct TokenSlot {
   // Slots of each windowed layer's ring in that cache (model::KvCache::slots of such a layer, every ring the
   // same length); read only for a KvPlace with rings before it or its own, where it must be >= 1.
   int64_t ring_slots = 0;
+  // Positions below it were written by earlier steps: the decode attention reads their keys and values before
+  // it waits for the step's kernels before it (one of which writes this step's positions). 0 for none; at most
+  // the lowest position the step holds for this token's sequence.
+  int32_t first_new = 0;
 };
 
 // Where one layer's keys and values sit in each token's cache, as model::KvCache lays them out: after

@@ -35,6 +35,7 @@
 #include "kernels/cuda/dense_device.cuh"
 #include "kernels/cuda/dense_kernels.h"
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/grid_count.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -534,7 +535,6 @@ template <int kGating>
 __global__ void __launch_bounds__(kRouterThreads, 2)
     RouterKernel(const float* w, int n_expert, int64_t n, const float* x, RouterNorm norm, RouterGate gate,
                  int n_tokens, int k, int32_t* ids, float* weights, unsigned* counters, float* logits) {
-  __shared__ bool s_is_last;
   __shared__ float s_partial[kWarpsPerExpert][kExpertsPerBlock][kRouterTokens];
   __shared__ double s_squares[kWarpsPerExpert][kRouterTokens];
   __shared__ float s_scale[kRouterTokens];
@@ -604,13 +604,7 @@ __global__ void __launch_bounds__(kRouterThreads, 2)
   __syncthreads();
   StoreLogits(s_partial, blockIdx.x * kExpertsPerBlock, n_expert, token0, block_tokens, logits);
 
-  // Publish the logits, then count this block in.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) s_is_last = atomicAdd(&counters[blockIdx.y], 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!s_is_last) return;
-  __threadfence();  // see the other blocks' logits
+  if (!detail::CountInIsLast(&counters[blockIdx.y], gridDim.x)) return;
   if (kGating == 0 && block_tokens == 1) {  // a decode step of one token: the whole block
     const int64_t t = token0;
     if (n_expert <= kRouterThreads) {

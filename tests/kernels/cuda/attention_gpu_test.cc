@@ -58,10 +58,23 @@ struct BatchToken {
   int pos;
 };
 
+// TokenSlot::first_new as the engine fills it: the lowest position of the token's sequence in the batch.
+int FirstNew(const std::vector<BatchToken>& batch, const BatchToken& b) {
+  int lowest = b.pos;
+  for (const BatchToken& other : batch) {
+    if (other.seq == b.seq) lowest = std::min(lowest, other.pos);
+  }
+  return lowest;
+}
+
+// first_new: each slot's TokenSlot::first_new filled as the engine does, or left 0.
 DeviceArray<TokenSlot> UploadSlots(const std::vector<std::unique_ptr<Cache>>& caches,
-                                   const std::vector<BatchToken>& batch) {
+                                   const std::vector<BatchToken>& batch, bool first_new = false) {
   std::vector<TokenSlot> slots;
-  for (const BatchToken& b : batch) slots.push_back(caches[b.seq]->Slot(b.pos));
+  for (const BatchToken& b : batch) {
+    slots.push_back(caches[b.seq]->Slot(b.pos));
+    if (first_new) slots.back().first_new = FirstNew(batch, b);
+  }
   DeviceArray<TokenSlot> d(slots.size());
   d.Upload(slots);
   return d;
@@ -400,11 +413,11 @@ TEST_F(DenseKernelsTest, QkNormRopeStoreWritesTheRingAndFullLayersOfARingCache) 
 
 void RunAttention(cudaStream_t stream, const HeadShape& shape, const std::vector<int64_t>& capacities,
                   const std::vector<BatchToken>& batch, int max_positions, const std::string& name,
-                  const SinkWindow& sink_window = {}) {
+                  const SinkWindow& sink_window = {}, bool first_new = true) {
   const uint64_t seed = NextSeed();
   SCOPED_TRACE(absl::StrCat(name, ": ", shape.n_head, "/", shape.n_head_kv, " heads of ", shape.head_dim, ", ",
                             batch.size(), " tokens, max_positions ", max_positions, ", sinks ", sink_window.sinks,
-                            ", window ", sink_window.window, ", seed ", seed));
+                            ", window ", sink_window.window, first_new ? ", first_new set" : "", ", seed ", seed));
   Random rng(seed);
   constexpr int kLayers = 2;
   constexpr int64_t kLayer = 1;
@@ -430,7 +443,7 @@ void RunAttention(cudaStream_t stream, const HeadShape& shape, const std::vector
     dsinks.Upload(sinks);
   }
   const AttentionSinkWindow options{sink_window.sinks ? dsinks.get() : nullptr, sink_window.window};
-  DeviceArray<TokenSlot> slots = UploadSlots(caches, batch);
+  DeviceArray<TokenSlot> slots = UploadSlots(caches, batch, first_new);
   const int n = static_cast<int>(batch.size());
   const std::vector<float> q = RandomFloats(n * shape.q_dim(), -2.0f, 2.0f, rng);
   DeviceArray<float> dq(q.size()), dout(q.size());
@@ -474,7 +487,10 @@ void RunAttention(cudaStream_t stream, const HeadShape& shape, const std::vector
     rings.back()->CopyFrom(*caches[i], kLayer, first[i] == INT_MAX ? 0 : first[i], filled[i]);
   }
   std::vector<TokenSlot> ring_slots;
-  for (const BatchToken& b : batch) ring_slots.push_back(rings[b.seq]->Token(b.pos));
+  for (const BatchToken& b : batch) {
+    ring_slots.push_back(rings[b.seq]->Token(b.pos));
+    if (first_new) ring_slots.back().first_new = FirstNew(batch, b);
+  }
   DeviceArray<TokenSlot> d_ring_slots(ring_slots.size());
   d_ring_slots.Upload(ring_slots);
   for (const KvPlace& place : {KvPlace(1, 1, true), KvPlace(1, 2, false)}) {
@@ -517,6 +533,9 @@ TEST_F(DenseKernelsTest, AttentionDecodeMatchesTheCpu) {
     std::vector<int64_t> capacities = {12, 501};
     for (int i = 0; i < 29; ++i) capacities.push_back(i * 37 + 1);
     RunAttention(stream_, shape, capacities, batch, 1037, "32 tokens");
+    // Every key and value read after the wait (TokenSlot::first_new 0).
+    RunAttention(stream_, shape, {4096}, {{0, 3000}}, 4096, "many splits, first_new 0", {}, false);
+    RunAttention(stream_, shape, capacities, batch, 1037, "32 tokens, first_new 0", {}, false);
   }
 }
 
