@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/ggml_types.h"
 #include "engine/model/ops.h"
@@ -430,6 +431,12 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
   max_positions_ = PositionsBound(max_pos + 1);
   RETURN_IF_ERROR(EnsureAttentionWorkspace(max_positions_));
 
+  // The step writes each sequence's positions from its lowest in the batch on (TokenSlot::first_new).
+  absl::flat_hash_map<const model::KvCache*, int64_t> first_new;
+  for (int t = 0; t < n; ++t) {
+    const auto [it, inserted] = first_new.try_emplace(tokens[t].cache, tokens[t].pos);
+    if (!inserted) it->second = std::min(it->second, tokens[t].pos);
+  }
   TokenSlot* host = slots_host_.as<TokenSlot>();
   for (int t = 0; t < n; ++t) {
     const model::ForwardToken& tok = tokens[t];
@@ -438,12 +445,7 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
     const int64_t ring_slots = tok.cache->windowed() ? tok.cache->slots(first_windowed_) : tok.cache->capacity();
     host[t] = TokenSlot{tok.cache->keys(), tok.cache->values(), tok.cache->capacity(), static_cast<int32_t>(tok.pos),
                         tok.token, ring_slots};
-    // The step writes this sequence's positions from its lowest in the batch on.
-    int64_t first_new = tok.pos;
-    for (int u = 0; u < n; ++u) {
-      if (tokens[u].cache == tok.cache) first_new = std::min(first_new, tokens[u].pos);
-    }
-    host[t].first_new = static_cast<int32_t>(first_new);
+    host[t].first_new = static_cast<int32_t>(first_new.at(tok.cache));
   }
   float* pad = pad_cache_.as<float>();
   const int64_t pad_keys = config_.n_layer * model::CacheLayout(config_).key_dim;
