@@ -197,13 +197,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  // The pack synth makes when --pack does not exist: the preset's geometry with random codes (strata-pack synth
-  // --arch A --preset P [--layers N --experts N] --pack-only), with the router skew asked for.
   if (flags_layers < 0 || flags_experts < 0) {
     std::fprintf(stderr, "--layers %lld, --experts %lld: expected a count, or 0 for the preset's\n",
                  static_cast<long long>(flags_layers), static_cast<long long>(flags_experts));
     return 2;
   }
+  // The pack synth makes when --pack does not exist: the preset's geometry with random codes (strata-pack synth
+  // --arch A --preset P [--layers N --experts N] --pack-only), with the router skew asked for.
   absl::StatusOr<strata::packtool::SynthGeometry> geometry = strata::packtool::PresetGeometry(flags_arch, flags_preset);
   if (geometry.ok() && flags_layers > 0) geometry->n_layer = flags_layers;
   if (geometry.ok() && flags_experts > 0) geometry->n_expert = flags_experts;
