@@ -311,6 +311,16 @@ int main(int argc, char** argv) {
   } else {
     std::printf("chain probe: %s\n", std::string(link.status().message()).c_str());
   }
+  // What fetching a kernel's code costs it: ~16 KB kernels, the same one repeated against 16 in turn.
+  const absl::StatusOr<double> hot = strata::kernels::cuda::MeasureCodeFetchMicros(1);
+  const absl::StatusOr<double> cold = strata::kernels::cuda::MeasureCodeFetchMicros(16);
+  if (hot.ok() && cold.ok()) {
+    std::printf("a kernel of 1024 instructions in such a chain: %.2f us repeated, %.2f us with 16 kernels in turn "
+                "(its code fetched from L2)\n",
+                *hot, *cold);
+  } else {
+    std::printf("code fetch probe: %s\n", std::string((hot.ok() ? cold : hot).status().message()).c_str());
+  }
   const double miss_gbps = miss_path == "gpu" ? *pcie : miss_path == "cpu" ? dram : *pcie + dram;
   int64_t longest = 0;
   for (int64_t p : prefill) longest = std::max(longest, p);

@@ -39,6 +39,14 @@ absl::StatusOr<double> MeasureHostToDeviceGBps(size_t bytes = size_t{1} << 30, i
 // under each kernel of a decode step, whatever its work. INVALID_ARGUMENT for kernels, blocks or repeats < 1.
 absl::StatusOr<double> MeasureDependentKernelMicros(int kernels = 480, int blocks = 132, int repeats = 20);
 
+// The same chain with kernels whose code is large (1,024 multiply-adds after the wait, about 16 KB of SASS):
+// kernels_in_turn distinct such kernels launched in turn (1: the same one each time, its code stays in the SMs'
+// instruction caches; 16: each one's code has been pushed out by the others' since it last ran, as a decode
+// layer's kernels are). The difference between the two is what fetching a kernel's code from L2 costs it.
+// Microseconds a kernel; INVALID_ARGUMENT for kernels_in_turn outside [1, 16] or the others < 1.
+absl::StatusOr<double> MeasureCodeFetchMicros(int kernels_in_turn, int kernels = 480, int blocks = 132,
+                                              int repeats = 20);
+
 }  // namespace strata::kernels::cuda
 
 #endif  // STRATA_KERNELS_CUDA_DEVICE_INFO_H_

@@ -29,5 +29,18 @@ TEST(CudaDeviceTest, DependentKernelProbeMeasuresAKernelOfAChain) {
   EXPECT_EQ(MeasureDependentKernelMicros(64, 0, 3).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The code-fetch probe: positive times for one kernel repeated and sixteen in turn, and refusals.
+TEST(CudaDeviceTest, CodeFetchProbeMeasuresKernelsRepeatedAndInTurn) {
+  for (int in_turn : {1, 16}) {
+    const absl::StatusOr<double> micros = MeasureCodeFetchMicros(in_turn, 64, 8, 3);
+    ASSERT_TRUE(micros.ok()) << micros.status();
+    EXPECT_GT(*micros, 0.0);
+    EXPECT_LT(*micros, 1000.0);
+  }
+  EXPECT_EQ(MeasureCodeFetchMicros(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MeasureCodeFetchMicros(17).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MeasureCodeFetchMicros(4, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace strata::kernels::cuda
