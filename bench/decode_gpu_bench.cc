@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
                              "usage: strata-decode-gpu-bench --pack DIR [--concurrency 1,8,32] [--tokens 128] "
                              "[--prompt 32] [--prefill 512,4096] [--prefill-chunk 512] [--vram-gib 0] [--threads N] "
                              "[--vram-experts -1] [--cache-policy lru,lfu-decay,static] [--miss-path both] "
-                             "[--gpu-miss-reads staged,in-place] [--dependent-launch on,off] "
+                             "[--gpu-miss-reads staged,in-place] [--dependent-launch on,off] [--fuse-qk-rope on,off] "
                              "[--prompt-math fp32,split-tf32] [--prefetch-experts 0,4] "
                              "[--prefetch-start after-layer|with-guess] "
                              "[--arch qwen3moe --preset seed --layers N --experts N --scheme s2 --router-skew S "
@@ -166,6 +166,8 @@ int main(int argc, char** argv) {
   // Kernels launched with programmatic dependent launch (on) or plainly (off); every configuration runs
   // once per item.
   const std::vector<std::string> dependent_launch = flags.StringList("dependent-launch", {"on"});
+  // Decode attention fused with the q/k norm and RoPE (on) or after it (off): runtime::DeviceOptions::fuse_qk_rope.
+  const std::vector<std::string> fuse_qk_rope = flags.StringList("fuse-qk-rope", {"on"});
   // How prompt steps multiply the dense weights (runtime::DeviceOptions::prompt_math); every configuration runs once
   // per item.
   const std::vector<std::string> prompt_maths = flags.StringList("prompt-math", {"fp32"});
@@ -233,6 +235,12 @@ int main(int argc, char** argv) {
   for (const std::string& d : dependent_launch) {
     if (d != "on" && d != "off") {
       std::fprintf(stderr, "--dependent-launch: %s is neither on nor off\n", d.c_str());
+      return 2;
+    }
+  }
+  for (const std::string& f : fuse_qk_rope) {
+    if (f != "on" && f != "off") {
+      std::fprintf(stderr, "--fuse-qk-rope: %s is neither on nor off\n", f.c_str());
       return 2;
     }
   }
@@ -328,27 +336,30 @@ int main(int argc, char** argv) {
     int64_t slots;
     std::string reads;
     std::string dependent;
+    std::string fuse;
     int prefetch;
     std::string prompt_math;
   };
   std::vector<Config> configs;
   for (int64_t slots : vram_experts) {
     for (const std::string& dependent : dependent_launch) {
-      for (const std::string& math : prompt_maths) {
-        if (slots < 0) {
-          configs.push_back({slots, "staged", dependent, 0, math});
-          continue;
-        }
-        for (const std::string& reads : miss_reads) {
-          for (int64_t prefetch : prefetch_experts) {
-            configs.push_back({slots, reads, dependent, static_cast<int>(prefetch), math});
+      for (const std::string& fuse : fuse_qk_rope) {
+        for (const std::string& math : prompt_maths) {
+          if (slots < 0) {
+            configs.push_back({slots, "staged", dependent, fuse, 0, math});
+            continue;
+          }
+          for (const std::string& reads : miss_reads) {
+            for (int64_t prefetch : prefetch_experts) {
+              configs.push_back({slots, reads, dependent, fuse, static_cast<int>(prefetch), math});
+            }
           }
         }
       }
     }
   }
   std::vector<SummaryRow> summary;
-  for (const auto& [slots, reads, dependent, prefetch, prompt_math] : configs) {
+  for (const auto& [slots, reads, dependent, fuse, prefetch, prompt_math] : configs) {
     strata::kernels::cuda::SetDependentLaunch(dependent == "on");
     // With every expert in VRAM the policy decides nothing: that size runs with the first policy only.
     for (size_t policy_index = 0; policy_index < (slots < 0 ? 1 : policies.size()); ++policy_index) {
@@ -368,6 +379,7 @@ int main(int argc, char** argv) {
       eo.device.prefetch_experts = prefetch;
       eo.device.prefetch_after_layer = prefetch_start == "after-layer";
       eo.device.prompt_math = prompt_math;
+      eo.device.fuse_qk_rope = fuse == "on";
       strata::bench::Timer load;
       auto engine = Engine::Create(eo);
       if (!engine.ok()) {
@@ -383,13 +395,13 @@ int main(int argc, char** argv) {
                   (long long)info.config.n_expert, (long long)info.config.n_expert_used, (long long)info.config.n_embd,
                   info.scheme.c_str(), pack_skew, load.Seconds());
       std::printf("device %s (%s), %.2f GiB in use, experts from %s%s, VRAM experts %s of %llu (%s)%s, dependent "
-                  "launch %s, prompt math %s\n",
+                  "launch %s, prompt math %s, q/k rope fused %s\n",
                   info.backend.name.c_str(), info.backend.isa.c_str(), info.backend.memory_used / 1073741824.0,
                   info.source_kind.c_str(), info.source.pinned ? " (pinned)" : "",
                   slots < 0 ? "all that fit" : std::to_string(slots).c_str(), (unsigned long long)n_blobs,
                   cache_policy.c_str(),
                   slots < 0 ? "" : absl::StrCat(", GPU misses ", reads, ", prefetch ", prefetch, " a layer (", prefetch_start, ")").c_str(),
-                  strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off", prompt_math.c_str());
+                  strata::kernels::cuda::DependentLaunchEnabled() ? "on" : "off", prompt_math.c_str(), fuse.c_str());
       if (!info.device_note.empty()) std::printf("note: %s\n", info.device_note.c_str());
       // Batch 1: hits from HBM, misses by the miss paths; at a hit rate h the bound is
       // 1 / max(dense/HBM + h*experts/HBM, (1-h)*experts/miss bandwidth) (both run at once).

@@ -180,6 +180,7 @@ absl::StatusOr<std::unique_ptr<CudaDenseBackend>> CudaDenseBackend::Create(const
     (window > 0 ? rings : full) += 1;
   }
   b->max_batch_ = std::max(1, options.max_batch);
+  b->fuse_qk_rope_ = options.fuse_qk_rope;
   b->max_tokens_ = std::max(b->max_batch_, std::max(1, options.max_prefill));
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->guess_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -437,6 +438,7 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
     const auto [it, inserted] = first_new.try_emplace(tokens[t].cache, tokens[t].pos);
     if (!inserted) it->second = std::min(it->second, tokens[t].pos);
   }
+  one_token_each_ = first_new.size() == static_cast<size_t>(n);
   TokenSlot* host = slots_host_.as<TokenSlot>();
   for (int t = 0; t < n; ++t) {
     const model::ForwardToken& tok = tokens[t];
@@ -457,7 +459,7 @@ absl::Status CudaDenseBackend::BeginBatch(std::span<const model::ForwardToken> t
 
 absl::Status CudaDenseBackend::Run(absl::FunctionRef<absl::Status()> blocks) {
   if (!graph_step_) return blocks();
-  const std::pair<int, int> key{n_, max_positions_};
+  const std::tuple<int, int, bool> key{n_, max_positions_, one_token_each_};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "starting a graph capture");
@@ -503,18 +505,24 @@ absl::Status CudaDenseBackend::Attention(int64_t l) {
                                                   L.bq, L.bk, L.bv, c.qk_norm_whole ? L.q_norm : nullptr,
                                                   c.qk_norm_whole ? L.k_norm : nullptr, c.rms_norm_eps, stream_));
   }
-  RETURN_IF_ERROR(kernels::cuda::QkNormRopeStore(
-      q_.as<float>(), k_.as<float>(), v_.as<float>(), slots_.as<TokenSlot>(), n_, places_[l],
-      static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim),
-      static_cast<int>(c.rope_dim),
-      c.qk_norm ? L.q_norm : nullptr, c.qk_norm ? L.k_norm : nullptr, c.rms_norm_eps, freq_.as<double>(),
-      rope_magnitude_, c.rope_style == model::RopeStyle::kNeox ? 1 : 0, stream_));
-  const float scale = c.attention_scale;
+  kernels::cuda::QkRopeInputs rope;
+  rope.q = q_.as<float>();
+  rope.k = k_.as<float>();
+  rope.v = v_.as<float>();
+  rope.rope_dim = static_cast<int>(c.rope_dim);
+  rope.q_norm = c.qk_norm ? L.q_norm : nullptr;
+  rope.k_norm = c.qk_norm ? L.k_norm : nullptr;
+  rope.eps = c.rms_norm_eps;
+  rope.freq = freq_.as<double>();
+  rope.rope_magnitude = rope_magnitude_;
+  rope.rope_style = c.rope_style == model::RopeStyle::kNeox ? 1 : 0;
   const kernels::cuda::AttentionSinkWindow sink_window{L.attn_sinks, static_cast<int>(model::AttentionWindow(c, l))};
-  RETURN_IF_ERROR(kernels::cuda::Attention(q_.as<float>(), slots_.as<TokenSlot>(), n_, places_[l],
-                                           static_cast<int>(c.n_head), static_cast<int>(c.n_head_kv),
-                                           static_cast<int>(c.head_dim), scale, sink_window, max_positions_,
-                                           attn_.as<float>(), attention_ws_.data(), attention_ws_.bytes(), stream_));
+  // Padding tokens share one cache (BeginBatch) at position 0, which fused blocks store and read in no
+  // particular order, as the two kernels do: their rows are never read back.
+  RETURN_IF_ERROR(kernels::cuda::QkNormRopeAttention(
+      rope, fuse_qk_rope_ && one_token_each_, slots_.as<TokenSlot>(), n_, places_[l], static_cast<int>(c.n_head),
+      static_cast<int>(c.n_head_kv), static_cast<int>(c.head_dim), c.attention_scale, sink_window, max_positions_,
+      attn_.as<float>(), attention_ws_.data(), attention_ws_.bytes(), stream_));
   RETURN_IF_ERROR(kernels::cuda::DenseMatmul(*matmul_, L.wo.type, L.wo.data, L.wo.rows, L.wo.cols, attn_.as<float>(),
                                              q_dim, n_, x_.as<float>(), c.n_embd, /*accumulate=*/true, stream_));
   // As the CPU: x += o, then x += bo.

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -93,6 +94,9 @@ struct CudaDenseOptions {
   // Prompt steps' F16/BF16 dense products on TF32 tensor cores (kernels::cuda::MatmulContext's split products:
   // faster, further from the CPU's results); the split workspace is reserved only then.
   bool split_tf32_prompts = false;
+  // Decode steps whose tokens are each their sequence's only one norm and rotate q and k inside the decode
+  // attention (kernels::cuda::QkNormRopeAttention: one kernel less a layer, the same bits); false: two kernels.
+  bool fuse_qk_rope = true;
 };
 
 class CudaDenseBackend : public model::DenseBackend {
@@ -148,6 +152,7 @@ class CudaDenseBackend : public model::DenseBackend {
   int64_t first_windowed_ = -1;                  // a sliding-window layer (all keep rings of one length), or -1
   int max_tokens_ = 0;  // max(max_batch, max_prefill)
   int max_batch_ = 0;
+  bool fuse_qk_rope_ = true;  // CudaDenseOptions::fuse_qk_rope
   cudaStream_t stream_ = nullptr;
   cudaEvent_t step_done_ = nullptr;  // with SleepWhileWaiting: a blocking-sync event the step end waits on
   std::unique_ptr<kernels::cuda::MatmulContext> matmul_;
@@ -187,9 +192,11 @@ class CudaDenseBackend : public model::DenseBackend {
   int max_positions_ = 0;
   std::vector<int> wanted_;  // indices of tokens with want_logits
   bool graph_step_ = false;
+  bool one_token_each_ = false;  // no two tokens of the step share a cache (QkNormRopeAttention's one_token_each)
 
   bool graphs_enabled_ = true;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (tokens, positions bound) -> graph
+  // (tokens, positions bound, one token a sequence) -> graph
+  std::map<std::tuple<int, int, bool>, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace strata::gpu

@@ -65,7 +65,7 @@ int MaxDecode(const CudaModelOptions& options) {
 namespace {
 
 CudaDenseOptions DenseOptions(const CudaModelOptions& options) {
-  return CudaDenseOptions{options.max_batch, options.max_prefill, options.split_tf32_prompts};
+  return CudaDenseOptions{options.max_batch, options.max_prefill, options.split_tf32_prompts, options.fuse_qk_rope};
 }
 
 }  // namespace

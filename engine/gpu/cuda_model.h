@@ -37,6 +37,7 @@ struct CudaModelOptions {
   int prefetch_experts = 0;      // OffloadOptions::prefetch_experts
   bool prefetch_after_layer = true;  // OffloadOptions::prefetch_after_layer
   bool split_tf32_prompts = false;   // CudaDenseOptions::split_tf32_prompts
+  bool fuse_qk_rope = true;          // CudaDenseOptions::fuse_qk_rope
   // The VRAM cache's options (the policy, and a routing profile's warm counts); its slots come from the plan.
   model::CacheOptions cache;
 };

@@ -135,6 +135,7 @@ absl::StatusOr<LoadedModel> LoadModel(
     o.stage_gpu_misses = options.stage_gpu_misses;
     o.prefetch_experts = options.prefetch_experts;
     o.prefetch_after_layer = options.prefetch_after_layer;
+    o.fuse_qk_rope = options.fuse_qk_rope;
     o.split_tf32_prompts = ParsePromptMath(options.prompt_math).value_or(PromptMath::kFp32) == PromptMath::kSplitTf32;
     ASSIGN_OR_RETURN(const gpu::VramPlan plan, gpu::PlanVram(pack, m.config(), m.weights(), o));
     ASSIGN_OR_RETURN(o.cache, ExpertCacheOptions(pack, options, plan.slots));

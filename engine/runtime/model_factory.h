@@ -40,6 +40,9 @@ struct DeviceOptions {
   // order of the additions) or "split-tf32" (TF32 tensor cores on x's two TF32 parts: prompt steps 11-16% faster
   // on an H200, the logits a little further from the CPU's; kernels::cuda::MatmulContext). The CPU ignores it.
   std::string prompt_math = "fp32";
+  // Decode steps norm and rotate q and k inside the CUDA decode attention (gpu::CudaDenseOptions::fuse_qk_rope;
+  // the same bits either way): false only for the benches' comparison.
+  bool fuse_qk_rope = true;
 };
 
 // How CUDA prompt steps multiply F16/BF16 dense weights (DeviceOptions::prompt_math).

@@ -456,10 +456,14 @@ size_t AttentionWorkspaceBytes(int n_tokens, int n_head, int n_head_kv, int head
   return CounterBytes(n_head_kv) + bytes;
 }
 
-absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, const KvPlace& place, int n_head,
-                       int n_head_kv, int head_dim, float scale, const AttentionSinkWindow& sink_window,
-                       int max_positions, float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  constexpr absl::string_view kFn = "Attention";
+namespace {
+
+// Attention, or with `fused` the decode kernel fused with QkNormRopeStore (QkNormRopeAttention, which
+// has checked that the decode kernel serves the batch). Errors name kFn.
+absl::Status Attend(absl::string_view kFn, const float* q, const TokenSlot* slots, int n_tokens, const KvPlace& place,
+                    int n_head, int n_head_kv, int head_dim, float scale, const AttentionSinkWindow& sink_window,
+                    int max_positions, float* out, void* workspace, size_t workspace_bytes,
+                    const detail::FusedQkRope& fused, cudaStream_t stream) {
   if (n_tokens < 0 || n_tokens > 65535) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
   if (n_head_kv < 1 || n_head_kv > 65535) return BadArgument(kFn, "n_head_kv", n_head_kv, "it must be in [1, 65535]");
   if (n_head < n_head_kv || n_head % n_head_kv != 0) {
@@ -505,7 +509,7 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, con
     const detail::DecodeAttentionArgs args{q,          slots,     out,     part_o, part_m, part_l,
                                            static_cast<unsigned*>(workspace), place, n_tokens, n_head,
                                            n_head_kv, group,    plan.split_len, plan.n_splits, scale,
-                                           sink_window.sinks, sink_window.window};
+                                           sink_window.sinks, sink_window.window, fused};
     return detail::LaunchDecodeAttention(args, head_dim, stream);
   }
 
@@ -539,6 +543,43 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, con
     default:
       return LaunchAttention<128>(p, tiles, stream);
   }
+}
+
+}  // namespace
+
+absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, const KvPlace& place, int n_head,
+                       int n_head_kv, int head_dim, float scale, const AttentionSinkWindow& sink_window,
+                       int max_positions, float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  return Attend("Attention", q, slots, n_tokens, place, n_head, n_head_kv, head_dim, scale, sink_window,
+                max_positions, out, workspace, workspace_bytes, detail::FusedQkRope{}, stream);
+}
+
+absl::Status QkNormRopeAttention(const QkRopeInputs& rope, bool one_token_each, const TokenSlot* slots, int n_tokens,
+                                 const KvPlace& place, int n_head, int n_head_kv, int head_dim, float scale,
+                                 const AttentionSinkWindow& sink_window, int max_positions, float* out,
+                                 void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const bool fuse = one_token_each && n_head_kv > 0 && n_head % n_head_kv == 0 &&
+                    detail::UseDecodeAttention(n_tokens, n_head / n_head_kv);
+  if (!fuse) {
+    const absl::Status stored =
+        QkNormRopeStore(rope.q, rope.k, rope.v, slots, n_tokens, place, n_head, n_head_kv, head_dim, rope.rope_dim,
+                        rope.q_norm, rope.k_norm, rope.eps, rope.freq, rope.rope_magnitude, rope.rope_style, stream);
+    if (!stored.ok()) return stored;
+    return Attention(rope.q, slots, n_tokens, place, n_head, n_head_kv, head_dim, scale, sink_window, max_positions,
+                     out, workspace, workspace_bytes, stream);
+  }
+  constexpr absl::string_view kFn = "QkNormRopeAttention";
+  const absl::Status checked = detail::CheckQkNormRope(kFn, rope.q, rope.k, rope.v, slots, n_tokens, place, n_head,
+                                                       n_head_kv, head_dim, rope.rope_dim, rope.freq,
+                                                       rope.rope_magnitude, rope.rope_style);
+  if (!checked.ok()) return checked;
+  detail::FusedQkRope fused;
+  fused.k = rope.k;
+  fused.v = rope.v;
+  fused.rope = detail::QkRopeParams{rope.freq, rope.q_norm, rope.k_norm, rope.eps, rope.rope_magnitude, rope.rope_dim,
+                                    rope.rope_style};
+  return Attend(kFn, rope.q, slots, n_tokens, place, n_head, n_head_kv, head_dim, scale, sink_window, max_positions,
+                out, workspace, workspace_bytes, fused, stream);
 }
 
 }  // namespace strata::kernels::cuda

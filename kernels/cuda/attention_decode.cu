@@ -13,6 +13,10 @@
 // A sink joins the denominator where the output is divided (DivideWithSink). Keys and values of positions
 // an earlier step wrote (below TokenSlot::first_new) are loaded before the wait for the kernel before, so
 // that after it a block's chain starts with q and the step's new positions alone.
+// Fused with QkNormRopeStore (kFused, QkNormRopeAttention; every token its sequence's only new position): the
+// block's warps norm and rotate its G query heads from the projection straight into shared memory, and the
+// block whose split holds the token's position also stores that position's key and value (warp G % 8), before
+// any of its warps reads them; the cos, sin and norm weights are formed before the wait.
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +28,7 @@
 #include "kernels/cuda/dense_device.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/grid_count.cuh"
+#include "kernels/cuda/qk_rope.cuh"
 
 namespace strata::kernels::cuda::detail {
 namespace {
@@ -85,10 +90,12 @@ size_t DecodeSharedBytes(int group, int head_dim, int split_len) {
          sizeof(float);
 }
 
-// D: head_dim; NG: G rounded up to a power of two (the values each lane reduces at once).
-template <int D, int NG>
+// D: head_dim; NG: G rounded up to a power of two (the values each lane reduces at once); kFused: q and the
+// new k and v come raw from the projections (DecodeAttentionArgs::fused).
+template <int D, int NG, bool kFused>
 __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const DecodeAttentionArgs a) {
   constexpr int kPer = D / 32;
+  constexpr int kPairs = (D / 2 + 31) / 32;  // rotation pairs a lane owns (qk_rope.cuh)
   constexpr int kShift = 5 - Log2(NG);
   constexpr int kRows = RowsPerPass(NG, kPer);
   extern __shared__ float4 decode_shared_raw[];
@@ -129,24 +136,58 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
       }
     }
   }
+  // Fused: this lane's rotation and norm weights (the position and weights are inputs of the step), and
+  // whether this block holds the token's position, whose key and value it then stores.
+  const bool stores_new = kFused && live && slot.pos < split_begin + a.split_len;
+  LaneRope<kPairs> lane_rope{};
+  LaneNorm<kPairs> q_norm{}, k_norm{};
+  if constexpr (kFused) {
+    if (live) {
+      lane_rope = PrepareLaneRope<kPairs>(a.fused.rope, D, slot.pos, lane);
+      q_norm = LoadLaneNorm(a.fused.rope.q_norm, lane_rope);
+      if (stores_new) k_norm = LoadLaneNorm(a.fused.rope.k_norm, lane_rope);
+    }
+  }
   WaitForPriorKernels();
   // Past the token's position or wholly before its window: no part to write, not counted.
   if (!live) return;
   const int live_splits = (slot.pos + a.split_len) / a.split_len - first_split;
   const int64_t row0 = static_cast<int64_t>(token) * a.n_head + static_cast<int64_t>(kv_head) * G;
+  const auto load_new_rows = [&] {
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int j = warp + r * kDecodeWarps;
-    if (j < n_pos && !written_before(j)) {
-      LoadRow<kPer>(keys + row(j), k0[r]);
-      LoadRow<kPer>(values + row(j), v0[r]);
+    for (int r = 0; r < kRows; ++r) {
+      const int j = warp + r * kDecodeWarps;
+      if (j < n_pos && !written_before(j)) {
+        LoadRow<kPer>(keys + row(j), k0[r]);
+        LoadRow<kPer>(values + row(j), v0[r]);
+      }
     }
+  };
+  if constexpr (kFused) {
+    // Jobs g < G: query head g into s_q; job G: the new key and value into the cache. Then every warp may
+    // read both (a block's global writes are visible to it after the barrier).
+    for (int job = warp; job < G + (stores_new ? 1 : 0); job += kDecodeWarps) {
+      if (job < G) {
+        NormRopeHead(a.q + (row0 + job) * D, s_q + job * D, a.fused.rope.q_norm != nullptr, q_norm, a.fused.rope.eps,
+                     D, lane_rope);
+        continue;
+      }
+      const int64_t raw = static_cast<int64_t>(token) * kv_dim + static_cast<int64_t>(kv_head) * D;
+      const int64_t stored = (LayerFirstSlot(slot, a.place) + PositionSlot(slot, a.place, slot.pos)) * kv_dim +
+                             static_cast<int64_t>(kv_head) * D;
+      NormRopeHead(a.fused.k + raw, slot.keys + stored, a.fused.rope.k_norm != nullptr, k_norm, a.fused.rope.eps, D,
+                   lane_rope);
+      for (int d = lane; d < D; d += 32) slot.values[stored + d] = a.fused.v[raw + d];
+    }
+    __syncthreads();
+    load_new_rows();
+  } else {
+    load_new_rows();
+    for (int i = threadIdx.x; i < G * D / 4; i += kDecodeThreads) {
+      reinterpret_cast<float4*>(s_q)[i] = __ldg(reinterpret_cast<const float4*>(a.q + row0 * D) + i);
+    }
+    __syncthreads();
   }
-
-  for (int i = threadIdx.x; i < G * D / 4; i += kDecodeThreads) {
-    reinterpret_cast<float4*>(s_q)[i] = __ldg(reinterpret_cast<const float4*>(a.q + row0 * D) + i);
-  }
-  __syncthreads();
 
   // Scores, scaled, into s_p[g][j].
   for (int j0 = warp; j0 < n_pos; j0 += kRows * kDecodeWarps) {
@@ -286,25 +327,30 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
   if (threadIdx.x == 0) *counter = 0;
 }
 
-template <int D, int NG>
+template <int D, int NG, bool kFused>
 absl::Status Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
   // Above 48 KiB a kernel must opt in; set once per process (host-side, enqueues nothing), to the most
   // any call can ask, so graph captures skip it.
   static const cudaError_t opt_in =
-      cudaFuncSetAttribute(DecodeAttentionKernel<D, NG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(DecodeAttentionKernel<D, NG, kFused>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(DecodeSharedBytes(NG, D, kDecodeMaxSplit)));
   CUDA_RETURN_IF_ERROR(opt_in, "cudaFuncSetAttribute(DecodeAttentionKernel)");
   const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_head_kv),
                   static_cast<unsigned>(a.n_splits));
-  return LaunchKernel("DecodeAttentionKernel", DecodeAttentionKernel<D, NG>, grid, kDecodeThreads,
+  return LaunchKernel("DecodeAttentionKernel", DecodeAttentionKernel<D, NG, kFused>, grid, kDecodeThreads,
                       DecodeSharedBytes(a.group, D, a.split_len), stream, a);
 }
 
-template <int D>
+template <int D, bool kFused>
 absl::Status LaunchForGroup(const DecodeAttentionArgs& a, cudaStream_t stream) {
-  if (a.group <= 4) return Launch<D, 4>(a, stream);
-  if (a.group <= 8) return Launch<D, 8>(a, stream);
-  return Launch<D, 16>(a, stream);
+  if (a.group <= 4) return Launch<D, 4, kFused>(a, stream);
+  if (a.group <= 8) return Launch<D, 8, kFused>(a, stream);
+  return Launch<D, 16, kFused>(a, stream);
+}
+
+template <int D>
+absl::Status LaunchForHeadDim(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  return a.fused.k != nullptr ? LaunchForGroup<D, true>(a, stream) : LaunchForGroup<D, false>(a, stream);
 }
 
 }  // namespace
@@ -324,11 +370,11 @@ DecodeSplitPlan PlanDecodeSplits(int n_tokens, int n_head_kv, int max_positions)
 absl::Status LaunchDecodeAttention(const DecodeAttentionArgs& a, int head_dim, cudaStream_t stream) {
   switch (head_dim) {
     case 32:
-      return LaunchForGroup<32>(a, stream);
+      return LaunchForHeadDim<32>(a, stream);
     case 64:
-      return LaunchForGroup<64>(a, stream);
+      return LaunchForHeadDim<64>(a, stream);
     default:
-      return LaunchForGroup<128>(a, stream);
+      return LaunchForHeadDim<128>(a, stream);
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/dense_kernels.h"
+#include "kernels/cuda/qk_rope.cuh"
 
 namespace strata::kernels::cuda::detail {
 
@@ -27,8 +28,16 @@ struct DecodeSplitPlan {
 // The decode kernel's splits for a grid sized by max_positions.
 DecodeSplitPlan PlanDecodeSplits(int n_tokens, int n_head_kv, int max_positions);
 
+// The decode kernel fused with QkNormRopeStore: the raw k and v projections ([n_tokens][kv_dim]) and the
+// norm and RoPE parameters; k null: not fused (q is then already rotated).
+struct FusedQkRope {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  QkRopeParams rope;
+};
+
 struct DecodeAttentionArgs {
-  const float* q;
+  const float* q;  // [n_tokens][n_head][D]; raw (not normed nor rotated) when fused
   const TokenSlot* slots;
   float* out;
   float* part_o;       // [split][n_tokens * n_head][D]
@@ -45,6 +54,7 @@ struct DecodeAttentionArgs {
   float scale;
   const float* sinks;  // AttentionSinkWindow
   int window;
+  FusedQkRope fused;
 };
 
 #ifdef __CUDACC__

@@ -280,6 +280,32 @@ absl::Status Attention(const float* q, const TokenSlot* slots, int n_tokens, con
                        int n_head_kv, int head_dim, float scale, const AttentionSinkWindow& sink_window,
                        int max_positions, float* out, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
+// QkNormRopeStore's inputs (q is rotated in place by it), one argument.
+struct QkRopeInputs {
+  float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int rope_dim = 0;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float eps = 0.0f;
+  const double* freq = nullptr;
+  float rope_magnitude = 1.0f;
+  int rope_style = 0;
+};
+
+// QkNormRopeStore(rope ...) then Attention(rope.q, ...), with the same contracts. Where the decode kernel serves
+// the batch and `one_token_each` says that every token is the only one of its sequence in the batch (each
+// TokenSlot's first_new is its pos; the caller vouches for it as for first_new itself), one launch does both:
+// each decode block norms and rotates its query heads into shared memory, and the block whose split holds a
+// token's position stores that token's key and value before reading them. A decode step then has one kernel
+// less. The keys and values stored and `out` are bit for bit those of the two calls; on the fused path q is read,
+// not rotated in place. Errors: those of the two functions (named QkNormRopeAttention on the fused path).
+absl::Status QkNormRopeAttention(const QkRopeInputs& rope, bool one_token_each, const TokenSlot* slots, int n_tokens,
+                                 const KvPlace& place, int n_head, int n_head_kv, int head_dim, float scale,
+                                 const AttentionSinkWindow& sink_window, int max_positions, float* out,
+                                 void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
 // ---------------------------------------------------------------------------------------------------------
 // Embedding and router.
 

@@ -15,6 +15,7 @@
 #include "kernels/cuda/dense_device.cuh"
 #include "kernels/cuda/dense_kernels.h"
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/qk_rope.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -104,89 +105,34 @@ __global__ void __launch_bounds__(kNormThreads)
 }
 
 // A warp per head: blockIdx.y is the token, blockIdx.x * kRopeWarps + warp the head (q heads first, then
-// k heads). Lane l owns the rotation pairs i = l, l + 32, ... (both elements of each), so norm and rotation
-// need no exchange beyond the warp sum.
+// k heads); the head's arithmetic is detail::NormRopeHead (qk_rope.cuh), whose cos, sin and norm weights are
+// formed before the wait (the slots, frequencies and weights are no kernel's output).
 constexpr int kRopeWarps = 4;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxPairsPerLane = kMaxHeadDim / 2 / 32;
 
 __global__ void __launch_bounds__(32 * kRopeWarps)
     QkNormRopeStoreKernel(float* q, const float* k, const float* v, const TokenSlot* slots, KvPlace place, int n_head,
-                          int n_head_kv, int head_dim, int rope_dim, const float* q_norm, const float* k_norm,
-                          float eps, const double* freq, int neox, float magnitude) {
-  WaitForPriorKernels();
+                          int n_head_kv, int head_dim, detail::QkRopeParams rope) {
   const int64_t t = blockIdx.y;
   const int head = blockIdx.x * kRopeWarps + threadIdx.x / 32;
-  if (head >= n_head + n_head_kv) return;
   const int lane = threadIdx.x % 32;
-  const TokenSlot slot = slots[t];
-  const int half = head_dim / 2;
-  const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * head_dim;
   const bool is_q = head < n_head;
+  const TokenSlot slot = slots[t];
+  const float* norm = is_q ? rope.q_norm : rope.k_norm;
+  const auto lane_rope = detail::PrepareLaneRope<kMaxPairsPerLane>(rope, head_dim, slot.pos, lane);
+  const auto lane_norm = detail::LoadLaneNorm(head < n_head + n_head_kv ? norm : nullptr, lane_rope);
+  WaitForPriorKernels();
+  if (head >= n_head + n_head_kv) return;
+  const int64_t kv_dim = static_cast<int64_t>(n_head_kv) * head_dim;
   const int kv_head = head - n_head;
   const int64_t cache_offset =
       (detail::LayerFirstSlot(slot, place) + detail::PositionSlot(slot, place, slot.pos)) * kv_dim +
       static_cast<int64_t>(kv_head) * head_dim;
-
   const float* src =
       is_q ? q + (t * n_head + head) * head_dim : k + t * kv_dim + static_cast<int64_t>(kv_head) * head_dim;
   float* dst = is_q ? q + (t * n_head + head) * head_dim : slot.keys + cache_offset;
-  const float* norm = is_q ? q_norm : k_norm;
-
-  // Pairs i < rope_half are RoPE's (within the first rope_dim values); the others pair up the values past
-  // rope_dim, which are only normed and copied (partial RoPE).
-  const int rope_half = rope_dim / 2;
-  float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
-  int ia[kMaxPairsPerLane], ib[kMaxPairsPerLane];
-#pragma unroll
-  for (int m = 0; m < kMaxPairsPerLane; ++m) {
-    const int i = lane + 32 * m;
-    if (i < rope_half) {
-      ia[m] = neox ? i : 2 * i;
-      ib[m] = neox ? i + rope_half : 2 * i + 1;
-    } else {
-      ia[m] = rope_dim + 2 * (i - rope_half);
-      ib[m] = ia[m] + 1;
-    }
-    a[m] = i < half ? src[ia[m]] : 0.0f;
-    b[m] = i < half ? src[ib[m]] : 0.0f;
-  }
-
-  if (norm != nullptr) {
-    double sum = 0;
-#pragma unroll
-    for (int m = 0; m < kMaxPairsPerLane; ++m) {
-      sum += static_cast<double>(a[m]) * a[m];
-      sum += static_cast<double>(b[m]) * b[m];
-    }
-    const float scale = RmsScale(detail::WarpSumDouble(sum), head_dim, eps);
-#pragma unroll
-    for (int m = 0; m < kMaxPairsPerLane; ++m) {
-      if (lane + 32 * m < half) {
-        a[m] = a[m] * scale * norm[ia[m]];
-        b[m] = b[m] * scale * norm[ib[m]];
-      }
-    }
-  }
-
-#pragma unroll
-  for (int m = 0; m < kMaxPairsPerLane; ++m) {
-    const int i = lane + 32 * m;
-    if (i >= half) continue;
-    if (i >= rope_half) {
-      dst[ia[m]] = a[m];
-      dst[ib[m]] = b[m];
-      continue;
-    }
-    double sin_d, cos_d;
-    sincos(static_cast<double>(slot.pos) * freq[i], &sin_d, &cos_d);
-    // As RopeAngles: the float cos and sin times the magnitude (1 leaves them exact).
-    const float c = __fmul_rn(static_cast<float>(cos_d), magnitude);
-    const float s = __fmul_rn(static_cast<float>(sin_d), magnitude);
-    dst[ia[m]] = __fsub_rn(__fmul_rn(a[m], c), __fmul_rn(b[m], s));
-    dst[ib[m]] = __fadd_rn(__fmul_rn(a[m], s), __fmul_rn(b[m], c));
-  }
-
+  detail::NormRopeHead(src, dst, norm != nullptr, lane_norm, rope.eps, head_dim, lane_rope);
   if (!is_q) {
     const float* vs = v + t * kv_dim + static_cast<int64_t>(kv_head) * head_dim;
     float* vd = slot.values + cache_offset;
@@ -229,11 +175,11 @@ absl::Status CombineAndNorm(const float* parts, const float* weights, int n_toke
                       norm_weight, eps, h);
 }
 
-absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const TokenSlot* slots, int n_tokens,
-                             const KvPlace& place, int n_head, int n_head_kv, int head_dim, int rope_dim,
-                             const float* q_norm, const float* k_norm, float eps, const double* freq,
-                             float rope_magnitude, int rope_style, cudaStream_t stream) {
-  constexpr absl::string_view kFn = "QkNormRopeStore";
+namespace detail {
+
+absl::Status CheckQkNormRope(absl::string_view kFn, const float* q, const float* k, const float* v,
+                             const TokenSlot* slots, int n_tokens, const KvPlace& place, int n_head, int n_head_kv,
+                             int head_dim, int rope_dim, const double* freq, float rope_magnitude, int rope_style) {
   if (n_tokens < 0 || n_tokens > 65535) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
   if (n_head < 1) return BadArgument(kFn, "n_head", n_head, "it must be >= 1");
   if (n_head_kv < 1) return BadArgument(kFn, "n_head_kv", n_head_kv, "it must be >= 1");
@@ -255,13 +201,26 @@ absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const Tok
   if (freq == nullptr) return NullArgument(kFn, "freq");
   if (!(rope_magnitude > 0.0f) || !std::isfinite(rope_magnitude)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("QkNormRopeStore: rope_magnitude is ", rope_magnitude, ", not a finite positive number"));
+        absl::StrCat(kFn, ": rope_magnitude is ", rope_magnitude, ", not a finite positive number"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace detail
+
+absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const TokenSlot* slots, int n_tokens,
+                             const KvPlace& place, int n_head, int n_head_kv, int head_dim, int rope_dim,
+                             const float* q_norm, const float* k_norm, float eps, const double* freq,
+                             float rope_magnitude, int rope_style, cudaStream_t stream) {
+  const absl::Status checked = detail::CheckQkNormRope("QkNormRopeStore", q, k, v, slots, n_tokens, place, n_head,
+                                                       n_head_kv, head_dim, rope_dim, freq, rope_magnitude,
+                                                       rope_style);
+  if (!checked.ok()) return checked;
   if (n_tokens == 0) return absl::OkStatus();
   const dim3 grid((n_head + n_head_kv + kRopeWarps - 1) / kRopeWarps, n_tokens);
+  const detail::QkRopeParams rope{freq, q_norm, k_norm, eps, rope_magnitude, rope_dim, rope_style};
   return LaunchKernel("QkNormRopeStoreKernel", QkNormRopeStoreKernel, grid, 32 * kRopeWarps, 0, stream, q, k, v, slots,
-                      place, n_head, n_head_kv, head_dim, rope_dim, q_norm, k_norm, eps, freq, rope_style,
-                      rope_magnitude);
+                      place, n_head, n_head_kv, head_dim, rope);
 }
 
 }  // namespace strata::kernels::cuda

@@ -96,6 +96,7 @@ struct Offload {
   // And the engine's prompt chunk (0: its default). A small one gives gpt-oss's windowed blocks KV rings
   // (window + chunk - 1 positions) shorter than the sequences.
   int prefill_chunk = 0;
+  bool fuse_qk_rope = true;  // runtime::DeviceOptions::fuse_qk_rope
 };
 
 EngineOptions Options(const std::string& pack, const std::string& device, int max_seqs, const Offload& offload = {}) {
@@ -113,6 +114,7 @@ EngineOptions Options(const std::string& pack, const std::string& device, int ma
   o.device.prefetch_experts = offload.prefetch_experts;
   o.device.prefetch_after_layer = offload.prefetch_after_layer;
   if (offload.prefill_chunk > 0) o.prefill_chunk = offload.prefill_chunk;
+  o.device.fuse_qk_rope = offload.fuse_qk_rope;
   return o;
 }
 
@@ -530,6 +532,31 @@ TEST(GpuEngineDependentLaunchTest, PlainLaunchesGiveTheSameBits) {
       EXPECT_EQ(logits[1], logits[0]) << kernels::SchemeName(scheme) << ", " << offload.vram_experts
                                       << " VRAM experts, misses on " << offload.miss_path;
     }
+  }
+}
+
+// The decode attention that norms and rotates q and k itself (runtime::DeviceOptions::fuse_qk_rope) against the
+// two kernels: the same tokens for every sequence, for q/k norms (qwen3moe), none (mixtral), a partial RoPE
+// (glm4moe), and sliding-window rings with sinks (gpt-oss). Prompts in chunks of 4 make steps that mix prompt
+// tokens with decode tokens (the two kernels) besides the decode-only steps (fused).
+TEST(GpuEngineFusedRopeTest, DecodeGivesTheTokensOfTheTwoKernels) {
+  for (const char* arch : {"qwen3moe", "mixtral", "glm4moe", "gpt-oss"}) {
+    const std::string pack = Packs::Get().Pack(arch, "tiny", kernels::Scheme::kF16);
+    std::vector<std::vector<int32_t>> tokens[2];
+    for (bool fuse : {true, false}) {
+      Offload options;
+      options.prefill_chunk = 4;
+      options.fuse_qk_rope = fuse;
+      auto engine = Engine::Create(Options(pack, "cuda", 16, options));
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      std::vector<std::vector<int32_t>> prompts;
+      for (int s = 0; s < 16; ++s) prompts.push_back(Prompt(s + 1, 9 + s % 5, (*engine)->info().config.n_vocab));
+      for (const GenerationResult& g : RunAll(**engine, prompts, 24, false)) {
+        EXPECT_TRUE(g.status.ok()) << g.status;
+        tokens[fuse ? 1 : 0].push_back(g.tokens);
+      }
+    }
+    EXPECT_EQ(tokens[1], tokens[0]) << arch;
   }
 }
 
