@@ -15,8 +15,8 @@
 // that after it a block's chain starts with q and the step's new positions alone.
 // Fused with QkNormRopeStore (kFused, QkNormRopeAttention; every token its sequence's only new position): the
 // block's warps norm and rotate its G query heads from the projection straight into shared memory, and the
-// block whose split holds the token's position also stores that position's key and value (warp G % 8), before
-// any of its warps reads them; the cos, sin and norm weights are formed before the wait.
+// block whose split holds the token's position also stores that position's key and value (warp G % 8), keeping
+// a copy in shared memory for its own warps; the cos, sin and norm weights are formed before the wait.
 
 #include <algorithm>
 #include <cmath>
@@ -153,7 +153,55 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
   if (!live) return;
   const int live_splits = (slot.pos + a.split_len) / a.split_len - first_split;
   const int64_t row0 = static_cast<int64_t>(token) * a.n_head + static_cast<int64_t>(kv_head) * G;
-  const auto load_new_rows = [&] {
+  if constexpr (kFused) {
+    // Warp w norms and rotates query heads w and w + 8 (those < G) into s_q; warp G % 8 of the block that holds
+    // the position also the new key, into the cache and s_new (which this block's warps then read instead of
+    // the cache), and copies the new value likewise. Every load is issued before any arithmetic.
+    __shared__ float s_new[2][D];
+    const bool key_job = stores_new && warp == G % kDecodeWarps;
+    const int64_t raw = static_cast<int64_t>(token) * kv_dim + static_cast<int64_t>(kv_head) * D;
+    HeadPairs<kPairs> q_first{}, q_second{}, key{};
+    float value[kPer];
+    if (warp < G) q_first = LoadHeadPairs(a.q + (row0 + warp) * D, lane_rope);
+    if (warp + kDecodeWarps < G) q_second = LoadHeadPairs(a.q + (row0 + warp + kDecodeWarps) * D, lane_rope);
+    if (key_job) {
+      key = LoadHeadPairs(a.fused.k + raw, lane_rope);
+      LoadRow<kPer>(a.fused.v + raw + lane * kPer, value);
+    }
+    const QkRopeParams& p = a.fused.rope;
+    if (warp < G) {
+      StoreHeadPairs(NormRope(q_first, p.q_norm != nullptr, q_norm, p.eps, D, lane_rope), s_q + warp * D, lane_rope);
+    }
+    if (warp + kDecodeWarps < G) {
+      StoreHeadPairs(NormRope(q_second, p.q_norm != nullptr, q_norm, p.eps, D, lane_rope),
+                     s_q + (warp + kDecodeWarps) * D, lane_rope);
+    }
+    if (key_job) {
+      const int64_t stored = (LayerFirstSlot(slot, a.place) + PositionSlot(slot, a.place, slot.pos)) * kv_dim +
+                             static_cast<int64_t>(kv_head) * D;
+      key = NormRope(key, p.k_norm != nullptr, k_norm, p.eps, D, lane_rope);
+      StoreHeadPairs(key, slot.keys + stored, lane_rope);
+      StoreHeadPairs(key, s_new[0], lane_rope);
+#pragma unroll
+      for (int c = 0; c < kPer; ++c) {
+        slot.values[stored + lane * kPer + c] = value[c];
+        s_new[1][lane * kPer + c] = value[c];
+      }
+    }
+    __syncthreads();
+    // The one position not read ahead is the token's own (first_new == pos), stored above.
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int j = warp + r * kDecodeWarps;
+      if (j < n_pos && !written_before(j)) {
+#pragma unroll
+        for (int c = 0; c < kPer; ++c) {
+          k0[r][c] = s_new[0][lane * kPer + c];
+          v0[r][c] = s_new[1][lane * kPer + c];
+        }
+      }
+    }
+  } else {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int j = warp + r * kDecodeWarps;
@@ -162,27 +210,6 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
         LoadRow<kPer>(values + row(j), v0[r]);
       }
     }
-  };
-  if constexpr (kFused) {
-    // Jobs g < G: query head g into s_q; job G: the new key and value into the cache. Then every warp may
-    // read both (a block's global writes are visible to it after the barrier).
-    for (int job = warp; job < G + (stores_new ? 1 : 0); job += kDecodeWarps) {
-      if (job < G) {
-        NormRopeHead(a.q + (row0 + job) * D, s_q + job * D, a.fused.rope.q_norm != nullptr, q_norm, a.fused.rope.eps,
-                     D, lane_rope);
-        continue;
-      }
-      const int64_t raw = static_cast<int64_t>(token) * kv_dim + static_cast<int64_t>(kv_head) * D;
-      const int64_t stored = (LayerFirstSlot(slot, a.place) + PositionSlot(slot, a.place, slot.pos)) * kv_dim +
-                             static_cast<int64_t>(kv_head) * D;
-      NormRopeHead(a.fused.k + raw, slot.keys + stored, a.fused.rope.k_norm != nullptr, k_norm, a.fused.rope.eps, D,
-                   lane_rope);
-      for (int d = lane; d < D; d += 32) slot.values[stored + d] = a.fused.v[raw + d];
-    }
-    __syncthreads();
-    load_new_rows();
-  } else {
-    load_new_rows();
     for (int i = threadIdx.x; i < G * D / 4; i += kDecodeThreads) {
       reinterpret_cast<float4*>(s_q)[i] = __ldg(reinterpret_cast<const float4*>(a.q + row0 * D) + i);
     }

@@ -92,44 +92,69 @@ __device__ __forceinline__ LaneNorm<kPairs> LoadLaneNorm(const float* norm, cons
   return n;
 }
 
-// dst = RoPE(RmsNorm(src) * norm) of one head (no norm when `normed` is false), by the whole warp. dst may be
-// in shared or global memory, and may be src.
+// A lane's pairs of one head's values (its ia and ib elements).
 template <int kPairs>
-__device__ __forceinline__ void NormRopeHead(const float* src, float* dst, bool normed, const LaneNorm<kPairs>& norm,
-                                             float eps, int head_dim, const LaneRope<kPairs>& r) {
+struct HeadPairs {
   float a[kPairs], b[kPairs];
+};
+
+template <int kPairs>
+__device__ __forceinline__ HeadPairs<kPairs> LoadHeadPairs(const float* src, const LaneRope<kPairs>& r) {
+  HeadPairs<kPairs> h;
 #pragma unroll
   for (int m = 0; m < kPairs; ++m) {
-    a[m] = r.live[m] ? src[r.ia[m]] : 0.0f;
-    b[m] = r.live[m] ? src[r.ib[m]] : 0.0f;
+    h.a[m] = r.live[m] ? src[r.ia[m]] : 0.0f;
+    h.b[m] = r.live[m] ? src[r.ib[m]] : 0.0f;
   }
+  return h;
+}
+
+// RoPE(RmsNorm(head) * norm) (no norm when `normed` is false), by the whole warp (the norm's sum is the warp's).
+template <int kPairs>
+__device__ __forceinline__ HeadPairs<kPairs> NormRope(HeadPairs<kPairs> h, bool normed, const LaneNorm<kPairs>& norm,
+                                                     float eps, int head_dim, const LaneRope<kPairs>& r) {
   if (normed) {
     double sum = 0;
 #pragma unroll
     for (int m = 0; m < kPairs; ++m) {
-      sum += static_cast<double>(a[m]) * a[m];
-      sum += static_cast<double>(b[m]) * b[m];
+      sum += static_cast<double>(h.a[m]) * h.a[m];
+      sum += static_cast<double>(h.b[m]) * h.b[m];
     }
     const float scale = RmsScale(WarpSumDouble(sum), head_dim, eps);
 #pragma unroll
     for (int m = 0; m < kPairs; ++m) {
       if (r.live[m]) {
-        a[m] = a[m] * scale * norm.a[m];
-        b[m] = b[m] * scale * norm.b[m];
+        h.a[m] = h.a[m] * scale * norm.a[m];
+        h.b[m] = h.b[m] * scale * norm.b[m];
       }
     }
   }
 #pragma unroll
   for (int m = 0; m < kPairs; ++m) {
-    if (!r.live[m]) continue;
-    if (!r.rotated[m]) {
-      dst[r.ia[m]] = a[m];
-      dst[r.ib[m]] = b[m];
-      continue;
-    }
-    dst[r.ia[m]] = __fsub_rn(__fmul_rn(a[m], r.cos[m]), __fmul_rn(b[m], r.sin[m]));
-    dst[r.ib[m]] = __fadd_rn(__fmul_rn(a[m], r.sin[m]), __fmul_rn(b[m], r.cos[m]));
+    if (!r.rotated[m]) continue;
+    const float a = h.a[m], b = h.b[m];
+    h.a[m] = __fsub_rn(__fmul_rn(a, r.cos[m]), __fmul_rn(b, r.sin[m]));
+    h.b[m] = __fadd_rn(__fmul_rn(a, r.sin[m]), __fmul_rn(b, r.cos[m]));
   }
+  return h;
+}
+
+// dst (shared or global memory) gets the lane's pairs.
+template <int kPairs>
+__device__ __forceinline__ void StoreHeadPairs(const HeadPairs<kPairs>& h, float* dst, const LaneRope<kPairs>& r) {
+#pragma unroll
+  for (int m = 0; m < kPairs; ++m) {
+    if (!r.live[m]) continue;
+    dst[r.ia[m]] = h.a[m];
+    dst[r.ib[m]] = h.b[m];
+  }
+}
+
+// dst = RoPE(RmsNorm(src) * norm) of one head, by the whole warp; dst may be src.
+template <int kPairs>
+__device__ __forceinline__ void NormRopeHead(const float* src, float* dst, bool normed, const LaneNorm<kPairs>& norm,
+                                             float eps, int head_dim, const LaneRope<kPairs>& r) {
+  StoreHeadPairs(NormRope(LoadHeadPairs(src, r), normed, norm, eps, head_dim, r), dst, r);
 }
 #endif  // __CUDACC__
 
