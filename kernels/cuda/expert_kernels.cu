@@ -36,6 +36,7 @@ using expert_internal::FfnArgs;
 using expert_internal::kNarrowTile;
 using expert_internal::kWideTile;
 using expert_internal::QuantizeBlock32;
+using expert_internal::WarpInclusiveScan;
 using expert_internal::WorkItem;
 
 constexpr int kPrepThreads = 256;
@@ -193,20 +194,6 @@ struct GroupArgs {
   int32_t* n_items;
 };
 
-// Inclusive sums of two counts over the lanes of a full warp (lane L gets the sums of lanes 0 .. L).
-__device__ __forceinline__ void WarpInclusiveScan(int* a, int* b) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const int up_a = __shfl_up_sync(expert_internal::kFullMask, *a, offset);
-    const int up_b = __shfl_up_sync(expert_internal::kFullMask, *b, offset);
-    if (lane >= offset) {
-      *a += up_a;
-      *b += up_b;
-    }
-  }
-}
-
 // A counting sort of the valid pairs by expert, run by one block of kPrepThreads threads, with counts[e]
 // (n_expert ints of shared memory) first expert e's pair count, then its next free list position. The
 // order of pairs inside an expert's run depends on atomics; nothing downstream depends on it.
@@ -261,32 +248,19 @@ __device__ void GroupPairsByExpert(const GroupArgs& a, int32_t* counts) {
   }
 }
 
-// GroupPairsByExpert for at most 32 pairs (a decode step of up to 32 / k tokens) by warp 0 alone, with no
-// shared memory and no block barrier: lane p holds pair p, the lanes of one expert find each other
-// (match.any), and the runs follow each other in the order of their lowest lanes, not of their experts
-// (nothing downstream depends on the order of the runs either).
+// GroupPairsByExpert for at most kFewPairs pairs (a decode step of up to 32 / k tokens) by warp 0 alone:
+// expert_internal::GroupFewPairs, whose items a gate/up block of such a call also finds by itself.
 __device__ void GroupFewPairsByExpert(const GroupArgs& a) {
   const int lane = threadIdx.x % 32;
-  const unsigned lower_lanes = (1u << lane) - 1u;
-  int e = lane < a.n_pairs ? a.ids[lane] : -1;
-  const bool valid = e >= 0 && e < a.n_expert;
-  if (!valid) e = -1;
-  const unsigned peers = __match_any_sync(expert_internal::kFullMask, e);
-  const bool leader = valid && (peers & lower_lanes) == 0;
-  const int count = __popc(peers);
-  const int my_pairs = leader ? count : 0, my_items = leader ? (count + a.tile - 1) / a.tile : 0;
-  int scan_pairs = my_pairs, scan_items = my_items;  // inclusive over the lanes
-  WarpInclusiveScan(&scan_pairs, &scan_items);
-  const int run_start = scan_pairs - my_pairs;  // a leader's first list position
-  const int leader_lane = __ffs(peers) - 1;
-  const int my_run_start = __shfl_sync(expert_internal::kFullMask, run_start, leader_lane);
-  if (valid) a.list[my_run_start + __popc(peers & lower_lanes)] = lane;
-  if (leader) {
-    const uint8_t* blob = a.blobs[e];
-    int item_at = scan_items - my_items;
-    for (int s = 0; s < count; s += a.tile) a.items[item_at++] = WorkItem{blob, run_start + s, min(a.tile, count - s)};
+  const expert_internal::FewPairsRun r = expert_internal::GroupFewPairs(a.ids, a.n_pairs, a.n_expert, a.tile);
+  if (r.expert >= 0) a.list[r.run_start + __popc(r.peers & ((1u << lane) - 1u))] = lane;
+  if (r.items > 0) {
+    const uint8_t* blob = a.blobs[r.expert];
+    for (int i = 0; i < r.items; ++i) {
+      a.items[r.item_begin + i] = WorkItem{blob, r.run_start + i * a.tile, min(a.tile, r.count - i * a.tile)};
+    }
   }
-  if (lane == 31) *a.n_items = scan_items;
+  if (lane == 31) *a.n_items = r.n_items;
 }
 
 __global__ void __launch_bounds__(kPrepThreads)
@@ -294,7 +268,7 @@ __global__ void __launch_bounds__(kPrepThreads)
   WaitForPriorKernels();
   extern __shared__ int32_t expert_counts[];  // group.n_expert ints (block 0, more than 32 pairs)
   if (blockIdx.x == 0) {
-    if (group.n_pairs > 32) {
+    if (group.n_pairs > expert_internal::kFewPairs) {
       GroupPairsByExpert(group, expert_counts);
     } else if (threadIdx.x < 32) {
       GroupFewPairsByExpert(group);
@@ -364,7 +338,7 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   int32_t* xsum = quantized ? reinterpret_cast<int32_t*>(ws + plan.xsum) : nullptr;
   const int64_t x_blocks = quantized ? int64_t{n_tokens} * (layout.n_embd / 32) : 0;
   const int64_t quant_ctas = (x_blocks + kPrepWarps * kQuantBlocksPerWarp - 1) / (kPrepWarps * kQuantBlocksPerWarp);
-  const size_t counts_bytes = pairs > 32 ? static_cast<size_t>(n_expert) * sizeof(int32_t) : 0;
+  const size_t counts_bytes = pairs > expert_internal::kFewPairs ? static_cast<size_t>(n_expert) * sizeof(int32_t) : 0;
   const absl::Status prepared =
       LaunchKernel("ExpertFfn prepare kernel", PrepareKernel, static_cast<unsigned>(1 + quant_ctas), kPrepThreads,
                    counts_bytes, stream, group, x, x_blocks, xq, xscale, xsum);
@@ -388,6 +362,10 @@ absl::Status ExpertFfn(const ExpertLayout& layout, const uint8_t* const* blobs, 
   a.ids = ids;
   a.extras = extras;
   a.has_extras = !extras.plain();
+  a.blobs = blobs;
+  a.n_pairs = group.n_pairs;
+  a.n_expert = n_expert;
+  a.tile = tile;
   return expert_internal::LaunchWeightKernels(layout.scheme, a, tile, max_items, stream);
 }
 

@@ -613,8 +613,48 @@ __device__ __forceinline__ void GateUpOfItem(const FfnArgs& a, const WorkItem& i
   }
 }
 
+// Read before the wait. What a block of the weight kernels may read before its wait besides weights (dependent_launch.cuh's rule allows
+// weights alone): every block of the kernel before has passed its own wait when this kernel's blocks start
+// (WaitForPriorKernels lets the next kernel launch only after it), so every kernel before that one has finished
+// and its writes are visible. The gate/up kernel (after the prepare kernel) may so read the routing and the
+// blob table, which the grouping is made from, and the down kernel (after gate/up) the prepare kernel's work
+// items. Both read them through L2, and then warm L2 with the weights their first loads will want.
+__device__ __forceinline__ void PrefetchL2(const uint8_t* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// The codes and scales of 16-row tile `tile` of a role (integer schemes), a line of 128 bytes a lane at a time.
+template <Scheme S>
+__device__ __forceinline__ void PrefetchTile(const uint8_t* role, int64_t rows, int64_t cols, int64_t tile, int lane) {
+  if constexpr (S != Scheme::kF16) {
+    const uint8_t* codes = lay::TileCodes(S, role, cols, tile);
+    for (int64_t at = 128 * lane; at < lay::TileCodesBytes(S, cols); at += 128 * 32) PrefetchL2(codes + at);
+    const uint8_t* scales = lay::TileScales(S, role, rows, cols, tile);
+    for (int64_t at = 128 * lane; at < lay::TileScaleBytes(S, cols); at += 128 * 32) PrefetchL2(scales + at);
+  }
+}
+
 template <Scheme S, int kTileMax, bool kWalk>
 __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUpKernel(const FfnArgs a) {
+  // A decode step's block finds its work item from the routing before the wait (read before the wait, above) and
+  // warms L2 with its strip's tiles: warp w's are tile 2 * strip + (w & 1) of gate (w < 2) or up.
+  __shared__ WorkItem s_item;
+  __shared__ int s_n_items;
+  const bool few_pairs = !kWalk && a.n_pairs <= kFewPairs;
+  if (few_pairs) {
+    if (threadIdx.x < 32) {
+      const FewPairsRun run = GroupFewPairs(a.ids, a.n_pairs, a.n_expert, a.tile);
+      const WorkItem item = FewPairsItem(run, a.blobs, a.tile, static_cast<int>(blockIdx.x));
+      if (threadIdx.x == 0) {
+        s_item = item;
+        s_n_items = run.n_items;
+      }
+    }
+    __syncthreads();
+    if (static_cast<int>(blockIdx.x) < s_n_items) {
+      const int warp = threadIdx.x / 32;
+      PrefetchTile<S>(s_item.blob + a.role_offset[warp < 2 ? kGate : kUp], a.ff, a.n_embd,
+                      2 * static_cast<int64_t>(blockIdx.y) + (warp & 1), threadIdx.x % 32);
+    }
+  }
   WaitForPriorKernels();
   if constexpr (kWalk) {
     for (UnitWalk walk(a, static_cast<int>(a.ff / 32)); walk.valid(); walk.Next()) {
@@ -622,8 +662,9 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) GateUp
       __syncthreads();  // the next unit's stores to shared memory after this one's loads (belt and braces)
     }
   } else {
-    const int n_items = *a.n_items;
-    const WorkItem item = a.items[blockIdx.x];  // in bounds (the grid is the item bound); used only if valid
+    // In bounds (the grid is the item bound); used only if valid.
+    const int n_items = few_pairs ? s_n_items : *a.n_items;
+    const WorkItem item = few_pairs ? s_item : a.items[blockIdx.x];
     if (static_cast<int>(blockIdx.x) < n_items) GateUpOfItem<S, kTileMax>(a, item, blockIdx.y);
   }
 }
@@ -677,9 +718,26 @@ __device__ __forceinline__ void DownOfItem(const FfnArgs& a, const WorkItem& ite
 
 template <Scheme S, int kTileMax, bool kWalk>
 __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKernel(const FfnArgs a) {
-  WaitForPriorKernels();
   const int64_t tiles = a.n_embd / kRowTile;
   const int warp = threadIdx.x / 32;
+  // The work item, written by the prepare kernel two launches back, read before the wait (above), and this warp's
+  // tiles warmed in L2.
+  int n_items = 0;
+  WorkItem item{nullptr, 0, 0};
+  int64_t first_tile = 0;
+  if constexpr (!kWalk) {
+    n_items = __ldcg(a.n_items);
+    const int4 raw = __ldcg(reinterpret_cast<const int4*>(a.items + blockIdx.x));
+    static_assert(sizeof(WorkItem) == sizeof(int4));
+    memcpy(&item, &raw, sizeof(item));
+    first_tile = (static_cast<int64_t>(blockIdx.y) * kFfnWarps + warp) * a.down_tiles_per_warp;
+    if (static_cast<int>(blockIdx.x) < n_items) {
+      for (int64_t t = first_tile; t < min(first_tile + a.down_tiles_per_warp, tiles); ++t) {
+        PrefetchTile<S>(item.blob + a.role_offset[kDown], a.n_embd, a.ff, t, threadIdx.x % 32);
+      }
+    }
+  }
+  WaitForPriorKernels();
   if constexpr (kWalk) {
     for (UnitWalk walk(a, static_cast<int>(DownGroups(a))); walk.valid(); walk.Next()) {
       const int64_t first_tile = (int64_t{walk.part} * kFfnWarps + warp) * a.down_tiles_per_warp;
@@ -687,9 +745,6 @@ __global__ void __launch_bounds__(kFfnThreads, kMinBlocksPerSm<kTileMax>) DownKe
       if (first_tile < tiles) DownOfItem<S, kTileMax>(a, walk.item, first_tile);
     }
   } else {
-    const int n_items = *a.n_items;
-    const WorkItem item = a.items[blockIdx.x];
-    const int64_t first_tile = (static_cast<int64_t>(blockIdx.y) * kFfnWarps + warp) * a.down_tiles_per_warp;
     if (static_cast<int>(blockIdx.x) < n_items && first_tile < tiles) DownOfItem<S, kTileMax>(a, item, first_tile);
   }
 }
