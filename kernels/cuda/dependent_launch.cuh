@@ -5,10 +5,12 @@
 // kernels/cuda and the one count of a kernel's resident blocks (included by .cu files only).
 //
 // The rule every kernel launched through LaunchKernel follows: each block calls WaitForPriorKernels()
-// unconditionally (no early return before it), before it reads anything an earlier kernel wrote and before
-// it writes anything at all. Before the wait it may only read what no kernel of the step writes (weights).
-// WaitForPriorKernels also lets the next kernel start launching: its blocks then wait in turn, so at most
-// two kernels of a stream overlap.
+// unconditionally (no early return before it), before it reads anything the kernel just before it wrote and
+// before it writes anything at all. Before the wait it may only read what no kernel of the step writes
+// (weights, the step's inputs uploaded before its first kernel) or, through L2 (ld.cg), what kernels at least
+// two launches back wrote: WaitForPriorKernels also lets the next kernel start launching, so a kernel's blocks
+// start only once every block of the kernel before has passed its own wait, by when every kernel before that
+// one has finished and its writes are visible. At most two kernels of a stream overlap.
 
 #include <cuda_runtime.h>
 
