@@ -613,12 +613,10 @@ __device__ __forceinline__ void GateUpOfItem(const FfnArgs& a, const WorkItem& i
   }
 }
 
-// Read before the wait. What a block of the weight kernels may read before its wait besides weights (dependent_launch.cuh's rule allows
-// weights alone): every block of the kernel before has passed its own wait when this kernel's blocks start
-// (WaitForPriorKernels lets the next kernel launch only after it), so every kernel before that one has finished
-// and its writes are visible. The gate/up kernel (after the prepare kernel) may so read the routing and the
-// blob table, which the grouping is made from, and the down kernel (after gate/up) the prepare kernel's work
-// items. Both read them through L2, and then warm L2 with the weights their first loads will want.
+// Read before the wait (dependent_launch.cuh's rule): what kernels at least two launches back wrote. The gate/up
+// kernel (after the prepare kernel) reads the routing and the blob table, which the grouping is made from, and
+// the down kernel (after gate/up) the prepare kernel's work items, both through L2; then each warms L2 with the
+// weights its first loads will want.
 __device__ __forceinline__ void PrefetchL2(const uint8_t* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // The codes and scales of 16-row tile `tile` of a role (integer schemes), a line of 128 bytes a lane at a time.

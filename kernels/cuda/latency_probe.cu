@@ -25,8 +25,8 @@ __global__ void __launch_bounds__(kLinkThreads) ChainLinkKernel(const unsigned* 
 }
 
 // A link with a body of kBodyInstructions multiply-adds after its wait, in four independent chains by a
-// multiplier read at run time (so that none folds), so that its time is mostly fetching its code. kVariant makes each instantiation another
-// function at another address.
+// multiplier read at run time (so that none folds), so that its time is mostly fetching its code. kVariant
+// makes each instantiation another function at another address.
 constexpr int kBodyInstructions = 1024;
 constexpr int kCodeVariants = 16;
 

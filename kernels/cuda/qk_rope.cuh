@@ -74,24 +74,6 @@ __device__ __forceinline__ LaneRope<kPairs> PrepareLaneRope(const QkRopeParams& 
   return r;
 }
 
-// A lane's norm weights for its pairs (zeros where none), readable before the wait: weights are no kernel's
-// output.
-template <int kPairs>
-struct LaneNorm {
-  float a[kPairs], b[kPairs];
-};
-
-template <int kPairs>
-__device__ __forceinline__ LaneNorm<kPairs> LoadLaneNorm(const float* norm, const LaneRope<kPairs>& r) {
-  LaneNorm<kPairs> n;
-#pragma unroll
-  for (int m = 0; m < kPairs; ++m) {
-    n.a[m] = norm != nullptr && r.live[m] ? __ldg(norm + r.ia[m]) : 0.0f;
-    n.b[m] = norm != nullptr && r.live[m] ? __ldg(norm + r.ib[m]) : 0.0f;
-  }
-  return n;
-}
-
 // A lane's pairs of one head's values (its ia and ib elements).
 template <int kPairs>
 struct HeadPairs {
@@ -107,6 +89,16 @@ __device__ __forceinline__ HeadPairs<kPairs> LoadHeadPairs(const float* src, con
     h.b[m] = r.live[m] ? src[r.ib[m]] : 0.0f;
   }
   return h;
+}
+
+// A lane's norm weights for its pairs (zeros for no norm), readable before the wait: weights are no kernel's
+// output.
+template <int kPairs>
+using LaneNorm = HeadPairs<kPairs>;
+
+template <int kPairs>
+__device__ __forceinline__ LaneNorm<kPairs> LoadLaneNorm(const float* norm, const LaneRope<kPairs>& r) {
+  return norm != nullptr ? LoadHeadPairs(norm, r) : LaneNorm<kPairs>{};
 }
 
 // RoPE(RmsNorm(head) * norm) (no norm when `normed` is false), by the whole warp (the norm's sum is the warp's).
