@@ -13,13 +13,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/gpu_bench_util.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/expert_kernels.h"
 #include "kernels/format/expert_layout.h"
@@ -45,55 +45,17 @@ T Unwrap(absl::StatusOr<T> v, const char* what) {
   return *std::move(v);
 }
 
-// Copies `src` to the device again and again until `stop`, counting the bytes that landed.
-void CopyUntil(const PinnedBuffer& src, const DeviceBuffer& dst, const std::atomic<bool>& stop,
-               std::atomic<uint64_t>* copied) {
-  cudaStream_t stream = nullptr;
-  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  while (!stop.load()) {
-    Check(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(), cudaMemcpyHostToDevice, stream), "copy");
-    Check(cudaStreamSynchronize(stream), "copy");
-    copied->fetch_add(src.bytes());
-  }
-  cudaStreamDestroy(stream);
-}
-
-double CopyGBps(const PinnedBuffer& src, const DeviceBuffer& dst, double seconds) {
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> copied{0};
-  strata::bench::Timer timer;
-  std::thread t(CopyUntil, std::cref(src), std::cref(dst), std::cref(stop), &copied);
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  stop = true;
-  t.join();
-  return static_cast<double>(copied.load()) / timer.Seconds() / 1e9;
-}
-
 void Contention(int threads) {
   strata::bench::DramProbe probe(4096, threads);
-  PinnedBuffer src = Unwrap(PinnedBuffer::Allocate(size_t{256} << 20), "pinned buffer");
-  std::fill_n(src.as<uint8_t>(), src.bytes(), uint8_t{1});
-  DeviceBuffer dst = Unwrap(DeviceBuffer::Allocate(src.bytes()), "device buffer");
-  const double dram_alone = probe.ReadGBps(threads, 1.0);
-  const double pcie_alone = CopyGBps(src, dst, 1.0);
-  // Both: the copies run on their thread for as long as the DRAM probe reads.
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> copied{0};
-  std::thread copier(CopyUntil, std::cref(src), std::cref(dst), std::cref(stop), &copied);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const uint64_t copied_before = copied.load();
-  strata::bench::Timer window;
-  const double dram_both = probe.ReadGBps(threads, 1.0);
-  const double pcie_both = static_cast<double>(copied.load() - copied_before) / window.Seconds() / 1e9;
-  stop = true;
-  copier.join();
+  const strata::bench::HostDeviceRates r = Unwrap(strata::bench::MeasureHostDeviceRates(probe, threads, 1.0),
+                                                  "CPU/PCIe contention");
   std::printf("CPU/PCIe contention (%d threads reading a %.0f MiB buffer; 256 MiB page-locked copies):\n", threads,
               probe.buffer_bytes() / 1048576.0);
-  std::printf("  DRAM read alone       %7.1f GB/s\n", dram_alone);
-  std::printf("  host-to-device alone  %7.1f GB/s\n", pcie_alone);
+  std::printf("  DRAM read alone       %7.1f GB/s\n", r.dram_alone);
+  std::printf("  host-to-device alone  %7.1f GB/s\n", r.pcie_alone);
   std::printf("  both at once          %7.1f + %.1f = %.1f GB/s  (%.2f and %.2f of alone; sum %.2f of the sums)\n",
-              dram_both, pcie_both, dram_both + pcie_both, dram_both / dram_alone, pcie_both / pcie_alone,
-              (dram_both + pcie_both) / (dram_alone + pcie_alone));
+              r.dram_both, r.pcie_both, r.both(), r.dram_both / r.dram_alone, r.pcie_both / r.pcie_alone,
+              r.both() / (r.dram_alone + r.pcie_alone));
 }
 
 void Overlap(strata::kernels::Scheme scheme, int64_t n_embd, int64_t ff, int n_experts, int chunk, int n_tokens,
