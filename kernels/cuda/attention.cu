@@ -558,7 +558,8 @@ absl::Status QkNormRopeAttention(const QkRopeInputs& rope, bool one_token_each, 
                                  const KvPlace& place, int n_head, int n_head_kv, int head_dim, float scale,
                                  const AttentionSinkWindow& sink_window, int max_positions, float* out,
                                  void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  const bool fuse = one_token_each && n_head_kv > 0 && n_head % n_head_kv == 0 &&
+  // The fused kernel reads a value row as float4s (D = 128) or float2s (D = 64).
+  const bool fuse = one_token_each && n_head_kv > 0 && n_head % n_head_kv == 0 && detail::Aligned16(rope.v) &&
                     detail::UseDecodeAttention(n_tokens, n_head / n_head_kv);
   if (!fuse) {
     const absl::Status stored =

@@ -160,7 +160,9 @@ absl::Status CombineAndNorm(const float* parts, const float* weights, int n_toke
 // Attention.
 
 // Per-token state that the attention-side kernels read when they run (a device array, one per token of
-// the batch). Laid out the same on host and device; the caller fills it with cudaMemcpyAsync.
+// the batch). Laid out the same on host and device; the caller fills it with cudaMemcpyAsync. Kernels read it
+// before they wait for the kernel before them (dependent_launch.cuh), so it must be in place before the step's
+// first kernel: a copy, not the output of a kernel of the step.
 struct TokenSlot {
   float* keys;       // the token's sequence cache: f32 [slot][kv_dim], slots laid out by KvPlace, 16-byte aligned
   float* values;     // same shape
@@ -200,6 +202,7 @@ struct KvPlace {
 //   a cache and a position, such as padding, store in no particular order). k and v are not modified.
 // - rope_magnitude multiplies the float cos and sin before the rotation (YaRN's mscale,
 //   strata::model::YarnMagnitude; 1 for plain RoPE, which leaves them exact), as strata::model::RopeAngles.
+// slots, freq and the norms are read before the wait for the kernel before (weights and the step's inputs).
 // One launch. INVALID_ARGUMENT: n_tokens outside [0, 65535], n_head < 1, n_head_kv < 1, head_dim odd or
 // outside [2, 256], rope_dim odd or outside [2, head_dim], rope_style not 0 or 1, a negative count in place, a
 // null q, k, v, slots or freq, a rope_magnitude that is not finite and positive.
@@ -295,12 +298,13 @@ struct QkRopeInputs {
 };
 
 // QkNormRopeStore(rope ...) then Attention(rope.q, ...), with the same contracts. Where the decode kernel serves
-// the batch and `one_token_each` says that every token is the only one of its sequence in the batch (each
-// TokenSlot's first_new is its pos; the caller vouches for it as for first_new itself), one launch does both:
-// each decode block norms and rotates its query heads into shared memory, and the block whose split holds a
-// token's position stores that token's key and value before reading them. A decode step then has one kernel
-// less. The keys and values stored and `out` are bit for bit those of the two calls; on the fused path q is read,
-// not rotated in place. Errors: those of the two functions (named QkNormRopeAttention on the fused path).
+// the batch, v is 16-byte aligned and `one_token_each` says that every token is the only one of its sequence in
+// the batch (each TokenSlot's first_new is its pos; the caller vouches for it as for first_new itself), one
+// launch does both: each decode block norms and rotates its query heads into shared memory, and the block whose
+// split holds a token's position stores that token's key and value before reading them. A decode step then has
+// one kernel less. The keys and values stored and `out` are bit for bit those of the two calls; on the fused
+// path q is read, not rotated in place. Errors: those of the two functions (named QkNormRopeAttention on the
+// fused path).
 absl::Status QkNormRopeAttention(const QkRopeInputs& rope, bool one_token_each, const TokenSlot* slots, int n_tokens,
                                  const KvPlace& place, int n_head, int n_head_kv, int head_dim, float scale,
                                  const AttentionSinkWindow& sink_window, int max_positions, float* out,
