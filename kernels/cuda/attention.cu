@@ -570,15 +570,10 @@ absl::Status QkNormRopeAttention(const QkRopeInputs& rope, bool one_token_each, 
                      out, workspace, workspace_bytes, stream);
   }
   constexpr absl::string_view kFn = "QkNormRopeAttention";
-  const absl::Status checked = detail::CheckQkNormRope(kFn, rope.q, rope.k, rope.v, slots, n_tokens, place, n_head,
-                                                       n_head_kv, head_dim, rope.rope_dim, rope.freq,
-                                                       rope.rope_magnitude, rope.rope_style);
+  const absl::Status checked =
+      detail::CheckQkNormRope(kFn, rope, slots, n_tokens, place, n_head, n_head_kv, head_dim);
   if (!checked.ok()) return checked;
-  detail::FusedQkRope fused;
-  fused.k = rope.k;
-  fused.v = rope.v;
-  fused.rope = detail::QkRopeParams{rope.freq, rope.q_norm, rope.k_norm, rope.eps, rope.rope_magnitude, rope.rope_dim,
-                                    rope.rope_style};
+  const detail::FusedQkRope fused{rope.k, rope.v, detail::ParamsOf(rope)};
   return Attend(kFn, rope.q, slots, n_tokens, place, n_head, n_head_kv, head_dim, scale, sink_window, max_positions,
                 out, workspace, workspace_bytes, fused, stream);
 }

@@ -13,7 +13,7 @@
 // A sink joins the denominator where the output is divided (DivideWithSink). Keys and values of positions
 // an earlier step wrote (below TokenSlot::first_new) are loaded before the wait for the kernel before, so
 // that after it a block's chain starts with q and the step's new positions alone.
-// Fused with QkNormRopeStore (kFused, QkNormRopeAttention; every token its sequence's only new position): the
+// Fused with QkNormRopeStore (kFused, QkNormRopeAttention; every token its sequence's only one in the step): the
 // block's warps norm and rotate its G query heads from the projection straight into shared memory, and the
 // block whose split holds the token's position also stores that position's key and value (warp G % 8), keeping
 // a copy in shared memory for its own warps; the cos, sin and norm weights are formed before the wait.
@@ -189,16 +189,21 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeAttentionKernel(const De
       }
     }
     __syncthreads();
-    // The one position not read ahead is the token's own (first_new == pos), stored above.
+    // The rows not read ahead: the token's own position from s_new; any other (first_new below pos, which the
+    // caller may leave so: the token's sequence has no other new position) from the cache, written by earlier
+    // steps.
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int j = warp + r * kDecodeWarps;
-      if (j < n_pos && !written_before(j)) {
+      if (begin + j == slot.pos) {
 #pragma unroll
         for (int c = 0; c < kPer; ++c) {
           k0[r][c] = s_new[0][lane * kPer + c];
           v0[r][c] = s_new[1][lane * kPer + c];
         }
+      } else if (j < n_pos && !written_before(j)) {
+        LoadRow<kPer>(keys + row(j), k0[r]);
+        LoadRow<kPer>(values + row(j), v0[r]);
       }
     }
   } else {

@@ -299,8 +299,8 @@ struct QkRopeInputs {
 
 // QkNormRopeStore(rope ...) then Attention(rope.q, ...), with the same contracts. Where the decode kernel serves
 // the batch, v is 16-byte aligned and `one_token_each` says that every token is the only one of its sequence in
-// the batch (each TokenSlot's first_new is its pos; the caller vouches for it as for first_new itself), one
-// launch does both: each decode block norms and rotates its query heads into shared memory, and the block whose
+// the batch (the caller vouches for it as for TokenSlot::first_new, which is then best set to pos), one launch
+// does both: each decode block norms and rotates its query heads into shared memory, and the block whose
 // split holds a token's position stores that token's key and value before reading them. A decode step then has
 // one kernel less. The keys and values stored and `out` are bit for bit those of the two calls; on the fused
 // path q is read, not rotated in place. Errors: those of the two functions (named QkNormRopeAttention on the

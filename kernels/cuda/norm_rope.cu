@@ -177,31 +177,33 @@ absl::Status CombineAndNorm(const float* parts, const float* weights, int n_toke
 
 namespace detail {
 
-absl::Status CheckQkNormRope(absl::string_view kFn, const float* q, const float* k, const float* v,
-                             const TokenSlot* slots, int n_tokens, const KvPlace& place, int n_head, int n_head_kv,
-                             int head_dim, int rope_dim, const double* freq, float rope_magnitude, int rope_style) {
+absl::Status CheckQkNormRope(absl::string_view kFn, const QkRopeInputs& in, const TokenSlot* slots, int n_tokens,
+                             const KvPlace& place, int n_head, int n_head_kv, int head_dim) {
   if (n_tokens < 0 || n_tokens > 65535) return BadArgument(kFn, "n_tokens", n_tokens, "it must be in [0, 65535]");
   if (n_head < 1) return BadArgument(kFn, "n_head", n_head, "it must be >= 1");
   if (n_head_kv < 1) return BadArgument(kFn, "n_head_kv", n_head_kv, "it must be >= 1");
   if (head_dim < 2 || head_dim > kMaxHeadDim || head_dim % 2 != 0) {
     return BadArgument(kFn, "head_dim", head_dim, "it must be even and in [2, 256]");
   }
-  if (rope_dim < 2 || rope_dim > head_dim || rope_dim % 2 != 0) {
-    return BadArgument(kFn, "rope_dim", rope_dim, absl::StrCat("it must be even and in [2, head_dim ", head_dim, "]"));
+  if (in.rope_dim < 2 || in.rope_dim > head_dim || in.rope_dim % 2 != 0) {
+    return BadArgument(kFn, "rope_dim", in.rope_dim,
+                       absl::StrCat("it must be even and in [2, head_dim ", head_dim, "]"));
   }
-  if (rope_style != 0 && rope_style != 1) return BadArgument(kFn, "rope_style", rope_style, "it must be 0 or 1");
+  if (in.rope_style != 0 && in.rope_style != 1) {
+    return BadArgument(kFn, "rope_style", in.rope_style, "it must be 0 or 1");
+  }
   if (place.full_before < 0) return BadArgument(kFn, "place.full_before", place.full_before, "it must be >= 0");
   if (place.windowed_before < 0) {
     return BadArgument(kFn, "place.windowed_before", place.windowed_before, "it must be >= 0");
   }
-  if (q == nullptr) return NullArgument(kFn, "q");
-  if (k == nullptr) return NullArgument(kFn, "k");
-  if (v == nullptr) return NullArgument(kFn, "v");
+  if (in.q == nullptr) return NullArgument(kFn, "q");
+  if (in.k == nullptr) return NullArgument(kFn, "k");
+  if (in.v == nullptr) return NullArgument(kFn, "v");
   if (slots == nullptr) return NullArgument(kFn, "slots");
-  if (freq == nullptr) return NullArgument(kFn, "freq");
-  if (!(rope_magnitude > 0.0f) || !std::isfinite(rope_magnitude)) {
+  if (in.freq == nullptr) return NullArgument(kFn, "freq");
+  if (!(in.rope_magnitude > 0.0f) || !std::isfinite(in.rope_magnitude)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kFn, ": rope_magnitude is ", rope_magnitude, ", not a finite positive number"));
+        absl::StrCat(kFn, ": rope_magnitude is ", in.rope_magnitude, ", not a finite positive number"));
   }
   return absl::OkStatus();
 }
@@ -212,15 +214,14 @@ absl::Status QkNormRopeStore(float* q, const float* k, const float* v, const Tok
                              const KvPlace& place, int n_head, int n_head_kv, int head_dim, int rope_dim,
                              const float* q_norm, const float* k_norm, float eps, const double* freq,
                              float rope_magnitude, int rope_style, cudaStream_t stream) {
-  const absl::Status checked = detail::CheckQkNormRope("QkNormRopeStore", q, k, v, slots, n_tokens, place, n_head,
-                                                       n_head_kv, head_dim, rope_dim, freq, rope_magnitude,
-                                                       rope_style);
+  const QkRopeInputs in{q, k, v, rope_dim, q_norm, k_norm, eps, freq, rope_magnitude, rope_style};
+  const absl::Status checked =
+      detail::CheckQkNormRope("QkNormRopeStore", in, slots, n_tokens, place, n_head, n_head_kv, head_dim);
   if (!checked.ok()) return checked;
   if (n_tokens == 0) return absl::OkStatus();
   const dim3 grid((n_head + n_head_kv + kRopeWarps - 1) / kRopeWarps, n_tokens);
-  const detail::QkRopeParams rope{freq, q_norm, k_norm, eps, rope_magnitude, rope_dim, rope_style};
   return LaunchKernel("QkNormRopeStoreKernel", QkNormRopeStoreKernel, grid, 32 * kRopeWarps, 0, stream, q, k, v, slots,
-                      place, n_head, n_head_kv, head_dim, rope);
+                      place, n_head, n_head_kv, head_dim, detail::ParamsOf(in));
 }
 
 }  // namespace strata::kernels::cuda

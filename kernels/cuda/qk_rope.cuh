@@ -34,9 +34,13 @@ struct QkRopeParams {
 };
 
 // QkNormRopeStore's argument checks (dense_kernels.h), errors under the name `function`.
-absl::Status CheckQkNormRope(absl::string_view function, const float* q, const float* k, const float* v,
-                             const TokenSlot* slots, int n_tokens, const KvPlace& place, int n_head, int n_head_kv,
-                             int head_dim, int rope_dim, const double* freq, float rope_magnitude, int rope_style);
+absl::Status CheckQkNormRope(absl::string_view function, const QkRopeInputs& in, const TokenSlot* slots, int n_tokens,
+                             const KvPlace& place, int n_head, int n_head_kv, int head_dim);
+
+// The kernels' view of the inputs' norm and RoPE parameters.
+inline QkRopeParams ParamsOf(const QkRopeInputs& in) {
+  return QkRopeParams{in.freq, in.q_norm, in.k_norm, in.eps, in.rope_magnitude, in.rope_dim, in.rope_style};
+}
 
 #ifdef __CUDACC__
 // A lane's share of a head of head_dim values at one position: kPairs >= head_dim / 64 pairs (those past

@@ -34,12 +34,13 @@ struct Outputs {
 class QkNormRopeAttentionTest : public DenseKernelsTest {
  protected:
   // Runs the case over tokens at `positions` (token t at positions[t] of sequence seqs[t]) through the two launches
-  // and through QkNormRopeAttention, and compares what they leave.
+  // and through QkNormRopeAttention, and compares what they leave. TokenSlot::first_new is each sequence's lowest
+  // position in the batch, or 0 without `first_new`.
   void Compare(const FusedCase& c, const std::vector<int>& positions, const std::vector<int>& seqs,
-               bool one_token_each, bool expect_q_kept) {
+               bool one_token_each, bool expect_q_kept, bool first_new = true) {
     const uint64_t seed = NextSeed();
-    SCOPED_TRACE(absl::StrCat(c.name, ": ", positions.size(), " tokens, one_token_each ", one_token_each, ", seed ",
-                              seed));
+    SCOPED_TRACE(absl::StrCat(c.name, ": ", positions.size(), " tokens, one_token_each ", one_token_each,
+                              first_new ? "" : ", first_new 0", ", seed ", seed));
     Random rng(seed);
     const int n = static_cast<int>(positions.size());
     const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
@@ -103,7 +104,7 @@ class QkNormRopeAttentionTest : public DenseKernelsTest {
       for (int t = 0; t < n; ++t) {
         TokenSlot s{dkeys.get() + seqs[t] * seq_floats, dvalues.get() + seqs[t] * seq_floats, capacity, positions[t],
                     0, ring_slots};
-        s.first_new = positions[t];
+        s.first_new = first_new ? positions[t] : 0;
         for (int u = 0; u < n; ++u) {
           if (seqs[u] == seqs[t]) s.first_new = std::min(s.first_new, positions[u]);
         }
@@ -180,6 +181,8 @@ TEST_F(QkNormRopeAttentionTest, FusedDecodeGivesTheBitsOfTheTwoLaunches) {
     Compare(c, {3000}, {0}, true, true);
     // Eight sequences at scattered positions, one of them ringed past its window where there is one.
     Compare(c, {5, 700, 64, 1, 333, 129, 0, 2047}, {0, 1, 2, 3, 4, 5, 6, 7}, true, true);
+    // first_new left 0: nothing read ahead, the same bits.
+    Compare(c, {5, 700, 64, 1, 333, 129, 0, 2047}, {0, 1, 2, 3, 4, 5, 6, 7}, true, true, false);
   }
 }
 
