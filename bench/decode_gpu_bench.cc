@@ -310,7 +310,6 @@ int main(int argc, char** argv) {
   absl::StatusOr<strata::bench::HostDeviceRates> both = absl::UnknownError("not measured");
   {
     strata::bench::DramProbe probe(2048, host_threads);
-    dram = probe.ReadGBps(host_threads);
     const bool misses = std::any_of(vram_experts.begin(), vram_experts.end(), [](int64_t s) { return s >= 0; });
     if (miss_path == "both" && misses) {
       both = strata::bench::MeasureHostDeviceRates(probe, host_threads, 0.5);
@@ -318,6 +317,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "DRAM and PCIe at once: %s\n", std::string(both.status().message()).c_str());
         return 1;
       }
+      dram = both->dram_alone;
+    } else {
+      dram = probe.ReadGBps(host_threads);
     }
   }
   std::printf("HBM copy bandwidth %.0f GB/s (read + write); PCIe host-to-device %.1f GB/s (page-locked); DRAM read "

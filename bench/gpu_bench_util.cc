@@ -31,8 +31,8 @@ void CopyUntil(const PinnedBuffer& src, const DeviceBuffer& dst, const std::atom
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
-// Copies on a thread of their own while `during` runs (or for `seconds` when it is empty); the copy rate
-// over that time, from 100 ms after the copies start.
+// Copies on a thread of their own while `during` runs; the copy rate over that time (which starts 100 ms after
+// the copies do).
 template <typename Fn>
 absl::StatusOr<double> CopyGBpsDuring(const PinnedBuffer& src, const DeviceBuffer& dst, Fn during) {
   std::atomic<bool> stop{false};
@@ -55,6 +55,10 @@ absl::StatusOr<double> CopyGBpsDuring(const PinnedBuffer& src, const DeviceBuffe
 }  // namespace
 
 absl::StatusOr<HostDeviceRates> MeasureHostDeviceRates(DramProbe& probe, int threads, double seconds) {
+  if (threads < 1 || !(seconds > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("MeasureHostDeviceRates: threads ", threads, " must be at least 1 "
+                                                   "and seconds ", seconds, " positive"));
+  }
   absl::StatusOr<PinnedBuffer> src = PinnedBuffer::Allocate(size_t{256} << 20);
   if (!src.ok()) return src.status();
   std::fill_n(src->as<uint8_t>(), src->bytes(), uint8_t{1});
