@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dense_device.cuh"
 #include "kernels/cuda/expert_kernels_internal.cuh"
 #include "kernels/format/mxfp4.h"
 #include "kernels/format/role_layout.h"
@@ -18,14 +19,11 @@ namespace strata::kernels::cuda::expert_internal {
 
 namespace lay = ::strata::kernels::layout;
 
-// Streaming 16-byte load of weights: read once per work item, so kept out of L1 (where the activations
-// live); L2 still serves the other work items of the same expert.
+// 16 bytes of weights, read once per work item: the dense kernels' streaming load (kept out of L1, where the
+// activations live; L2 still serves the other work items of the same expert), as four int32 words.
 __device__ __forceinline__ int4 LoadWeights16(const uint8_t* p) {
-  int4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.s32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
+  const uint4 v = detail::LoadStreaming16(p);
+  return make_int4(static_cast<int>(v.x), static_cast<int>(v.y), static_cast<int>(v.z), static_cast<int>(v.w));
 }
 
 __device__ __forceinline__ float HalfBitsToFloat(unsigned bits) {
